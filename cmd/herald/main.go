@@ -1,0 +1,104 @@
+// Command herald is the one binary of herald: every stage, tool and the
+// embedded development setup is a subcommand.
+//
+//	herald dev                 run everything in one process (kfake, chDB, emulators)
+//	herald id ...              print a canonical notification id
+//	herald topics create|verify
+//
+// Every flag can also be set from the environment: --brokers is
+// HERALD_BROKERS, --state-dir is HERALD_STATE_DIR, and so on (upper case,
+// dashes become underscores, HERALD_ prefix). Flags win over the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand of herald.
+type command struct {
+	name    string
+	summary string
+	// run parses args (everything after the subcommand's name) and runs.
+	// It writes results to stdout; logs go to slog.
+	run func(ctx context.Context, args []string, stdout io.Writer) error
+}
+
+// commands lists every subcommand. Keep it sorted by name.
+func commands() []command {
+	cs := []command{
+		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
+		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
+		{"id", "print the canonical notification id of (type, recipient, key)", runID},
+		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	return cs
+}
+
+// errUsage marks an error whose message already tells the user what to fix;
+// main prints it and exits 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "herald %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "herald %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "herald: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: herald <command> [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'herald <command> -h' for a command's flags.")
+}
+
+func logLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("HERALD_LOG_LEVEL"))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
