@@ -1,0 +1,330 @@
+package schemas
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+)
+
+// Request is one producer call for one recipient, on herald.requests, keyed
+// by NotificationID. The HTTP API and the Go SDK write it; the dedupe stage
+// reads it.
+type Request struct {
+	Schema string `json:"schema"`
+	// RequestID is unique per producer call (a UUIDv7 hex); it names this
+	// call, not the notification.
+	RequestID      string `json:"requestId" jsonschema:"minLength=1"`
+	Tenant         string `json:"tenant" jsonschema:"minLength=1"`
+	Type           string `json:"type" jsonschema:"minLength=1"`
+	Recipient      string `json:"recipient" jsonschema:"minLength=1"`
+	NotificationID string `json:"notificationId" jsonschema:"pattern=^[0-9a-f]{32}$"`
+	// IDSource says how NotificationID was derived: "key" (canonical id of
+	// type, recipient and key), "dedupe_key", "idempotency_key" or "random".
+	IDSource         string          `json:"idSource" jsonschema:"enum=key,enum=dedupe_key,enum=idempotency_key,enum=random"`
+	Key              json.RawMessage `json:"key,omitempty"`
+	DedupeKey        string          `json:"dedupeKey,omitempty"`
+	DedupeWindowMs   int64           `json:"dedupeWindowMs,omitempty" jsonschema:"minimum=0"`
+	IdempotencyKey   string          `json:"idempotencyKey,omitempty"`
+	IdempotencyTTLMs int64           `json:"idempotencyTtlMs,omitempty" jsonschema:"minimum=0"`
+	Title            string          `json:"title"`
+	Body             string          `json:"body"`
+	Payload          json.RawMessage `json:"payload,omitempty"`
+	Locale           string          `json:"locale,omitempty"`
+	Channels         []string        `json:"channels,omitempty"`
+	// Producer names the calling service (the API key's name, or the SDK's
+	// configured client id). Never a secret.
+	Producer  string `json:"producer,omitempty"`
+	Source    string `json:"source" jsonschema:"enum=api,enum=sdk"`
+	CreatedAt int64  `json:"createdAt"`
+}
+
+// SchemaName implements Record.
+func (Request) SchemaName() string { return RequestV1 }
+
+// ContentHash is the sha256 (hex) of what the request asks to send: type,
+// recipient, dedupe key, title, body, payload, locale and channels. Two
+// requests with one idempotency key and different content hashes conflict.
+// Producer, request id and times are not content.
+func (r Request) ContentHash() string {
+	content := struct {
+		Type      string          `json:"type"`
+		Recipient string          `json:"recipient"`
+		DedupeKey string          `json:"dedupeKey"`
+		Title     string          `json:"title"`
+		Body      string          `json:"body"`
+		Payload   json.RawMessage `json:"payload"`
+		Locale    string          `json:"locale"`
+		Channels  []string        `json:"channels"`
+	}{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, compactJSON(r.Payload), r.Locale, r.Channels}
+	b, _ := json.Marshal(content) // only strings, slices and valid raw JSON: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// compactJSON returns raw without insignificant white space, or JSON null
+// when raw is empty or not valid JSON (which Encode would reject anyway).
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return json.RawMessage("null")
+	}
+	b, _ := json.Marshal(v) // re-marshal sorts object keys: key order is not content
+	return b
+}
+
+// Outcome of a decision.
+const (
+	DecisionAccepted            = "accepted"
+	DecisionDuplicate           = "duplicate"
+	DecisionIdempotentReplay    = "idempotent_replay"
+	DecisionIdempotencyConflict = "idempotency_conflict"
+	DecisionRateLimited         = "rate_limited"
+	DecisionDigested            = "digested"
+	DecisionOptedOut            = "opted_out"
+	DecisionDeferred            = "deferred"
+)
+
+// Decision is what a stage decided about one request, on herald.decisions,
+// keyed by notification id. Every request gets exactly one dedupe decision.
+type Decision struct {
+	Schema string `json:"schema"`
+	// DecisionID is unique per decision: stage, source partition and offset.
+	DecisionID     string `json:"decisionId"`
+	Stage          string `json:"stage" jsonschema:"enum=dedupe,enum=route"`
+	Outcome        string `json:"outcome" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred"`
+	RequestID      string `json:"requestId"`
+	Tenant         string `json:"tenant"`
+	Type           string `json:"type"`
+	Recipient      string `json:"recipient"`
+	NotificationID string `json:"notificationId"`
+	DedupeKey      string `json:"dedupeKey,omitempty"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	Producer       string `json:"producer,omitempty"`
+	Channel        string `json:"channel,omitempty"`
+	// The original request this one repeats (duplicate, replay, conflict).
+	OriginalRequestID      string `json:"originalRequestId,omitempty"`
+	OriginalNotificationID string `json:"originalNotificationId,omitempty"`
+	OriginalAt             int64  `json:"originalAt,omitempty"`
+	// OriginalOutcome is the original's decision, returned on a replay.
+	OriginalOutcome string `json:"originalOutcome,omitempty"`
+	// At is the record time of the request the decision is about.
+	At              int64  `json:"at"`
+	SourceTopic     string `json:"sourceTopic"`
+	SourcePartition int32  `json:"sourcePartition"`
+	SourceOffset    int64  `json:"sourceOffset"`
+}
+
+// SchemaName implements Record.
+func (Decision) SchemaName() string { return DecisionV1 }
+
+// SeenKind names the two seen-sets of the dedupe stage.
+type SeenKind string
+
+// Seen-set kinds.
+const (
+	SeenIdempotency SeenKind = "idem"
+	SeenDedupe      SeenKind = "dedupe"
+)
+
+// SeenEntry is one live key of the dedupe stage's seen-set, on the compacted
+// topic herald.seen, keyed by SeenKey(Kind, Scope). A tombstone removes it
+// once ExpiresAt has passed.
+type SeenEntry struct {
+	Schema string   `json:"schema"`
+	Kind   SeenKind `json:"kind" jsonschema:"enum=idem,enum=dedupe"`
+	// Scope is the derived scope id (identity.IdempotencyID or identity.DedupeID).
+	Scope          string `json:"scope"`
+	NotificationID string `json:"notificationId"`
+	RequestID      string `json:"requestId"`
+	ContentHash    string `json:"contentHash,omitempty"`
+	// Outcome is the decision the first request got, replayed to repeats.
+	Outcome   string `json:"outcome"`
+	FirstAt   int64  `json:"firstAt"`
+	ExpiresAt int64  `json:"expiresAt"`
+	// SourcePartition and SourceOffset locate the request that created the
+	// entry, so the same request processed again after a failure is
+	// recognised as itself rather than as a repeat.
+	SourcePartition int32 `json:"sourcePartition"`
+	SourceOffset    int64 `json:"sourceOffset"`
+}
+
+// SchemaName implements Record.
+func (SeenEntry) SchemaName() string { return SeenEntryV1 }
+
+// Accepted is a notification the dedupe stage accepted, on herald.accepted,
+// keyed by RecipientKey(Tenant, Recipient) for the route stage.
+type Accepted struct {
+	Schema         string          `json:"schema"`
+	NotificationID string          `json:"notificationId"`
+	RequestID      string          `json:"requestId"`
+	Tenant         string          `json:"tenant"`
+	Type           string          `json:"type"`
+	Recipient      string          `json:"recipient"`
+	Title          string          `json:"title"`
+	Body           string          `json:"body"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Locale         string          `json:"locale,omitempty"`
+	Channels       []string        `json:"channels,omitempty"`
+	DedupeKey      string          `json:"dedupeKey,omitempty"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	Producer       string          `json:"producer,omitempty"`
+	RequestedAt    int64           `json:"requestedAt"`
+	AcceptedAt     int64           `json:"acceptedAt"`
+}
+
+// SchemaName implements Record.
+func (Accepted) SchemaName() string { return AcceptedV1 }
+
+// WebPushSubscription is a browser's PushSubscription.
+type WebPushSubscription struct {
+	Endpoint string `json:"endpoint" jsonschema:"format=uri"`
+	P256dh   string `json:"p256dh"`
+	Auth     string `json:"auth"`
+}
+
+// DeliveryCommand asks a sink to send one push to one device, on
+// herald.deliveries.<channel>, keyed by delivery id.
+type DeliveryCommand struct {
+	Schema         string               `json:"schema"`
+	DeliveryID     string               `json:"deliveryId"`
+	NotificationID string               `json:"notificationId"`
+	Tenant         string               `json:"tenant"`
+	Type           string               `json:"type"`
+	Recipient      string               `json:"recipient"`
+	DeviceID       string               `json:"deviceId"`
+	Channel        string               `json:"channel" jsonschema:"enum=apns,enum=fcm,enum=webpush,enum=feed"`
+	Token          string               `json:"token,omitempty"`
+	WebPush        *WebPushSubscription `json:"webPush,omitempty"`
+	CollapseID     string               `json:"collapseId"`
+	APNsID         string               `json:"apnsId,omitempty"`
+	Topic          string               `json:"topic,omitempty"`
+	Title          string               `json:"title"`
+	Body           string               `json:"body"`
+	Payload        json.RawMessage      `json:"payload,omitempty"`
+	Locale         string               `json:"locale,omitempty"`
+	CreatedAt      int64                `json:"createdAt"`
+	// NotBefore defers the send (quiet hours); 0 means now.
+	NotBefore int64 `json:"notBefore,omitempty"`
+}
+
+// SchemaName implements Record.
+func (DeliveryCommand) SchemaName() string { return DeliveryCommandV1 }
+
+// Attempt results.
+const (
+	AttemptSent      = "sent"
+	AttemptRetryable = "retryable"
+	AttemptPermanent = "permanent"
+	AttemptAmbiguous = "ambiguous"
+)
+
+// Attempt is one call to a provider, on herald.attempts, keyed by delivery id.
+type Attempt struct {
+	Schema            string `json:"schema"`
+	AttemptID         string `json:"attemptId"`
+	DeliveryID        string `json:"deliveryId"`
+	NotificationID    string `json:"notificationId"`
+	Tenant            string `json:"tenant"`
+	Type              string `json:"type"`
+	Recipient         string `json:"recipient"`
+	DeviceID          string `json:"deviceId"`
+	Channel           string `json:"channel"`
+	Attempt           int    `json:"attempt" jsonschema:"minimum=1"`
+	Result            string `json:"result" jsonschema:"enum=sent,enum=retryable,enum=permanent,enum=ambiguous"`
+	Classification    string `json:"classification,omitempty"`
+	ProviderStatus    int    `json:"providerStatus,omitempty"`
+	ProviderReason    string `json:"providerReason,omitempty"`
+	ProviderMessageID string `json:"providerMessageId,omitempty"`
+	CollapseID        string `json:"collapseId,omitempty"`
+	APNsID            string `json:"apnsId,omitempty"`
+	Locale            string `json:"locale,omitempty"`
+	LatencyMs         int64  `json:"latencyMs"`
+	RetryAfterMs      int64  `json:"retryAfterMs,omitempty"`
+	At                int64  `json:"at"`
+}
+
+// SchemaName implements Record.
+func (Attempt) SchemaName() string { return AttemptV1 }
+
+// Outcome statuses.
+const (
+	OutcomeDelivered     = "delivered"
+	OutcomeDeadLettered  = "dead_lettered"
+	OutcomeDeviceRetired = "device_retired"
+)
+
+// Outcome is the final state of one delivery, on herald.outcomes, keyed by
+// delivery id.
+type Outcome struct {
+	Schema         string `json:"schema"`
+	DeliveryID     string `json:"deliveryId"`
+	NotificationID string `json:"notificationId"`
+	Tenant         string `json:"tenant"`
+	Type           string `json:"type"`
+	Recipient      string `json:"recipient"`
+	DeviceID       string `json:"deviceId"`
+	Channel        string `json:"channel"`
+	Status         string `json:"status" jsonschema:"enum=delivered,enum=dead_lettered,enum=device_retired"`
+	Reason         string `json:"reason,omitempty"`
+	Attempts       int    `json:"attempts"`
+	At             int64  `json:"at"`
+}
+
+// SchemaName implements Record.
+func (Outcome) SchemaName() string { return OutcomeV1 }
+
+// Device is one registered device of a user, on the compacted topic
+// herald.devices, keyed by DeviceKey. A tombstone deletes it.
+type Device struct {
+	Schema    string               `json:"schema"`
+	Tenant    string               `json:"tenant"`
+	Recipient string               `json:"recipient"`
+	DeviceID  string               `json:"deviceId"`
+	Platform  string               `json:"platform" jsonschema:"enum=ios,enum=android,enum=web"`
+	Token     string               `json:"token,omitempty"`
+	WebPush   *WebPushSubscription `json:"webPush,omitempty"`
+	Locale    string               `json:"locale,omitempty"`
+	TimeZone  string               `json:"timeZone,omitempty"`
+	Enabled   bool                 `json:"enabled"`
+	// RetiredReason is set when a provider invalidated the token.
+	RetiredReason string `json:"retiredReason,omitempty"`
+	CreatedAt     int64  `json:"createdAt"`
+	UpdatedAt     int64  `json:"updatedAt"`
+}
+
+// SchemaName implements Record.
+func (Device) SchemaName() string { return DeviceV1 }
+
+// QuietHours defers push channels between Start and End ("HH:MM", local to
+// TimeZone, an IANA name); End before Start spans midnight.
+type QuietHours struct {
+	Start    string `json:"start" jsonschema:"pattern=^([01][0-9]|2[0-3]):[0-5][0-9]$"`
+	End      string `json:"end" jsonschema:"pattern=^([01][0-9]|2[0-3]):[0-5][0-9]$"`
+	TimeZone string `json:"timeZone"`
+}
+
+// Preferences are one user's channel choices, on the compacted topic
+// herald.preferences, keyed by RecipientKey.
+type Preferences struct {
+	Schema    string `json:"schema"`
+	Tenant    string `json:"tenant"`
+	Recipient string `json:"recipient"`
+	// Channels maps a channel to whether the user accepts it; a channel not
+	// listed is accepted.
+	Channels map[string]bool `json:"channels,omitempty"`
+	// OptedOutTypes lists notification types the user never wants.
+	OptedOutTypes []string    `json:"optedOutTypes,omitempty"`
+	QuietHours    *QuietHours `json:"quietHours,omitempty"`
+	UpdatedAt     int64       `json:"updatedAt"`
+}
+
+// SchemaName implements Record.
+func (Preferences) SchemaName() string { return PreferencesV1 }
+
+// All returns one zero value of every record type, for generators and tests.
+func All() []Record {
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}}
+}
