@@ -11,7 +11,5 @@ import (
 
 var errPending = errors.New("not built yet")
 
-func runClickHouseServer(context.Context, []string, io.Writer) error { return errPending }
-func runDev(context.Context, []string, io.Writer) error              { return errPending }
-func runID(context.Context, []string, io.Writer) error               { return errPending }
-func runTopics(context.Context, []string, io.Writer) error           { return errPending }
+func runDev(context.Context, []string, io.Writer) error    { return errPending }
+func runID(context.Context, []string, io.Writer) error     { return errPending }

@@ -1,0 +1,148 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Drift is one difference between the catalog and the cluster.
+type Drift struct {
+	Topic string
+	// Field is "topic" (missing), "partitions", "replication" or a config name.
+	Field string
+	Want  string
+	Got   string
+}
+
+func (d Drift) String() string {
+	if d.Field == "topic" {
+		return fmt.Sprintf("%s: missing", d.Topic)
+	}
+	return fmt.Sprintf("%s: %s is %q, catalog wants %q", d.Topic, d.Field, d.Got, d.Want)
+}
+
+// Create makes every missing topic of the catalog and leaves existing ones
+// alone; it is safe to run any number of times, also concurrently. It
+// returns the names it created. Run Verify afterwards to see drift in topics
+// that already existed.
+func (c *Catalog) Create(ctx context.Context, adm *kadm.Client) ([]string, error) {
+	var created []string
+	for _, t := range c.Topics() {
+		cfg := make(map[string]*string, len(t.Configs))
+		for k, v := range t.Configs {
+			cfg[k] = &v
+		}
+		resp, err := adm.CreateTopic(ctx, t.Partitions, t.Replication, cfg, t.Name)
+		if err == nil {
+			err = resp.Err
+		}
+		switch {
+		case err == nil:
+			created = append(created, t.Name)
+		case errors.Is(err, kerr.TopicAlreadyExists):
+		default:
+			return created, fmt.Errorf("topics: create %s: %w", t.Name, err)
+		}
+	}
+	return created, nil
+}
+
+// Verify compares the cluster with the catalog: missing topics, partition
+// counts, replication factors and every config the catalog sets. It returns
+// the drift found, sorted; an empty result means the cluster matches.
+func (c *Catalog) Verify(ctx context.Context, adm *kadm.Client) ([]Drift, error) {
+	ts := c.Topics()
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("topics: list: %w", err)
+	}
+	var present []string
+	var drift []Drift
+	for _, t := range ts {
+		d, ok := details[t.Name]
+		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			drift = append(drift, Drift{Topic: t.Name, Field: "topic", Want: "present", Got: "missing"})
+			continue
+		}
+		if d.Err != nil {
+			return nil, fmt.Errorf("topics: describe %s: %w", t.Name, d.Err)
+		}
+		present = append(present, t.Name)
+		if got := int32(len(d.Partitions)); got != t.Partitions {
+			drift = append(drift, Drift{t.Name, "partitions", fmt.Sprint(t.Partitions), fmt.Sprint(got)})
+		}
+		if got := d.Partitions.NumReplicas(); got != int(t.Replication) {
+			drift = append(drift, Drift{t.Name, "replication", fmt.Sprint(t.Replication), fmt.Sprint(got)})
+		}
+	}
+	if len(present) > 0 {
+		configs, err := adm.DescribeTopicConfigs(ctx, present...)
+		if err != nil {
+			return nil, fmt.Errorf("topics: describe configs: %w", err)
+		}
+		for _, t := range ts {
+			rc, err := configs.On(t.Name, nil)
+			if err != nil {
+				continue // missing topic, reported above
+			}
+			if rc.Err != nil {
+				return nil, fmt.Errorf("topics: describe configs of %s: %w", t.Name, rc.Err)
+			}
+			got := map[string]string{}
+			for _, cfg := range rc.Configs {
+				if cfg.Value != nil {
+					got[cfg.Key] = *cfg.Value
+				}
+			}
+			for k, want := range t.Configs {
+				if g, ok := got[k]; !ok || g != want {
+					drift = append(drift, Drift{t.Name, k, want, g})
+				}
+			}
+		}
+	}
+	sort.Slice(drift, func(i, j int) bool {
+		if drift[i].Topic != drift[j].Topic {
+			return drift[i].Topic < drift[j].Topic
+		}
+		return drift[i].Field < drift[j].Field
+	})
+	return drift, nil
+}
+
+// FixConfigs sets every drifted config back to the catalog's value with
+// incremental alters. It cannot fix partitions or replication (that needs
+// an operator's decision) and returns those drifts untouched.
+func (c *Catalog) FixConfigs(ctx context.Context, adm *kadm.Client, drift []Drift) (unfixed []Drift, err error) {
+	var alters = map[string][]kadm.AlterConfig{}
+	for _, d := range drift {
+		switch d.Field {
+		case "topic", "partitions", "replication":
+			unfixed = append(unfixed, d)
+		default:
+			v := d.Want
+			alters[d.Topic] = append(alters[d.Topic], kadm.AlterConfig{Op: kadm.SetConfig, Name: d.Field, Value: &v})
+		}
+	}
+	for topic, as := range alters {
+		resp, err := adm.AlterTopicConfigs(ctx, as, topic)
+		if err != nil {
+			return unfixed, fmt.Errorf("topics: alter configs of %s: %w", topic, err)
+		}
+		for _, r := range resp {
+			if r.Err != nil {
+				return unfixed, fmt.Errorf("topics: alter configs of %s: %w", topic, r.Err)
+			}
+		}
+	}
+	return unfixed, nil
+}

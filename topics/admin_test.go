@@ -1,0 +1,157 @@
+package topics_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/topics"
+)
+
+// clusters runs a test against kfake (always) and the real broker (full
+// suite), as franz-go tests its client against both.
+func clusters(t *testing.T, test func(t *testing.T, adm *kadm.Client)) {
+	t.Run("on kfake", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		test(t, admin(t, c.ListenAddrs()))
+	})
+	t.Run("on the real Kafka broker", func(t *testing.T) {
+		test(t, admin(t, testenv.Kafka(t)))
+	})
+}
+
+func admin(t *testing.T, brokers []string) *kadm.Client {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+func testCatalog(t *testing.T, adm *kadm.Client) *topics.Catalog {
+	cat := topics.New(topics.Options{
+		Prefix:      fmt.Sprintf("t%08x.herald.", rand.Uint32()),
+		Partitions:  3,
+		Replication: 1,
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var names []string
+		for _, tp := range cat.Topics() {
+			names = append(names, tp.Name)
+		}
+		adm.DeleteTopics(ctx, names...)
+	})
+	return cat
+}
+
+func TestCreateThenVerifyReportsNoDrift(t *testing.T) {
+	clusters(t, func(t *testing.T, adm *kadm.Client) {
+		ctx := context.Background()
+		cat := testCatalog(t, adm)
+		created, err := cat.Create(ctx, adm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(created) != len(cat.Topics()) {
+			t.Fatalf("created %d topics, catalog has %d", len(created), len(cat.Topics()))
+		}
+		again, err := cat.Create(ctx, adm)
+		if err != nil {
+			t.Fatalf("second create: %v", err)
+		}
+		if len(again) != 0 {
+			t.Fatalf("second create made %v, want nothing", again)
+		}
+		drift := verifyEventually(t, cat, adm, 0)
+		if len(drift) != 0 {
+			t.Fatalf("drift after create: %v", drift)
+		}
+	})
+}
+
+func TestVerifyReportsAChangedConfigAndFixConfigsRestoresIt(t *testing.T) {
+	clusters(t, func(t *testing.T, adm *kadm.Client) {
+		ctx := context.Background()
+		cat := testCatalog(t, adm)
+		if _, err := cat.Create(ctx, adm); err != nil {
+			t.Fatal(err)
+		}
+		seen := cat.Name(topics.Seen)
+		v := "delete"
+		if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &v}}, seen); err != nil {
+			t.Fatal(err)
+		}
+		drift := verifyEventually(t, cat, adm, 1)
+		want := topics.Drift{Topic: seen, Field: "cleanup.policy", Want: "compact", Got: "delete"}
+		if len(drift) != 1 || drift[0] != want {
+			t.Fatalf("drift = %v, want [%v]", drift, want)
+		}
+		unfixed, err := cat.FixConfigs(ctx, adm, drift)
+		if err != nil || len(unfixed) != 0 {
+			t.Fatalf("FixConfigs = %v, %v", unfixed, err)
+		}
+		if drift := verifyEventually(t, cat, adm, 0); len(drift) != 0 {
+			t.Fatalf("drift after fix: %v", drift)
+		}
+	})
+}
+
+func TestVerifyReportsMissingTopicsAndPartitionDrift(t *testing.T) {
+	clusters(t, func(t *testing.T, adm *kadm.Client) {
+		ctx := context.Background()
+		cat := testCatalog(t, adm)
+		requests := cat.Name(topics.Requests)
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, requests); err != nil {
+			t.Fatal(err)
+		}
+		drift := verifyEventually(t, cat, adm, len(cat.Topics()))
+		var missing, partitions int
+		for _, d := range drift {
+			switch {
+			case d.Field == "topic":
+				missing++
+			case d.Topic == requests && d.Field == "partitions":
+				partitions++
+				if d.Want != "3" || d.Got != "1" {
+					t.Errorf("partition drift = %v", d)
+				}
+			}
+		}
+		if missing != len(cat.Topics())-1 || partitions != 1 {
+			t.Fatalf("missing=%d partitions=%d in %v", missing, partitions, drift)
+		}
+	})
+}
+
+// verifyEventually polls Verify until it returns want drifts: metadata and
+// config changes propagate asynchronously on a real broker.
+func verifyEventually(t *testing.T, cat *topics.Catalog, adm *kadm.Client, want int) []topics.Drift {
+	t.Helper()
+	var drift []topics.Drift
+	var err error
+	for i := 0; i < 100; i++ {
+		drift, err = cat.Verify(context.Background(), adm)
+		if err == nil && len(drift) == want {
+			return drift
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drift
+}

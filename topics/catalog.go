@@ -1,0 +1,158 @@
+// Package topics owns herald's Kafka topic catalog: every topic's name,
+// partition count, replication factor and configs, and the idempotent
+// create and verify operations (kadm) that make a cluster match it.
+//
+// Hazards. Partition counts of keyed topics are part of herald's
+// correctness: the dedupe stage's seen-set (herald.seen) is a changelog
+// co-partitioned with herald.requests, and devices and preferences are
+// co-partitioned with herald.accepted. Those groups must keep equal partition
+// counts, and a partition count must never change on a live cluster (keys
+// would move to other partitions, away from their state). Verify reports
+// such drift; nothing here repartitions.
+package topics
+
+import (
+	"sort"
+	"strconv"
+)
+
+// Channels that have a delivery topic and a sink.
+var Channels = []string{"apns", "fcm", "webpush", "feed"}
+
+// Topic is one entry of the catalog.
+type Topic struct {
+	Name        string
+	Partitions  int32
+	Replication int16
+	Configs     map[string]string
+	// Doc says what the topic holds and how it is keyed.
+	Doc string
+}
+
+// Options shape a catalog for one deployment.
+type Options struct {
+	// Prefix precedes every name; "herald." by default.
+	Prefix string
+	// Partitions of every topic (co-partitioned groups must match, so one
+	// number serves all).
+	Partitions int32
+	// Replication factor of every topic.
+	Replication int16
+	// Retention of the event topics (requests, decisions, accepted,
+	// deliveries, attempts, outcomes, dead letters). The year-long audit
+	// record is ClickHouse, not Kafka.
+	RetentionMs int64
+	// SeenTombstoneRetentionMs keeps seen-set tombstones long enough for a
+	// restoring stage to read them (delete.retention.ms).
+	SeenTombstoneRetentionMs int64
+}
+
+// DefaultOptions are production defaults: 12 partitions, replication 3,
+// seven days of retention.
+func DefaultOptions() Options {
+	return Options{
+		Prefix:                   "herald.",
+		Partitions:               12,
+		Replication:              3,
+		RetentionMs:              7 * 24 * 3600 * 1000,
+		SeenTombstoneRetentionMs: 24 * 3600 * 1000,
+	}
+}
+
+// Catalog is the full set of herald topics for one deployment.
+type Catalog struct {
+	opts   Options
+	topics []Topic
+}
+
+// New builds the catalog; zero fields of o take DefaultOptions' values.
+func New(o Options) *Catalog {
+	d := DefaultOptions()
+	if o.Prefix == "" {
+		o.Prefix = d.Prefix
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = d.Partitions
+	}
+	if o.Replication <= 0 {
+		o.Replication = d.Replication
+	}
+	if o.RetentionMs == 0 {
+		o.RetentionMs = d.RetentionMs
+	}
+	if o.SeenTombstoneRetentionMs == 0 {
+		o.SeenTombstoneRetentionMs = d.SeenTombstoneRetentionMs
+	}
+	c := &Catalog{opts: o}
+	events := func(name, doc string) {
+		c.add(name, doc, map[string]string{
+			"cleanup.policy": "delete",
+			"retention.ms":   strconv.FormatInt(o.RetentionMs, 10),
+		})
+	}
+	compacted := func(name, doc string, extra map[string]string) {
+		cfg := map[string]string{
+			"cleanup.policy":            "compact",
+			"min.cleanable.dirty.ratio": "0.1",
+			"segment.ms":                "3600000",
+		}
+		for k, v := range extra {
+			cfg[k] = v
+		}
+		c.add(name, doc, cfg)
+	}
+	events("requests", "producer requests, one per recipient; key: notification id")
+	events("decisions", "every stage decision (accepted, duplicate, replay, conflict, limits); key: notification id")
+	compacted("seen", "the dedupe stage's seen-set changelog, co-partitioned with requests; key: kind/scope; tombstone on expiry",
+		map[string]string{"delete.retention.ms": strconv.FormatInt(o.SeenTombstoneRetentionMs, 10)})
+	events("accepted", "notifications accepted by the dedupe stage; key: tenant/recipient")
+	for _, ch := range Channels {
+		events("deliveries."+ch, "delivery commands for the "+ch+" sink; key: delivery id")
+	}
+	events("attempts", "every provider call and its classified result; key: delivery id")
+	events("outcomes", "the final state of every delivery; key: delivery id")
+	events("deadletters", "delivery commands whose retries are exhausted; key: delivery id")
+	compacted("devices", "registered devices; key: tenant/recipient/device, partitioned by tenant/recipient", nil)
+	compacted("preferences", "per-user channel preferences and quiet hours; key: tenant/recipient", nil)
+	return c
+}
+
+func (c *Catalog) add(short, doc string, configs map[string]string) {
+	c.topics = append(c.topics, Topic{
+		Name:        c.opts.Prefix + short,
+		Partitions:  c.opts.Partitions,
+		Replication: c.opts.Replication,
+		Configs:     configs,
+		Doc:         doc,
+	})
+}
+
+// Options returns the options the catalog was built with, defaults applied.
+func (c *Catalog) Options() Options { return c.opts }
+
+// Topics returns every topic, sorted by name.
+func (c *Catalog) Topics() []Topic {
+	out := append([]Topic(nil), c.topics...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Name returns the full name of a topic given its short name ("requests",
+// "deliveries.apns").
+func (c *Catalog) Name(short string) string { return c.opts.Prefix + short }
+
+// Well-known short names.
+const (
+	Requests    = "requests"
+	Decisions   = "decisions"
+	Seen        = "seen"
+	Accepted    = "accepted"
+	Attempts    = "attempts"
+	Outcomes    = "outcomes"
+	DeadLetters = "deadletters"
+	Devices     = "devices"
+	Preferences = "preferences"
+)
+
+// Deliveries is the short name of a channel's delivery topic.
+func Deliveries(channel string) string { return "deliveries." + channel }
