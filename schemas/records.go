@@ -85,6 +85,9 @@ const (
 	DecisionDigested            = "digested"
 	DecisionOptedOut            = "opted_out"
 	DecisionDeferred            = "deferred"
+	// DecisionRejected marks a request the stage could not read (bad
+	// schema, missing fields); Detail says why. Nothing is sent.
+	DecisionRejected = "rejected"
 )
 
 // Decision is what a stage decided about one request, on herald.decisions,
@@ -92,9 +95,11 @@ const (
 type Decision struct {
 	Schema string `json:"schema"`
 	// DecisionID is unique per decision: stage, source partition and offset.
-	DecisionID     string `json:"decisionId"`
-	Stage          string `json:"stage" jsonschema:"enum=dedupe,enum=route"`
-	Outcome        string `json:"outcome" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred"`
+	DecisionID string `json:"decisionId"`
+	Stage      string `json:"stage" jsonschema:"enum=dedupe,enum=route"`
+	Outcome    string `json:"outcome" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=rejected"`
+	// Detail explains a rejection or a conflict in words.
+	Detail         string `json:"detail,omitempty"`
 	RequestID      string `json:"requestId"`
 	Tenant         string `json:"tenant"`
 	Type           string `json:"type"`

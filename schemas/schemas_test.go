@@ -28,7 +28,7 @@ func samples() []schemas.Record {
 			DedupeKey: "inv_2201", DedupeWindowMs: 60000, IdempotencyKey: "req-1", IdempotencyTTLMs: 86400000,
 			Title: "Paid", Body: "Invoice <inv_2201> paid ✓", Payload: payload, Locale: "en-GB", Channels: []string{"apns", "webpush"},
 			Producer: "billing", Source: "api", CreatedAt: 1764500000000},
-		&schemas.Decision{DecisionID: "dedupe/3/42", Stage: "dedupe", Outcome: schemas.DecisionDuplicate, RequestID: "r2", Tenant: "acme",
+		&schemas.Decision{DecisionID: "dedupe/3/42", Stage: "dedupe", Outcome: schemas.DecisionDuplicate, Detail: "seen 1s ago", RequestID: "r2", Tenant: "acme",
 			Type: "invoice.paid", Recipient: "u_8831", NotificationID: "52f364d9288c640b306b566e509104bd", DedupeKey: "inv_2201",
 			IdempotencyKey: "req-1", Producer: "billing", Channel: "apns", OriginalRequestID: "r1", OriginalNotificationID: "52f364d9288c640b306b566e509104bd",
 			OriginalAt: 1764500000000, OriginalOutcome: schemas.DecisionAccepted, At: 1764500001000, SourceTopic: "herald.requests", SourcePartition: 3, SourceOffset: 42},

@@ -11,5 +11,4 @@ import (
 
 var errPending = errors.New("not built yet")
 
-func runDev(context.Context, []string, io.Writer) error    { return errPending }
-func runID(context.Context, []string, io.Writer) error     { return errPending }
+func runDev(context.Context, []string, io.Writer) error { return errPending }

@@ -1,0 +1,228 @@
+// Package dedupe owns herald's first stage: idempotency and windowed
+// deduplication of requests, partitioned by notification id, with the
+// compacted topic herald.seen as its seen-set.
+//
+// Semantics (in this order, for each request):
+//
+//  1. Idempotency, scope (tenant, idempotencyKey, type, recipient), TTL 24 h
+//     by default. A repeat with the same content is an idempotent_replay:
+//     the original decision is returned and nothing else happens. A repeat
+//     with different content is an idempotency_conflict: audited, nothing
+//     sent.
+//  2. Deduplication, scope (tenant, dedupeKey, type, recipient) within the
+//     request's dedupeWindowMs (else the type's default, else the stage's).
+//     A repeat inside the window is a duplicate; at or after the window's
+//     end the key is new again. A request without a dedupeKey whose id is
+//     the canonical id of (type, recipient, key) is deduplicated on that id.
+//     Requests with random ids never deduplicate.
+//  3. Otherwise the notification is accepted and emitted for the route stage.
+//
+// Guaranteed scope. Requests are partitioned by notification id, and the id
+// comes from the dedupeKey when there is one, else from the idempotency key.
+// So every repeat of a dedupe scope, and every repeat of an idempotency key
+// sent without a dedupeKey or with the same dedupeKey, meets its original in
+// one partition and is caught. An idempotency key reused with a *different*
+// dedupeKey names a different notification in another partition: herald
+// treats it as that new notification and does not report a conflict.
+// (Catching it would need a second index keyed by the idempotency scope, a
+// repartition through another topic; not built.)
+//
+// Determinism. Decisions depend only on the records and their timestamps
+// (record time, never the wall clock), so replaying herald.requests through
+// Decide reproduces every decision. Expired seen entries are deleted with a
+// tombstone once the partition's stream time (the newest record time seen)
+// passes their expiry; an entry found expired at lookup is treated as absent
+// whether or not its tombstone was written yet.
+package dedupe
+
+import (
+	"fmt"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/schemas"
+)
+
+// Policy holds the stage's configurable windows.
+type Policy struct {
+	// DefaultWindowMs applies to requests without dedupeWindowMs whose type
+	// has no entry in TypeWindowMs.
+	DefaultWindowMs int64
+	TypeWindowMs    map[string]int64
+	// IdempotencyTTLMs applies to requests without idempotencyTtlMs.
+	IdempotencyTTLMs int64
+}
+
+// DefaultPolicy: a one hour dedupe window, a 24 hour idempotency TTL.
+func DefaultPolicy() Policy {
+	return Policy{DefaultWindowMs: 3600_000, IdempotencyTTLMs: 24 * 3600_000}
+}
+
+// Source locates the request being decided.
+type Source struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// SeenChange sets (Entry non-nil) or deletes one seen-set key.
+type SeenChange struct {
+	Key   string
+	Entry *schemas.SeenEntry
+}
+
+// Result is everything one request produces.
+type Result struct {
+	Decision schemas.Decision
+	Seen     []SeenChange
+	// Accepted is nil unless the request was accepted.
+	Accepted *schemas.Accepted
+	// AlreadyApplied is true when the seen-set already holds this very
+	// request (same source position): nothing must be emitted again.
+	AlreadyApplied bool
+}
+
+// Lookup returns the live or expired entry under key, if any.
+type Lookup func(key string) (schemas.SeenEntry, bool)
+
+// Decide is the stage's pure decision function: the request, its record
+// time, its position and the seen-set in; the decision and its effects out.
+func (p Policy) Decide(req schemas.Request, at int64, src Source, lookup Lookup) Result {
+	d := schemas.Decision{
+		DecisionID:      fmt.Sprintf("dedupe/%s/%d/%d", src.Topic, src.Partition, src.Offset),
+		Stage:           "dedupe",
+		RequestID:       req.RequestID,
+		Tenant:          req.Tenant,
+		Type:            req.Type,
+		Recipient:       req.Recipient,
+		NotificationID:  req.NotificationID,
+		DedupeKey:       req.DedupeKey,
+		IdempotencyKey:  req.IdempotencyKey,
+		Producer:        req.Producer,
+		At:              at,
+		SourceTopic:     src.Topic,
+		SourcePartition: src.Partition,
+		SourceOffset:    src.Offset,
+	}
+	if msg := invalid(req); msg != "" {
+		d.Outcome, d.Detail = schemas.DecisionRejected, msg
+		return Result{Decision: d}
+	}
+	live := func(key string) (schemas.SeenEntry, bool) {
+		e, ok := lookup(key)
+		return e, ok && at < e.ExpiresAt
+	}
+	repeat := func(e schemas.SeenEntry) {
+		d.OriginalRequestID = e.RequestID
+		d.OriginalNotificationID = e.NotificationID
+		d.OriginalAt = e.FirstAt
+		d.OriginalOutcome = e.Outcome
+	}
+	contentHash := req.ContentHash()
+
+	var idemKey string
+	if req.IdempotencyKey != "" {
+		idemKey = schemas.SeenKey(schemas.SeenIdempotency, identity.IdempotencyID(req.Tenant, req.Type, req.Recipient, req.IdempotencyKey))
+		if e, ok := live(idemKey); ok {
+			if e.SourcePartition == src.Partition && e.SourceOffset == src.Offset {
+				return Result{AlreadyApplied: true}
+			}
+			repeat(e)
+			if e.ContentHash != contentHash {
+				d.Outcome = schemas.DecisionIdempotencyConflict
+				d.Detail = "idempotency key reused with a different body"
+			} else {
+				d.Outcome = schemas.DecisionIdempotentReplay
+			}
+			return Result{Decision: d}
+		}
+	}
+
+	var dedupeKey string
+	switch {
+	case req.DedupeKey != "":
+		dedupeKey = schemas.SeenKey(schemas.SeenDedupe, identity.DedupeID(req.Tenant, req.Type, req.Recipient, req.DedupeKey))
+	case req.IDSource == "key":
+		// The canonical id has no tenant in it: scope it by tenant here.
+		dedupeKey = schemas.SeenKey(schemas.SeenDedupe, identity.DedupeID(req.Tenant, req.Type, req.Recipient, "herald:id:"+req.NotificationID))
+	}
+	entry := func(kind schemas.SeenKind, key string, expires int64, outcome string) SeenChange {
+		return SeenChange{Key: key, Entry: &schemas.SeenEntry{
+			Kind: kind, Scope: key[len(kind)+1:], NotificationID: req.NotificationID, RequestID: req.RequestID,
+			ContentHash: contentHash, Outcome: outcome, FirstAt: at, ExpiresAt: expires,
+			SourcePartition: src.Partition, SourceOffset: src.Offset,
+		}}
+	}
+	var res Result
+	if dedupeKey != "" {
+		if e, ok := live(dedupeKey); ok {
+			if e.SourcePartition == src.Partition && e.SourceOffset == src.Offset {
+				return Result{AlreadyApplied: true}
+			}
+			repeat(e)
+			d.Outcome = schemas.DecisionDuplicate
+			res.Decision = d
+			if idemKey != "" {
+				// A replay of this idempotency key must answer what this
+				// request got: duplicate.
+				res.Seen = append(res.Seen, entry(schemas.SeenIdempotency, idemKey, at+p.ttl(req), schemas.DecisionDuplicate))
+			}
+			return res
+		}
+	}
+
+	d.Outcome = schemas.DecisionAccepted
+	res.Decision = d
+	if dedupeKey != "" {
+		res.Seen = append(res.Seen, entry(schemas.SeenDedupe, dedupeKey, at+p.window(req), schemas.DecisionAccepted))
+	}
+	if idemKey != "" {
+		res.Seen = append(res.Seen, entry(schemas.SeenIdempotency, idemKey, at+p.ttl(req), schemas.DecisionAccepted))
+	}
+	res.Accepted = &schemas.Accepted{
+		NotificationID: req.NotificationID, RequestID: req.RequestID, Tenant: req.Tenant, Type: req.Type,
+		Recipient: req.Recipient, Title: req.Title, Body: req.Body, Payload: req.Payload, Locale: req.Locale,
+		Channels: req.Channels, DedupeKey: req.DedupeKey, IdempotencyKey: req.IdempotencyKey, Producer: req.Producer,
+		RequestedAt: req.CreatedAt, AcceptedAt: at,
+	}
+	return res
+}
+
+func (p Policy) window(req schemas.Request) int64 {
+	if req.DedupeWindowMs > 0 {
+		return req.DedupeWindowMs
+	}
+	if w, ok := p.TypeWindowMs[req.Type]; ok && w > 0 {
+		return w
+	}
+	return p.DefaultWindowMs
+}
+
+func (p Policy) ttl(req schemas.Request) int64 {
+	if req.IdempotencyTTLMs > 0 {
+		return req.IdempotencyTTLMs
+	}
+	return p.IdempotencyTTLMs
+}
+
+// invalid names what makes a request undecidable, or returns "".
+func invalid(r schemas.Request) string {
+	switch {
+	case r.Tenant == "":
+		return "tenant is empty"
+	case r.Type == "":
+		return "type is empty"
+	case r.Recipient == "":
+		return "recipient is empty"
+	case !identity.Valid(r.NotificationID):
+		return "notificationId is not 32 lower-case hex characters"
+	case r.IDSource == "dedupe_key" && r.NotificationID != identity.DedupeID(r.Tenant, r.Type, r.Recipient, r.DedupeKey):
+		return "notificationId is not the id of its dedupeKey"
+	case r.IDSource == "idempotency_key" && (r.DedupeKey != "" || r.NotificationID != identity.IdempotencyID(r.Tenant, r.Type, r.Recipient, r.IdempotencyKey)):
+		return "notificationId is not the id of its idempotencyKey"
+	case r.DedupeWindowMs < 0:
+		return "dedupeWindowMs is negative"
+	case r.IdempotencyTTLMs < 0:
+		return "idempotencyTtlMs is negative"
+	}
+	return ""
+}

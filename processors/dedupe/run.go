@@ -1,0 +1,80 @@
+package dedupe
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Options configure one instance of the dedupe stage.
+type Options struct {
+	Brokers []string
+	Catalog *topics.Catalog
+	// Group is the consumer group; "herald-dedupe" by default.
+	Group string
+	// InstanceID names this instance, stable across its restarts: its
+	// transactional id is Group + "-" + InstanceID, so a restart fences
+	// the crashed predecessor's open transaction at once.
+	InstanceID      string
+	Policy          Policy
+	MaxBatchRecords int
+	BatchInterval   time.Duration
+	// TransactionTimeout: 10 s by default.
+	TransactionTimeout time.Duration
+	ClientOpts         []kgo.Opt
+	Logger             *slog.Logger
+}
+
+// TopicsOf returns the dedupe stage's topics in a catalog.
+func TopicsOf(c *topics.Catalog) Topics {
+	return Topics{
+		Requests:  c.Name(topics.Requests),
+		Decisions: c.Name(topics.Decisions),
+		Seen:      c.Name(topics.Seen),
+		Accepted:  c.Name(topics.Accepted),
+	}
+}
+
+// New builds the stage runner.
+func New(o Options) (*stage.Runner, error) {
+	if o.Catalog == nil || o.InstanceID == "" {
+		return nil, errors.New("dedupe: Catalog and InstanceID are required")
+	}
+	if o.Group == "" {
+		o.Group = "herald-dedupe"
+	}
+	if o.Policy.DefaultWindowMs == 0 && o.Policy.IdempotencyTTLMs == 0 {
+		o.Policy = DefaultPolicy()
+	}
+	t := TopicsOf(o.Catalog)
+	return stage.New(stage.Config{
+		Name:               "dedupe",
+		Brokers:            o.Brokers,
+		Group:              o.Group,
+		TransactionalID:    o.Group + "-" + o.InstanceID,
+		Input:              t.Requests,
+		Changelogs:         []string{t.Seen},
+		NewTask:            func(p int32) stage.Task { return NewTask(o.Policy, t, p) },
+		Partitioner:        o.Catalog.Partitioner(),
+		MaxBatchRecords:    o.MaxBatchRecords,
+		BatchInterval:      o.BatchInterval,
+		TransactionTimeout: o.TransactionTimeout,
+		ClientOpts:         o.ClientOpts,
+		Logger:             o.Logger,
+	})
+}
+
+// Run runs one instance until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	r, err := New(o)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}

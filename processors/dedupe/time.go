@@ -1,0 +1,5 @@
+package dedupe
+
+import "time"
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms) }
