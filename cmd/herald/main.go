@@ -36,6 +36,7 @@ type command struct {
 func commands() []command {
 	cs := []command{
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
+		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
 		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},

@@ -55,6 +55,12 @@ type Config struct {
 	// TransactionalID is unique per instance and stable across its
 	// restarts, so a restarted instance fences its crashed predecessor.
 	TransactionalID string
+	// GroupInstanceID, when set, makes this instance a static group member
+	// (KIP-345): a restart with the same id takes its partitions back
+	// without a rebalance, and a crash is noticed after SessionTimeout.
+	GroupInstanceID string
+	// SessionTimeout: 10 s by default.
+	SessionTimeout time.Duration
 	// Input is the topic consumed.
 	Input string
 	// Changelogs are restored, per assigned partition, into that
@@ -91,6 +97,9 @@ func (c *Config) defaults() error {
 	}
 	if c.TransactionTimeout <= 0 {
 		c.TransactionTimeout = 10 * time.Second
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -149,6 +158,10 @@ func New(cfg Config) (*Runner, error) {
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.revoked),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+	}
+	if cfg.GroupInstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.GroupInstanceID))
 	}
 	if cfg.Partitioner != nil {
 		opts = append(opts, kgo.RecordPartitioner(cfg.Partitioner))

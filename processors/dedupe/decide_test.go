@@ -72,19 +72,24 @@ func runTask(t *testing.T, p Policy, reqs []sent) (outcomes []string, accepted [
 	return outcomes, accepted, task
 }
 
-func TestSeedScenarios(t *testing.T) {
-	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 24 * 3600_000}
+type scenario struct {
+	name string
+	reqs []sent
+	want []string
+}
+
+var seedPolicy = Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 24 * 3600_000}
+
+// seedScenarios are the seed documents' scenarios, run here on a Task and in
+// kafka_test.go through the stage on the real broker.
+func seedScenarios() []scenario {
 	webhook := req("paid", "", "evt_1")
 	twoPaths := req("paid", "inv_2201", "")
 	changed := webhook
 	changed.Title = "paid twice?"
 	both := req("paid", "inv_9", "evt_9")
 	bothOtherCall := req("paid", "inv_9", "evt_10")
-	cases := []struct {
-		name string
-		reqs []sent
-		want []string
-	}{
+	return []scenario{
 		{"a webhook fired twice with one idempotency key is accepted once and replayed once",
 			[]sent{{webhook, 0}, {webhook, time.Second}}, []string{"accepted", "idempotent_replay"}},
 		{"two code paths with one dedupe key send once",
@@ -103,9 +108,12 @@ func TestSeedScenarios(t *testing.T) {
 		{"an idempotency key expires after its TTL",
 			[]sent{{webhook, 0}, {webhook, 24 * time.Hour}}, []string{"accepted", "accepted"}},
 	}
-	for _, c := range cases {
+}
+
+func TestSeedScenarios(t *testing.T) {
+	for _, c := range seedScenarios() {
 		t.Run(c.name, func(t *testing.T) {
-			got, _, _ := runTask(t, p, c.reqs)
+			got, _, _ := runTask(t, seedPolicy, c.reqs)
 			if fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Fatalf("outcomes = %v, want %v", got, c.want)
 			}

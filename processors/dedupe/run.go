@@ -58,6 +58,7 @@ func New(o Options) (*stage.Runner, error) {
 		Brokers:            o.Brokers,
 		Group:              o.Group,
 		TransactionalID:    o.Group + "-" + o.InstanceID,
+		GroupInstanceID:    o.InstanceID,
 		Input:              t.Requests,
 		Changelogs:         []string{t.Seen},
 		NewTask:            func(p int32) stage.Task { return NewTask(o.Policy, t, p) },

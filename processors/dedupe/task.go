@@ -112,6 +112,9 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 		r.Partition = t.partition
 		out.Emit(r)
 		t.pending[c.Key] = c.Entry
+		// Queued now so it can expire within this transaction; an abort
+		// leaves a stale item that expire skips.
+		heap.Push(&t.expiry, expiryItem{key: c.Key, at: c.Entry.ExpiresAt})
 	}
 	if res.Accepted != nil {
 		r, err := record(t.topics.Accepted, schemas.RecipientKey(res.Accepted.Tenant, res.Accepted.Recipient), res.Accepted, at)
@@ -152,7 +155,6 @@ func (t *Task) Commit() {
 			continue
 		}
 		t.seen[k] = *e
-		heap.Push(&t.expiry, expiryItem{key: k, at: e.ExpiresAt})
 	}
 	clear(t.pending)
 	t.popped = t.popped[:0]

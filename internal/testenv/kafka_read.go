@@ -1,0 +1,121 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/heraldhq/herald/topics"
+)
+
+// ReadCommitted returns every record of topic that a read_committed
+// consumer sees, from the start of each partition up to its last stable
+// offset at the time of the call: no more (nothing produced later) and no
+// fewer (it waits for records below that offset). It works on any cluster
+// (kfake or the real broker).
+func ReadCommitted(t testing.TB, brokers []string, topic string, opts ...kgo.Opt) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := Client(t, brokers, append([]kgo.Opt{
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	}, opts...)...)
+	ends := lastStable(ctx, t, cl, topic)
+	pos := map[int32]int64{}
+	done := func() bool {
+		for p, end := range ends {
+			if pos[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	var out []*kgo.Record
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %s: %v (positions %v, ends %v)", topic, err, pos, ends)
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("read %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= ends[r.Partition] {
+				return
+			}
+			pos[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
+	}
+	return out
+}
+
+func lastStable(ctx context.Context, t testing.TB, cl *kgo.Client, topic string) map[int32]int64 {
+	t.Helper()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = 1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for _, p := range td[topic].Partitions.Numbers() {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p, -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("list offsets of %s: %v", topic, err)
+	}
+	ends := map[int32]int64{}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.ErrorCode != 0 {
+				t.Fatalf("list offsets of %s/%d: error code %d", topic, rp.Partition, rp.ErrorCode)
+			}
+			ends[rp.Partition] = rp.Offset
+		}
+	}
+	return ends
+}
+
+// Catalog creates every topic of a catalog with a unique prefix (replication
+// 1, the given partitions) and deletes them in t's cleanup.
+func Catalog(t testing.TB, brokers []string, partitions int32) *topics.Catalog {
+	t.Helper()
+	cat := topics.New(topics.Options{Prefix: uniqueName(t, "t", 40) + ".", Partitions: partitions, Replication: 1})
+	cl := Client(t, brokers)
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), topicSetupTimeout)
+	defer cancel()
+	if _, err := cat.Create(ctx, adm); err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range cat.Topics() {
+		if err := waitTopicReady(ctx, adm, tp.Name, partitions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), topicSetupTimeout)
+		defer cancel()
+		var names []string
+		for _, tp := range cat.Topics() {
+			names = append(names, tp.Name)
+		}
+		adm.DeleteTopics(ctx, names...)
+	})
+	return cat
+}
