@@ -1,0 +1,199 @@
+package dedupe
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// crashWorkload is 100k requests: 70k distinct notifications, 15k exact
+// retries (same idempotency key and body) and 15k second calls (same dedupe
+// key, another idempotency key), each repeat after its original.
+func crashWorkload(rng *rand.Rand) (reqs []schemas.Request, want map[string]int) {
+	const originals, retries, seconds = 70_000, 15_000, 15_000
+	orig := make([]schemas.Request, originals)
+	for i := range orig {
+		orig[i] = req(fmt.Sprintf("order %d shipped", i), fmt.Sprintf("order-%d", i), fmt.Sprintf("call-%d-0", i))
+		orig[i].Recipient = fmt.Sprintf("u_%d", i%5000)
+		orig[i] = retenant(orig[i], "acme")
+	}
+	// Repeats are scheduled at a later position than their original.
+	later := map[int][]schemas.Request{}
+	for n, j := range rng.Perm(originals)[:retries+seconds] {
+		r := orig[j]
+		r.RequestID = identity.NewRandomID()
+		if n >= retries {
+			r.IdempotencyKey = fmt.Sprintf("call-%d-1", j)
+			r.Title = "shipped (from the other code path)"
+		}
+		at := j + 1 + rng.IntN(3000)
+		later[at] = append(later[at], r)
+	}
+	for i := 0; i <= originals+3000; i++ {
+		reqs = append(reqs, later[i]...)
+		if i < originals {
+			reqs = append(reqs, orig[i])
+		}
+	}
+	return reqs, map[string]int{schemas.DecisionAccepted: originals, schemas.DecisionIdempotentReplay: retries, schemas.DecisionDuplicate: seconds}
+}
+
+// instance is one `herald dedupe` process.
+type instance struct {
+	id  string
+	cmd *exec.Cmd
+}
+
+func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	bin := testenv.Herald(t)
+	const partitions = 6
+	cat := testenv.Catalog(t, brokers, partitions)
+	logDir := t.TempDir()
+	group := "g-" + cat.Name("dedupe")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	reqs, want := crashWorkload(rng)
+
+	var mu sync.Mutex
+	running := map[string]*instance{}
+	start := func(id string) {
+		logf, err := os.OpenFile(filepath.Join(logDir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "dedupe", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
+			"--partitions", fmt.Sprint(partitions), "--replication", "1", "--instance-id", id, "--group", group,
+			"--batch-interval", "50ms", "--transaction-timeout", "10s")
+		cmd.Env = append(os.Environ(), "HERALD_LOG_LEVEL=warn")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		logf.Close()
+		running[id] = &instance{id: id, cmd: cmd}
+	}
+	kill := func(id string) {
+		in := running[id]
+		in.cmd.Process.Signal(syscall.SIGKILL)
+		in.cmd.Wait()
+		delete(running, id)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range running {
+			kill(id)
+		}
+	})
+	mu.Lock()
+	start("i1")
+	start("i2")
+	mu.Unlock()
+
+	// Produce at a steady pace, so processing and kills overlap.
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(cat.Partitioner()))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer cl.Close()
+		for off := 0; off < len(reqs); off += 2500 {
+			var recs []*kgo.Record
+			for _, r := range reqs[off:min(off+2500, len(reqs))] {
+				b, _ := schemas.Encode(r)
+				recs = append(recs, &kgo.Record{Topic: cat.Name(topics.Requests), Key: []byte(r.NotificationID), Value: b})
+			}
+			if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(750 * time.Millisecond)
+		}
+	}()
+
+	// Kill a random instance with SIGKILL every 0.4–1.6 s and restart it
+	// under the same id; bring in a third instance after the fifth kill
+	// (a rebalance), until 20 kills are done and production is over.
+	kills := 0
+	for done := false; kills < 20 || !done; {
+		time.Sleep(time.Duration(400+rng.IntN(1200)) * time.Millisecond)
+		select {
+		case <-produced:
+			done = true
+		default:
+		}
+		mu.Lock()
+		ids := []string{}
+		for id := range running {
+			ids = append(ids, id)
+		}
+		id := ids[rng.IntN(len(ids))]
+		kill(id)
+		kills++
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		start(id)
+		if kills == 5 {
+			start("i3")
+		}
+		mu.Unlock()
+	}
+	t.Logf("%d SIGKILLs, 3 instances", kills)
+
+	decisions := waitDecisions(t, brokers, cat, len(reqs), 4*time.Minute)
+	got := map[string]int{}
+	seenDecision := map[string]bool{}
+	for _, d := range decisions {
+		if seenDecision[d.DecisionID] {
+			t.Fatalf("decision %s appears twice", d.DecisionID)
+		}
+		seenDecision[d.DecisionID] = true
+		got[d.Outcome]++
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	accepted := map[string]int{}
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Accepted)) {
+		var a schemas.Accepted
+		if err := schemas.Decode(r.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		accepted[a.NotificationID]++
+	}
+	var dups int
+	for _, n := range accepted {
+		if n > 1 {
+			dups++
+		}
+	}
+	wantIDs := map[string]bool{}
+	for _, r := range reqs {
+		wantIDs[r.NotificationID] = true
+	}
+	missing := 0
+	for id := range wantIDs {
+		if accepted[id] == 0 {
+			missing++
+		}
+	}
+	if dups != 0 || missing != 0 || len(accepted) != len(wantIDs) {
+		t.Fatalf("accepted: %d distinct, %d duplicated, %d missing; want %d exactly once", len(accepted), dups, missing, len(wantIDs))
+	}
+}
