@@ -45,6 +45,11 @@ type Options struct {
 	// SeenTombstoneRetentionMs keeps seen-set tombstones long enough for a
 	// restoring stage to read them (delete.retention.ms).
 	SeenTombstoneRetentionMs int64
+	// SeenCleanupPolicy is "compact" (the default). "delete" keeps every
+	// seen-set record for SeenRetentionMs instead; only for clusters whose
+	// compaction is unsafe with transactions (kfake, see internal/embedded).
+	SeenCleanupPolicy string
+	SeenRetentionMs   int64
 }
 
 // DefaultOptions are production defaults: 12 partitions, replication 3,
@@ -103,8 +108,12 @@ func New(o Options) *Catalog {
 	}
 	events("requests", "producer requests, one per recipient; key: notification id")
 	events("decisions", "every stage decision (accepted, duplicate, replay, conflict, limits); key: notification id")
-	compacted("seen", "the dedupe stage's seen-set changelog, co-partitioned with requests; key: kind/scope; tombstone on expiry",
-		map[string]string{"delete.retention.ms": strconv.FormatInt(o.SeenTombstoneRetentionMs, 10)})
+	const seenDoc = "the dedupe stage's seen-set changelog, co-partitioned with requests; key: kind/scope; tombstone on expiry"
+	if o.SeenCleanupPolicy == "delete" {
+		c.add("seen", seenDoc, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(o.SeenRetentionMs, 10)})
+	} else {
+		compacted("seen", seenDoc, map[string]string{"delete.retention.ms": strconv.FormatInt(o.SeenTombstoneRetentionMs, 10)})
+	}
 	events("accepted", "notifications accepted by the dedupe stage; key: tenant/recipient")
 	for _, ch := range Channels {
 		events("deliveries."+ch, "delivery commands for the "+ch+" sink; key: delivery id")

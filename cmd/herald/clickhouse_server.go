@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/internal/chdb"
+)
+
+// runClickHouseServer implements
+//
+//	herald clickhouse-server --path DIR [--tcp-port 39000] [--http-port 39123] [--lib PATH]
+//
+// It serves ClickHouse from the embedded chDB engine on 127.0.0.1 until
+// SIGINT or SIGTERM, then stops the engine gracefully. The process is the
+// server: herald dev and scripts/clickhouse/clickhouse start it as a child.
+func runClickHouseServer(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("clickhouse-server")
+	path := fs.String("path", "", "data directory (required; created if missing)")
+	tcpPort := fs.Int("tcp-port", 39000, "native protocol port on 127.0.0.1")
+	httpPort := fs.Int("http-port", 39123, "HTTP interface port on 127.0.0.1 (GET /ping answers \"Ok.\")")
+	lib := fs.String("lib", "", "path of libchdb.so (default: $"+chdb.LibEnv+", then <repo>/"+chdb.LibRelPath+")")
+	logLevel := fs.String("chdb-log-level", "", "ClickHouse's own log level on stderr: "+strings.Join(chdb.LogLevels, ", ")+" (default: errors only)")
+	stopTimeout := fs.Duration("stop-timeout", 15*time.Second, "how long a graceful stop may take before the process exits anyway")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *path == "" {
+		return fmt.Errorf("%w: --path (or HERALD_PATH) is required: the data directory", errUsage)
+	}
+	o := chdb.ServeOptions{
+		Path:        *path,
+		TCPPort:     *tcpPort,
+		HTTPPort:    *httpPort,
+		LogLevel:    *logLevel,
+		StopTimeout: *stopTimeout,
+	}
+	libPath := *lib
+	if libPath == "" {
+		p, err := chdb.FindLib()
+		if err != nil {
+			return err
+		}
+		libPath = p
+	}
+	started := time.Now()
+	l, err := chdb.Open(libPath)
+	if err != nil {
+		return err
+	}
+	slog.Info("chdb: library loaded", "lib", libPath, "took", time.Since(started).Round(time.Millisecond))
+	if err := l.Serve(ctx, o); err != nil {
+		return err
+	}
+	slog.Info("chdb: server stopped")
+	return nil
+}

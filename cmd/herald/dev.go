@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/chdb"
+	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/topics"
+)
+
+// devConfig is what `herald dev` runs with.
+type devConfig struct {
+	stateDir               string
+	kafkaPort              int
+	httpAddr               string
+	chTCPPort, chHTTPPort  int
+	chdbLib                string
+	database               string
+	dedupeWindow, idemTTL  time.Duration
+	clickhouseStartTimeout time.Duration
+}
+
+// runDev implements `herald dev`: everything in one process on embedded
+// defaults. State lives under --state-dir and is reused by the next start.
+func runDev(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("dev")
+	var c devConfig
+	d := dedupe.DefaultPolicy()
+	fs.StringVar(&c.stateDir, "state-dir", ".herald-dev", "folder for kfake's data and ClickHouse's tables")
+	fs.IntVar(&c.kafkaPort, "kafka-port", 19092, "port of the embedded Kafka (kfake) on 127.0.0.1")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address of the HTTP server (/healthz, /metrics, the API)")
+	fs.IntVar(&c.chTCPPort, "clickhouse-tcp-port", 19000, "native port of the embedded ClickHouse (chDB)")
+	fs.IntVar(&c.chHTTPPort, "clickhouse-http-port", 18123, "HTTP port of the embedded ClickHouse (chDB)")
+	fs.StringVar(&c.chdbLib, "chdb-lib", "", "path of libchdb.so (default: HERALD_CHDB_LIB, then .cache/chdb)")
+	fs.StringVar(&c.database, "database", "herald", "ClickHouse database of the audit record")
+	fs.DurationVar(&c.dedupeWindow, "dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window")
+	fs.DurationVar(&c.idemTTL, "idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL")
+	fs.DurationVar(&c.clickhouseStartTimeout, "clickhouse-start-timeout", 2*time.Minute, "how long to wait for the ClickHouse server to answer")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return dev(ctx, c, stdout)
+}
+
+func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
+	log := slog.Default().With("cmd", "dev")
+	if err := os.MkdirAll(c.stateDir, 0o755); err != nil {
+		return fmt.Errorf("dev: state dir: %w", err)
+	}
+	// Fail early and clearly on a taken HTTP address, before starting anything.
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return fmt.Errorf("dev: listen on --http-addr %s: %w", c.httpAddr, err)
+	}
+
+	// Kafka.
+	k, err := embedded.StartKafka(filepath.Join(c.stateDir, "kafka"), c.kafkaPort)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer k.Close()
+	brokers := k.Brokers()
+	cat := topics.New(embedded.CatalogOptions(max(c.dedupeWindow, c.idemTTL)))
+	if err := ensureTopics(ctx, brokers, cat); err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("embedded kafka ready", "brokers", brokers, "topics", len(cat.Topics()))
+
+	// ClickHouse.
+	exe, err := os.Executable()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: own executable: %w", err)
+	}
+	lib := c.chdbLib
+	if lib == "" {
+		if lib, err = chdb.FindLib(); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	ch, err := chdb.Spawn(ctx, exe, chdb.ServeOptions{
+		Path: filepath.Join(c.stateDir, "clickhouse"), TCPPort: c.chTCPPort, HTTPPort: c.chHTTPPort,
+		LibPath: lib, StartTimeout: c.clickhouseStartTimeout, LogLevel: "error",
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: clickhouse: %w", err)
+	}
+	defer ch.Stop()
+	if err := createDatabase(ctx, ch.TCPAddr(), c.database); err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("embedded clickhouse ready", "native", ch.TCPAddr(), "http", ch.HTTPAddr(), "database", c.database)
+
+	// Stages.
+	runCtx, stopStages := context.WithCancel(ctx)
+	defer stopStages()
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	goStage := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(runCtx); err != nil && runCtx.Err() == nil {
+				errc <- fmt.Errorf("dev: %s: %w", name, err)
+			}
+		}()
+	}
+	suffix := embedded.TransactionalSuffix()
+	goStage("dedupe", func(ctx context.Context) error {
+		return dedupe.Run(ctx, dedupe.Options{
+			Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
+			Policy:     dedupe.Policy{DefaultWindowMs: c.dedupeWindow.Milliseconds(), IdempotencyTTLMs: c.idemTTL.Milliseconds()},
+			ClientOpts: embedded.ClientOpts(),
+		})
+	})
+
+	// HTTP.
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Default.Handler())
+	mux.HandleFunc("GET /healthz", healthz(brokers, ch.HTTPAddr()))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("dev: http: %w", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (healthz, metrics) · kafka %s · clickhouse native %s, http %s · state %s\n",
+		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), c.stateDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-errc:
+		log.Error("component failed; shutting down", "err", runErr)
+	case <-ch.Exited():
+		runErr = fmt.Errorf("dev: clickhouse exited: %s", ch.Output())
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	srv.Shutdown(shutCtx)
+	stopStages()
+	wg.Wait()
+	return runErr
+}
+
+// ensureTopics creates the catalog's topics and checks there is no drift.
+func ensureTopics(ctx context.Context, brokers []string, cat *topics.Catalog) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, embedded.ClientOpts()...)...)
+	if err != nil {
+		return fmt.Errorf("dev: kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := cat.Create(ctx, adm); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	drift, err := cat.Verify(ctx, adm)
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	if len(drift) > 0 {
+		return fmt.Errorf("dev: topics drift from the catalog (was the state dir made with other settings?): %v", drift)
+	}
+	return nil
+}
+
+// createDatabase creates herald's own database: chDB's default database
+// uses the Overlay engine, unfit for herald's tables.
+func createDatabase(ctx context.Context, addr, database string) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
+	if err != nil {
+		return fmt.Errorf("dev: clickhouse connect: %w", err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(database)); err != nil {
+		return fmt.Errorf("dev: create database %s: %w", database, err)
+	}
+	return nil
+}
+
+func quoteIdent(s string) string {
+	out := []byte{'`'}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '`' || s[i] == '\\' {
+			out = append(out, '\\')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '`'))
+}
+
+// healthz answers 200 when Kafka answers a metadata request and ClickHouse
+// answers /ping, else 503 naming what failed.
+func healthz(brokers []string, chHTTP string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		status, body := http.StatusOK, `{"status":"ok","kafka":"ok","clickhouse":"ok"}`
+		kafkaErr := pingKafka(ctx, brokers)
+		chErr := pingHTTP(ctx, "http://"+chHTTP+"/ping")
+		if kafkaErr != nil || chErr != nil {
+			status = http.StatusServiceUnavailable
+			body = fmt.Sprintf(`{"status":"unavailable","kafka":%q,"clickhouse":%q}`, errText(kafkaErr), errText(chErr))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body+"\n")
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func pingKafka(ctx context.Context, brokers []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.Ping(ctx)
+}
+
+func pingHTTP(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}

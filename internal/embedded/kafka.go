@@ -1,0 +1,105 @@
+// Package embedded owns herald's one-process Kafka: franz-go's kfake, with
+// its data dir for persistence and the workarounds its known defects need.
+//
+// kfake (pinned in go.mod) runs transactions, fencing, read_committed,
+// group rebalances and compaction in process, fast enough for a laptop. Three
+// of its defects matter to herald and are worked around here, for every
+// client that talks to it (use ClientOpts) and for the topic catalog (use
+// CatalogOptions):
+//
+//  1. A fetch cut short by the client's FetchMaxBytes partway through a
+//     partition leaks aborted records to read_committed readers. Clients get
+//     FetchMaxBytes ≥ every partition they can read × FetchMaxPartitionBytes,
+//     so no fetch is ever cut short.
+//  2. After a crash (SIGKILL) with a transaction open, the restarted kfake
+//     marks it aborted in memory but writes no marker, and read_committed
+//     readers then skip that producer's later transactions. Every start uses
+//     fresh transactional ids (TransactionalSuffix), so no producer id of a
+//     crashed run ever writes again.
+//  3. Compaction ignores open transactions and can drop a committed value
+//     that an aborting transaction overwrote, losing seen-set entries. On
+//     kfake the seen-set topic uses cleanup.policy=delete with a retention
+//     longer than any window or TTL: restore reads more, loses nothing.
+//
+// Exactly-once and crash claims are proven on real Apache Kafka; kfake is
+// for the embedded default and fast tests only.
+package embedded
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/topics"
+)
+
+// Partitions of every topic on the embedded cluster.
+const Partitions = 4
+
+// fetchMaxPartitionBytes bounds one partition's share of a fetch.
+const fetchMaxPartitionBytes = 1 << 20
+
+// maxTopicsPerClient is the most topics one herald client consumes at once.
+const maxTopicsPerClient = 4
+
+// Kafka is a running embedded cluster.
+type Kafka struct {
+	cluster *kfake.Cluster
+}
+
+// StartKafka starts kfake listening on 127.0.0.1:port with its data in dir
+// (created if missing; reused on the next start).
+func StartKafka(dir string, port int) (*Kafka, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded kafka: data dir: %w", err)
+	}
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.DataDir(dir),
+		kfake.SyncWrites(),
+		kfake.ClusterID("herald-dev"),
+		kfake.GroupMinSessionTimeout(time.Second),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka: start on port %d: %w", port, err)
+	}
+	return &Kafka{cluster: c}, nil
+}
+
+// Brokers returns the listen addresses.
+func (k *Kafka) Brokers() []string { return k.cluster.ListenAddrs() }
+
+// Close stops the cluster; its data stays in the data dir.
+func (k *Kafka) Close() { k.cluster.Close() }
+
+// ClientOpts are the options every client of the embedded cluster needs
+// (defect 1).
+func ClientOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
+		kgo.FetchMaxBytes(int32(maxTopicsPerClient * Partitions * fetchMaxPartitionBytes)),
+	}
+}
+
+// TransactionalSuffix makes this process's transactional ids unique to its
+// start (defect 2). Append it to every instance id used on kfake.
+func TransactionalSuffix() string {
+	return "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// CatalogOptions is the topic catalog for the embedded cluster: replication
+// 1, Partitions partitions, and the seen-set stored uncompacted with a
+// retention beyond the longest window or TTL (defect 3).
+func CatalogOptions(maxWindow time.Duration) topics.Options {
+	o := topics.DefaultOptions()
+	o.Partitions = Partitions
+	o.Replication = 1
+	o.SeenCleanupPolicy = "delete"
+	o.SeenRetentionMs = (2*maxWindow + 24*time.Hour).Milliseconds()
+	return o
+}
