@@ -316,7 +316,7 @@ func (r *Runner) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 		err := awaitStableOffsets(ctx, cl, r.cfg.Group, r.cfg.Input, p)
 		var n int64
 		if err == nil {
-			n, err = restorePartition(ctx, cl, r.cfg.Changelogs, p, t, r.cfg.ClientOpts)
+			n, err = RestorePartition(ctx, cl, r.cfg.Changelogs, p, t, r.cfg.ClientOpts...)
 		}
 		if err != nil {
 			err = fmt.Errorf("stage %s: restore partition %d: %w", r.cfg.Name, p, err)
@@ -348,19 +348,21 @@ func (r *Runner) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]
 	r.log.Info("partitions revoked", "partitions", revoked[r.cfg.Input])
 }
 
-// restorePartition reads partition p of every changelog, read_committed,
-// from its start to its last stable offset, into t.
-func restorePartition(ctx context.Context, group *kgo.Client, changelogs []string, p int32, t Task, extra []kgo.Opt) (int64, error) {
+// RestorePartition reads partition p of every changelog, read_committed,
+// from its start to its last stable offset, into t, and returns how many
+// records it applied. cl lists offsets and names the seed brokers; the
+// reading is done by a short-lived client with extra options added.
+func RestorePartition(ctx context.Context, cl *kgo.Client, changelogs []string, p int32, t Task, extra ...kgo.Opt) (int64, error) {
 	var total int64
 	for _, topic := range changelogs {
-		end, err := lastStableOffset(ctx, group, topic, p)
+		end, err := lastStableOffset(ctx, cl, topic, p)
 		if err != nil {
 			return total, err
 		}
 		if end <= 0 {
 			continue
 		}
-		n, err := readUntil(ctx, group, topic, p, end, t, extra)
+		n, err := readUntil(ctx, cl, topic, p, end, t, extra)
 		total += n
 		if err != nil {
 			return total, err
