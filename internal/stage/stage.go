@@ -212,16 +212,12 @@ func (r *Runner) step(ctx context.Context) error {
 		if fetches.IsClientClosed() {
 			return errors.New("stage: client closed")
 		}
-		var fatal error
 		fetches.EachError(func(t string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return
 			}
 			r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 		})
-		if fatal != nil {
-			return fatal
-		}
 		batch = append(batch, fetches.Records()...)
 		if ctx.Err() != nil || !time.Now().Before(deadline) {
 			break
@@ -230,6 +226,11 @@ func (r *Runner) step(ctx context.Context) error {
 	if ctx.Err() != nil && len(batch) == 0 {
 		return nil
 	}
+	// From here the batch is finished even if ctx is cancelled (shutdown):
+	// a transaction left open would hold back every read_committed reader
+	// of the output topics until it times out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.TransactionTimeout)
+	defer cancel()
 
 	if err := r.sess.Begin(); err != nil {
 		return fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
