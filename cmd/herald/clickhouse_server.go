@@ -13,7 +13,7 @@ import (
 
 // runClickHouseServer implements
 //
-//	herald clickhouse-server --path DIR [--tcp-port 39000] [--http-port 39123] [--lib PATH]
+//	herald clickhouse-server --path DIR [--tcp-port 39000] [--http-port 39123] [--lib PATH] [--max-memory-mb N]
 //
 // It serves ClickHouse from the embedded chDB engine on 127.0.0.1 until
 // SIGINT or SIGTERM, then stops the engine gracefully. The process is the
@@ -25,6 +25,7 @@ func runClickHouseServer(ctx context.Context, args []string, stdout io.Writer) e
 	httpPort := fs.Int("http-port", 39123, "HTTP interface port on 127.0.0.1 (GET /ping answers \"Ok.\")")
 	lib := fs.String("lib", "", "path of libchdb.so (default: $"+chdb.LibEnv+", then <repo>/"+chdb.LibRelPath+")")
 	logLevel := fs.String("chdb-log-level", "", "ClickHouse's own log level on stderr: "+strings.Join(chdb.LogLevels, ", ")+" (default: errors only)")
+	maxMemory := fs.Int("max-memory-mb", 0, "cap on the server's memory in MiB (default 0: ClickHouse's own, 90% of the RAM)")
 	stopTimeout := fs.Duration("stop-timeout", 15*time.Second, "how long a graceful stop may take before the process exits anyway")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -40,7 +41,11 @@ func runClickHouseServer(ctx context.Context, args []string, stdout io.Writer) e
 		TCPPort:     *tcpPort,
 		HTTPPort:    *httpPort,
 		LogLevel:    *logLevel,
+		MaxMemoryMB: *maxMemory,
 		StopTimeout: *stopTimeout,
+	}
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	libPath := *lib
 	if libPath == "" {

@@ -17,6 +17,7 @@
 package chdb
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -105,8 +107,8 @@ func Open(libPath string) (*Lib, error) {
 func (l *Lib) Path() string { return l.path }
 
 // ServeOptions configures one chDB server. Serve uses Path, TCPPort,
-// HTTPPort, LogLevel and StopTimeout; Spawn passes them on to the child and
-// uses the rest itself.
+// HTTPPort, LogLevel, MaxMemoryMB and StopTimeout; Spawn passes those on to
+// the child and uses the rest itself.
 type ServeOptions struct {
 	// Path is the data directory (databases, tables, parts). Created if
 	// missing. Required.
@@ -119,8 +121,15 @@ type ServeOptions struct {
 	HTTPPort int
 	// LogLevel, if set, makes ClickHouse log to stderr at this level: one of
 	// none, fatal, critical, error, warning, notice, information, debug,
-	// trace, test. Unset, only errors that stop the server are printed.
+	// trace, test. Unset, ClickHouse prints only the errors that end its
+	// command line (on every stop: its keep-alive query, cancelled).
 	LogLevel string
+	// MaxMemoryMB caps the memory of the whole server (ClickHouse's
+	// max_server_memory_usage); a query that would pass it fails with
+	// MEMORY_LIMIT_EXCEEDED. 0 keeps ClickHouse's default, 90% of the RAM.
+	// Memory the engine has used is not given back, so on a shared machine
+	// set it.
+	MaxMemoryMB int
 	// StopTimeout bounds a graceful stop: Serve's wait for the engine to
 	// shut down after ctx is cancelled, and Process.Stop's wait between
 	// SIGTERM and SIGKILL. Default 15s.
@@ -159,8 +168,8 @@ func (o ServeOptions) startTimeout() time.Duration {
 	return defaultStartTimeout
 }
 
-// validate checks the options Serve and Spawn share.
-func (o ServeOptions) validate() error {
+// Validate checks the options Serve and Spawn share.
+func (o ServeOptions) Validate() error {
 	if o.Path == "" {
 		return errors.New("chdb: ServeOptions.Path (data directory) is required")
 	}
@@ -175,19 +184,13 @@ func (o ServeOptions) validate() error {
 	if o.TCPPort == o.HTTPPort {
 		return fmt.Errorf("chdb: TCP and HTTP port are both %d", o.TCPPort)
 	}
-	if o.LogLevel != "" && !validLogLevel(o.LogLevel) {
+	if o.MaxMemoryMB < 0 {
+		return fmt.Errorf("chdb: ServeOptions.MaxMemoryMB %d: want 0 (no cap) or more", o.MaxMemoryMB)
+	}
+	if o.LogLevel != "" && !slices.Contains(LogLevels, o.LogLevel) {
 		return fmt.Errorf("chdb: log level %q: want one of %s", o.LogLevel, strings.Join(LogLevels, ", "))
 	}
 	return nil
-}
-
-func validLogLevel(s string) bool {
-	for _, l := range LogLevels {
-		if s == l {
-			return true
-		}
-	}
-	return false
 }
 
 // foreverQuery keeps the server alive: one thread reads an endless table one
@@ -210,7 +213,12 @@ func (o ServeOptions) argv(queryID string) []string {
 	if o.LogLevel != "" {
 		args = append(args, "--logger.console=1", "--log-level="+o.LogLevel)
 	}
-	return append(args, "--query=SYSTEM START LISTEN TCP; SYSTEM START LISTEN HTTP; "+foreverQuery)
+	args = append(args, "--query=SYSTEM START LISTEN TCP; SYSTEM START LISTEN HTTP; "+foreverQuery)
+	// After "--" come overrides of server configuration keys.
+	if o.MaxMemoryMB > 0 {
+		args = append(args, "--", "--max_server_memory_usage="+strconv.FormatInt(int64(o.MaxMemoryMB)<<20, 10))
+	}
+	return args
 }
 
 // Serve runs a ClickHouse server on 127.0.0.1:o.TCPPort (native protocol)
@@ -226,7 +234,7 @@ func (o ServeOptions) argv(queryID string) []string {
 //
 // libchdb runs one server per process; a second concurrent Serve fails.
 func (l *Lib) Serve(ctx context.Context, o ServeOptions) error {
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return err
 	}
 	path, err := filepath.Abs(o.Path)
@@ -275,7 +283,7 @@ func (l *Lib) Serve(ctx context.Context, o ServeOptions) error {
 		return fmt.Errorf("chdb: server on %s stopped by itself: %w", hostPort(o.TCPPort), err)
 	case <-ctx.Done():
 	}
-	log.Info("chdb: stopping server")
+	log.Info("chdb: stopping server (ClickHouse reports its keep-alive query as cancelled)")
 	return stop(o.HTTPPort, queryID, o.stopTimeout(), done)
 }
 
@@ -300,46 +308,71 @@ func (l *Lib) run(args []string) error {
 }
 
 // stop kills the never-ending query and waits for the engine to return.
-// Before the server listens the kill cannot be sent, so it retries until
-// the deadline.
+// Until the server listens and runs that query the kill finds nothing, so it
+// is sent again every 250ms until it lands or the deadline passes.
+//
+// The engine then waits for its open connections, up to ClickHouse's
+// shutdown_wait_unfinished (5s); if a client still holds one, it exits the
+// process itself with status 1 ("Will shutdown forcefully").
 func stop(httpPort int, queryID string, timeout time.Duration, done <-chan error) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	killed := false
 	var lastErr error
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		lastErr = killQuery(ctx, httpPort, queryID)
-		cancel()
+		if !killed {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			lastErr = killQuery(ctx, httpPort, queryID)
+			cancel()
+			killed = lastErr == nil
+		}
 		select {
 		case <-done:
 			return nil
 		case <-deadline.C:
-			return fmt.Errorf("chdb: server did not stop within %s (last kill: %v); exit the process to stop it", timeout, lastErr)
+			if killed {
+				lastErr = errors.New("query killed, engine still shutting down")
+			}
+			return fmt.Errorf("chdb: server did not stop within %s (%v); exit the process to stop it", timeout, lastErr)
 		case <-tick.C:
 		}
 	}
 }
 
-// killQuery asks the server, over its HTTP interface, to cancel queryID.
+// killQuery asks the server, over its HTTP interface, to cancel queryID. It
+// fails if the server does not list the query as being killed.
 func killQuery(ctx context.Context, httpPort int, queryID string) error {
-	q := "KILL QUERY WHERE query_id = '" + queryID + "'"
+	q := "KILL QUERY WHERE query_id = '" + queryID + "' FORMAT TSV"
 	u := "http://" + hostPort(httpPort) + "/?query=" + url.QueryEscape(q)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := controlClient.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	// Read it all: hanging up early breaks the server's pipe and logs an error.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return fmt.Errorf("KILL QUERY: %w", err)
+	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("KILL QUERY: HTTP %s", resp.Status)
+		return fmt.Errorf("KILL QUERY: HTTP %s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	if !bytes.Contains(body, []byte(queryID)) {
+		return errors.New("KILL QUERY: the keep-alive query is not running yet")
 	}
 	return nil
 }
+
+// controlClient sends Ping and KILL QUERY. It keeps no idle connections:
+// the engine waits for open connections when it shuts down, so a pooled
+// keep-alive connection would hold every stop up.
+var controlClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // Ping reports whether GET http://127.0.0.1:httpPort/ping answers "Ok.".
 func Ping(ctx context.Context, httpPort int) error {
@@ -347,7 +380,7 @@ func Ping(ctx context.Context, httpPort int) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := controlClient.Do(req)
 	if err != nil {
 		return err
 	}

@@ -110,19 +110,20 @@ func TestServeOptionsValidate(t *testing.T) {
 		{"a zero port is refused (the address would be unknown)", ServeOptions{Path: "d", TCPPort: 0, HTTPPort: 2}, "TCPPort"},
 		{"ports above 65535 are refused", ServeOptions{Path: "d", TCPPort: 1, HTTPPort: 70000}, "HTTPPort"},
 		{"the two ports must differ", ServeOptions{Path: "d", TCPPort: 5, HTTPPort: 5}, "both 5"},
+		{"a negative memory cap is refused", ServeOptions{Path: "d", TCPPort: 1, HTTPPort: 2, MaxMemoryMB: -1}, "MaxMemoryMB"},
 		{"an unknown log level is refused", ServeOptions{Path: "d", TCPPort: 1, HTTPPort: 2, LogLevel: "info"}, "information"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.o.validate()
+			err := tt.o.Validate()
 			if tt.wantErr == "" {
 				if err != nil {
-					t.Fatalf("validate: %v", err)
+					t.Fatalf("Validate: %v", err)
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("validate = %v; want an error mentioning %q", err, tt.wantErr)
+				t.Fatalf("Validate = %v; want an error mentioning %q", err, tt.wantErr)
 			}
 		})
 	}
@@ -138,6 +139,14 @@ func TestServeArgvListensOnLoopbackOnly(t *testing.T) {
 	}
 	if strings.Contains(joined, "0.0.0.0") || strings.Contains(joined, "::") {
 		t.Errorf("argv %q listens beyond loopback", argv)
+	}
+}
+
+func TestServeArgvPutsConfigOverridesLast(t *testing.T) {
+	argv := ServeOptions{Path: "/data", TCPPort: 39000, HTTPPort: 39123, MaxMemoryMB: 2}.argv("q1")
+	n := len(argv)
+	if n < 2 || argv[n-2] != "--" || argv[n-1] != "--max_server_memory_usage=2097152" {
+		t.Errorf("argv ends %q; want -- --max_server_memory_usage=2097152", argv[max(0, n-2):])
 	}
 }
 
@@ -213,6 +222,29 @@ func TestServer(t *testing.T) {
 				t.Errorf("test database engine = %q; want Atomic", engine)
 			}
 		})
+	}
+}
+
+// TestServeKeepAliveQuerySleeps checks the query that keeps the server alive
+// reads one row a second instead of spinning through system.numbers (which
+// it does if the sleep is optimised away: two cores flat out, for ever).
+func TestServeKeepAliveQuerySleeps(t *testing.T) {
+	addr := testenv.ClickHouse(t)
+	conn := open(t, addr, clickhouse.Native, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		readRows uint64
+		elapsed  float64
+	)
+	err := conn.QueryRow(ctx, `SELECT read_rows, elapsed FROM system.processes
+		WHERE query_id LIKE 'herald-chdb-serve-%' ORDER BY elapsed DESC LIMIT 1`).Scan(&readRows, &elapsed)
+	if err != nil {
+		t.Fatalf("find the keep-alive query in system.processes (is the server `herald clickhouse-server`?): %v", err)
+	}
+	// One row per second, plus slack for the block being read.
+	if limit := uint64(elapsed) + 10; readRows > limit {
+		t.Errorf("keep-alive query read %d rows in %.0fs; want at most %d: it is spinning, not sleeping", readRows, elapsed, limit)
 	}
 }
 

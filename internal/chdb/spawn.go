@@ -40,17 +40,15 @@ type Process struct {
 // If the child exits or does not answer in time, Spawn returns an error that
 // ends with the tail of the child's output.
 func Spawn(ctx context.Context, exe string, o ServeOptions) (*Process, error) {
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	path, err := filepath.Abs(o.Path)
 	if err != nil {
 		return nil, fmt.Errorf("chdb: data directory %s: %w", o.Path, err)
 	}
-	for _, port := range []int{o.TCPPort, o.HTTPPort} {
-		if err := portFree(port); err != nil {
-			return nil, err
-		}
+	if err := awaitPortsFree(ctx, 30*time.Second, o.TCPPort, o.HTTPPort); err != nil {
+		return nil, err
 	}
 	args := []string{"clickhouse-server",
 		"--path", path,
@@ -62,6 +60,9 @@ func Spawn(ctx context.Context, exe string, o ServeOptions) (*Process, error) {
 	}
 	if o.LogLevel != "" {
 		args = append(args, "--chdb-log-level", o.LogLevel)
+	}
+	if o.MaxMemoryMB > 0 {
+		args = append(args, "--max-memory-mb", strconv.Itoa(o.MaxMemoryMB))
 	}
 	if o.StopTimeout > 0 {
 		args = append(args, "--stop-timeout", o.StopTimeout.String())
@@ -192,4 +193,28 @@ func (t *tailBuffer) String() string {
 		return "(no output)"
 	}
 	return string(s)
+}
+
+// awaitPortsFree waits up to limit for the ports to be free: a server of a
+// process that just crashed (herald dev restarted at once) is still shutting
+// down after its parent-death signal, and owns the data directory until it
+// exits.
+func awaitPortsFree(ctx context.Context, limit time.Duration, ports ...int) error {
+	deadline := time.Now().Add(limit)
+	for {
+		var err error
+		for _, port := range ports {
+			if err = portFree(port); err != nil {
+				break
+			}
+		}
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
