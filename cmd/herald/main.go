@@ -35,6 +35,7 @@ type command struct {
 // commands lists every subcommand. Keep it sorted by name.
 func commands() []command {
 	cs := []command{
+		{"api", "serve the HTTP API for producer services (notifications, devices, preferences)", runAPI},
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},

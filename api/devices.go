@@ -1,0 +1,360 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sdk"
+	"github.com/heraldhq/herald/topics"
+)
+
+// pathID reads a path parameter: a user or device id of 1 to 256
+// characters of valid UTF-8.
+func pathID(r *http.Request, name string) (string, *problem) {
+	v := r.PathValue(name)
+	field := "path:" + name
+	switch {
+	case !utf8.ValidString(v):
+		return "", badRequest(name+" is not valid UTF-8", sdk.FieldError{Field: field, Message: "invalid UTF-8"})
+	case v == "":
+		return "", invalid(name+" is empty", sdk.FieldError{Field: field, Message: "must not be empty"})
+	case utf8.RuneCountInString(v) > maxIDLen:
+		return "", invalid(name+" is too long", sdk.FieldError{Field: field, Message: fmt.Sprintf("must be at most %d characters", maxIDLen)})
+	}
+	return v, nil
+}
+
+// userPath reads {userId}, answering the problem when it is bad.
+func userPath(w http.ResponseWriter, r *http.Request) (string, bool) {
+	user, prob := pathID(r, "userId")
+	if prob != nil {
+		writeProblem(w, prob)
+		return "", false
+	}
+	return user, true
+}
+
+// readyUser reads {userId} and checks the replica is ready, answering
+// the problem otherwise.
+func (s *Server) readyUser(w http.ResponseWriter, r *http.Request) (string, bool) {
+	user, ok := userPath(w, r)
+	return user, ok && s.replicaReady(w)
+}
+
+// readObject reads a JSON object body, answering the problem when it is
+// not one.
+func (s *Server) readObject(w http.ResponseWriter, r *http.Request) (*fields, bool) {
+	body, prob := readJSON(w, r, s.cfg.MaxBodyBytes)
+	if prob != nil {
+		writeProblem(w, prob)
+		return nil, false
+	}
+	f := newFields(body, "")
+	if f.members == nil {
+		writeProblem(w, f.problem())
+		return nil, false
+	}
+	return f, true
+}
+
+// replicaReady answers 503 while the device and preference replica loads.
+func (s *Server) replicaReady(w http.ResponseWriter) bool {
+	if !s.running() || !s.rep.ready.Load() {
+		writeProblem(w, unavailable("the device and preference index is still loading; retry shortly", 1))
+		return false
+	}
+	return true
+}
+
+// writeOne commits one record (a device, preferences or a tombstone).
+func (s *Server) writeOne(w http.ResponseWriter, r *http.Request, rec *kgo.Record) bool {
+	if err := s.w.write(r.Context(), []*kgo.Record{rec}); err != nil {
+		s.log.Warn("write failed", "topic", rec.Topic, "err", err)
+		writeProblem(w, unavailable("the change was not written; retry", 1))
+		return false
+	}
+	return true
+}
+
+func valueRecord(topic, key string, v schemas.Record, now time.Time) (*kgo.Record, error) {
+	rec := &kgo.Record{Topic: topic, Key: []byte(key), Timestamp: now}
+	if v != nil {
+		b, err := schemas.Encode(v)
+		if err != nil {
+			return nil, err
+		}
+		rec.Value = b
+		rec.Headers = []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}
+	}
+	return rec, nil
+}
+
+func deviceOut(d schemas.Device) sdk.Device {
+	out := sdk.Device{UserID: d.Recipient, DeviceID: d.DeviceID, Platform: d.Platform, Token: d.Token,
+		Locale: d.Locale, TimeZone: d.TimeZone, Enabled: d.Enabled, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
+	if d.WebPush != nil {
+		out.WebPush = &sdk.WebPushSubscription{Endpoint: d.WebPush.Endpoint, P256dh: d.WebPush.P256dh, Auth: d.WebPush.Auth}
+	}
+	return out
+}
+
+func (s *Server) listDevices(w http.ResponseWriter, r *http.Request, p principal) {
+	user, ok := s.readyUser(w, r)
+	if !ok {
+		return
+	}
+	out := sdk.DeviceList{Devices: []sdk.Device{}}
+	for _, d := range s.rep.userDevices(p.tenant, user) {
+		out.Devices = append(out.Devices, deviceOut(d))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) devicePath(w http.ResponseWriter, r *http.Request) (user, device string, ok bool) {
+	user, prob := pathID(r, "userId")
+	if prob == nil {
+		device, prob = pathID(r, "deviceId")
+	}
+	if prob != nil {
+		writeProblem(w, prob)
+		return "", "", false
+	}
+	return user, device, true
+}
+
+func (s *Server) getDevice(w http.ResponseWriter, r *http.Request, p principal) {
+	user, device, ok := s.devicePath(w, r)
+	if !ok || !s.replicaReady(w) {
+		return
+	}
+	d, found := s.rep.device(p.tenant, user, device)
+	if !found {
+		writeProblem(w, notFound("device"))
+		return
+	}
+	writeJSON(w, http.StatusOK, deviceOut(d))
+}
+
+// putDevice registers a device or updates it (a token rotation): 201 for a
+// new device, 200 for an update.
+func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) {
+	user, device, ok := s.devicePath(w, r)
+	if !ok {
+		return
+	}
+	f, ok := s.readObject(w, r)
+	if !ok {
+		return
+	}
+	d := schemas.Device{Tenant: p.tenant, Recipient: user, DeviceID: device, Enabled: true}
+	d.Platform = f.text("platform", true, 16)
+	if d.Platform != "" && !slices.Contains([]string{sdk.PlatformIOS, sdk.PlatformAndroid, sdk.PlatformWeb}, d.Platform) {
+		f.fail("platform", "must be ios, android or web")
+	}
+	d.Token = f.text("token", false, 4096)
+	if wp := f.child("webPush"); wp != nil {
+		sub := &schemas.WebPushSubscription{
+			Endpoint: wp.text("endpoint", true, 2048),
+			P256dh:   wp.text("p256dh", true, 256),
+			Auth:     wp.text("auth", true, 256),
+		}
+		if sub.Endpoint != "" && !strings.HasPrefix(sub.Endpoint, "https://") {
+			wp.fail("endpoint", "must be an https URL")
+		}
+		wp.unknown()
+		d.WebPush = sub
+	}
+	d.Locale = f.text("locale", false, maxLocaleLen)
+	d.TimeZone = f.text("timeZone", false, 64)
+	if en, ok := f.boolean("enabled"); ok {
+		d.Enabled = en
+	}
+	f.unknown()
+	switch d.Platform {
+	case sdk.PlatformIOS, sdk.PlatformAndroid:
+		if !f.has("token") {
+			f.fail("token", "is required for "+d.Platform)
+		}
+		if f.has("webPush") {
+			f.fail("webPush", "is only for web devices")
+		}
+	case sdk.PlatformWeb:
+		if !f.has("webPush") {
+			f.fail("webPush", "is required for web")
+		}
+		if f.has("token") {
+			f.fail("token", "is not used by web devices (send webPush)")
+		}
+	}
+	if prob := f.problem(); prob != nil {
+		writeProblem(w, prob)
+		return
+	}
+	if !s.replicaReady(w) {
+		return
+	}
+	now := time.Now()
+	old, existed := s.rep.device(p.tenant, user, device)
+	d.CreatedAt, d.UpdatedAt = now.UnixMilli(), now.UnixMilli()
+	if existed {
+		d.CreatedAt = old.CreatedAt
+	}
+	key := schemas.DeviceKey(p.tenant, user, device)
+	rec, err := valueRecord(s.devicesT, key, d, now)
+	if err != nil {
+		writeProblem(w, invalid(err.Error()))
+		return
+	}
+	if !s.writeOne(w, r, rec) {
+		return
+	}
+	s.rep.putDevice(key, &d)
+	status := http.StatusCreated
+	if existed {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, deviceOut(d))
+}
+
+func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, p principal) {
+	user, device, ok := s.devicePath(w, r)
+	if !ok || !s.replicaReady(w) {
+		return
+	}
+	if _, found := s.rep.device(p.tenant, user, device); !found {
+		writeProblem(w, notFound("device"))
+		return
+	}
+	key := schemas.DeviceKey(p.tenant, user, device)
+	rec, _ := valueRecord(s.devicesT, key, nil, time.Now())
+	if !s.writeOne(w, r, rec) {
+		return
+	}
+	s.rep.putDevice(key, nil)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+var hhmm = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
+
+func prefsOut(pr schemas.Preferences) sdk.Preferences {
+	out := sdk.Preferences{UserID: pr.Recipient, Channels: pr.Channels, OptedOutTypes: pr.OptedOutTypes, UpdatedAt: pr.UpdatedAt}
+	if out.Channels == nil {
+		out.Channels = map[string]bool{}
+	}
+	if out.OptedOutTypes == nil {
+		out.OptedOutTypes = []string{}
+	}
+	if q := pr.QuietHours; q != nil {
+		out.QuietHours = &sdk.QuietHours{Start: q.Start, End: q.End, TimeZone: q.TimeZone}
+	}
+	return out
+}
+
+func (s *Server) getPreferences(w http.ResponseWriter, r *http.Request, p principal) {
+	user, ok := s.readyUser(w, r)
+	if !ok {
+		return
+	}
+	pr, ok := s.rep.preferences(p.tenant, user)
+	if !ok {
+		writeProblem(w, notFound("preferences"))
+		return
+	}
+	writeJSON(w, http.StatusOK, prefsOut(pr))
+}
+
+// putPreferences replaces a user's preferences.
+func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, p principal) {
+	user, ok := userPath(w, r)
+	if !ok {
+		return
+	}
+	f, ok := s.readObject(w, r)
+	if !ok {
+		return
+	}
+	pr := schemas.Preferences{Tenant: p.tenant, Recipient: user}
+	if ch := f.child("channels"); ch != nil {
+		pr.Channels = map[string]bool{}
+		for _, c := range topics.Channels {
+			if v, ok := ch.boolean(c); ok {
+				pr.Channels[c] = v
+			}
+		}
+		ch.unknown()
+	}
+	if types, ok := f.strings("optedOutTypes"); ok {
+		seen := map[string]bool{}
+		for i, t := range types {
+			field := fmt.Sprintf("optedOutTypes[%d]", i)
+			switch {
+			case t == "":
+				f.fail(field, "must not be empty")
+			case utf8.RuneCountInString(t) > maxIDLen:
+				f.fail(field, fmt.Sprintf("must be at most %d characters", maxIDLen))
+			case seen[t]:
+				f.fail(field, "repeats a type")
+			}
+			seen[t] = true
+		}
+		pr.OptedOutTypes = types
+	}
+	if q := f.child("quietHours"); q != nil {
+		qh := &schemas.QuietHours{Start: q.text("start", true, 5), End: q.text("end", true, 5), TimeZone: q.text("timeZone", true, 64)}
+		if qh.Start != "" && !hhmm.MatchString(qh.Start) {
+			q.fail("start", "must be HH:MM (24 h)")
+		}
+		if qh.End != "" && !hhmm.MatchString(qh.End) {
+			q.fail("end", "must be HH:MM (24 h)")
+		}
+		q.unknown()
+		pr.QuietHours = qh
+	}
+	f.unknown()
+	if prob := f.problem(); prob != nil {
+		writeProblem(w, prob)
+		return
+	}
+	if !s.replicaReady(w) {
+		return
+	}
+	now := time.Now()
+	pr.UpdatedAt = now.UnixMilli()
+	key := schemas.RecipientKey(p.tenant, user)
+	rec, err := valueRecord(s.prefsT, key, pr, now)
+	if err != nil {
+		writeProblem(w, invalid(err.Error()))
+		return
+	}
+	if !s.writeOne(w, r, rec) {
+		return
+	}
+	s.rep.putPreferences(key, &pr)
+	writeJSON(w, http.StatusOK, prefsOut(pr))
+}
+
+func (s *Server) deletePreferences(w http.ResponseWriter, r *http.Request, p principal) {
+	user, ok := s.readyUser(w, r)
+	if !ok {
+		return
+	}
+	if _, ok := s.rep.preferences(p.tenant, user); !ok {
+		writeProblem(w, notFound("preferences"))
+		return
+	}
+	key := schemas.RecipientKey(p.tenant, user)
+	rec, _ := valueRecord(s.prefsT, key, nil, time.Now())
+	if !s.writeOne(w, r, rec) {
+		return
+	}
+	s.rep.putPreferences(key, nil)
+	w.WriteHeader(http.StatusNoContent)
+}

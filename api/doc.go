@@ -1,0 +1,105 @@
+// Package api owns herald's HTTP API for producer services: sending
+// notifications (POST /v1/notifications), reading one back with its
+// timeline (GET /v1/notifications/{id}), the dedupe dry run (POST
+// /v1/explain), devices and preferences, API-key authentication with
+// tenants, and the OpenAPI 3.1 document (api/openapi.json, embedded and
+// served at /openapi.json). New returns a Server, an http.Handler that
+// `herald api` serves on its own listener and `herald dev` can mount.
+//
+// # Writes: one transaction per request, grouped
+//
+// Every write goes through one transactional producer (acks=all,
+// idempotent) per instance, transactional id "herald-api-<instance>". A
+// request's records (one per recipient) always share a transaction, so a
+// multi-recipient send is all-or-nothing in Kafka. Requests that arrive
+// while a transaction commits wait and are committed together in the next
+// one (group commit, up to MaxBatchRecords records): a failed transaction
+// fails every request in it with 503 and nothing of them is visible to
+// read_committed readers. A commit whose outcome Kafka did not confirm is
+// also a 503, and the records may be in Kafka: a retry with the same
+// idempotency or dedupe key is then decided as a replay or duplicate. A
+// send with neither key gets a random id and cannot be told from a second
+// send (the Go SDK's Client always sends an idempotency key).
+//
+// # Waiting for decisions
+//
+// The API reads herald.requests and herald.decisions read_committed (from
+// Lookback ago) into a read model. A send waits for its records' dedupe
+// decisions when it asks (Prefer: wait=N, capped by MaxWait) and always
+// when it carries an idempotency key (bounded by IdempotencyWait): the
+// dedupe stage's decision is the authoritative idempotency check. A waiter
+// is registered before the write, so no decision can be missed. The answer
+// (202) lists each notification with its status, plus NotifyKit's
+// deliveries[] (empty until the route stage and sinks exist) and
+// skipped[{reason}]. If the wait ends first, the undecided notifications
+// show "pending": they are durably in Kafka and will be decided; a conflict
+// is then visible only in the notification's timeline, and a replay is
+// answered like a first send (same ids, this call's request id, no
+// Idempotency-Replayed).
+//
+// # Idempotent replays
+//
+// A replay is answered from its replay decisions alone: the original
+// call's request id (originalRequestId) and each notification's original
+// outcome (originalOutcome); the ids derive from the body, so they are the
+// original's. That is exactly what the original call answered once its
+// decisions were in, so a replay answers byte for byte as the original,
+// with Idempotency-Replayed: true. A decision of idempotency_conflict
+// answers 422 (type .../idempotency-conflict) with the original request id.
+// The scope is the dedupe stage's: (tenant, idempotencyKey, type,
+// recipient), per recipient. A retry that adds a recipient is therefore a
+// replay for the old ones and a new notification for the new one (answered
+// 202 without Idempotency-Replayed); a retry whose body differs for any
+// recipient is a 422, though recipients the key never saw are sent.
+//
+// # Explain, devices and preferences: an eventually consistent replica
+//
+// The API keeps a read-only replica of the compacted topics herald.seen
+// (the dedupe stage's seen-set), herald.devices and herald.preferences,
+// read read_committed from their start. Explain builds the requests a send
+// would make and runs the stage's own decision function (dedupe.Policy.Decide,
+// with the stage's Policy) over the replica, at the current time, changing
+// nothing. The replica lags the stage by the time it takes to read a
+// committed change, so explain can miss a key committed a moment ago:
+// treat wouldDeduplicate=false as "not as of a moment ago". Until the
+// replica has read every partition up to where it stood at Start, explain
+// and the device endpoints answer 503. Device and preference writes are
+// applied to the replica when they commit, so a caller reads its own
+// writes on the instance that made them.
+//
+// # Tenants and keys
+//
+// Each API key belongs to a tenant. Keys are configured as SHA-256 hashes
+// (ParseKeys reads "tenant:name:sha256hex" lines); a presented key is
+// hashed and compared with every configured hash in constant time. The
+// tenant scopes everything: derived ids and seen-set keys include it, the
+// read model is keyed by (tenant, id), device and preference keys start
+// with it. Another tenant's notification, device or preferences answer
+// 404, never 403.
+//
+// # Validation
+//
+// Bodies are read up to MaxBodyBytes (413 beyond) and must be UTF-8 JSON
+// without lone surrogate escapes (identity reads strings as JavaScript
+// does; encoding/json would replace a lone surrogate with U+FFFD, so two
+// different JavaScript strings could meet as one), duplicate member names
+// or trailing data: 400. Unknown members and wrong types are 400; missing
+// or empty required fields, out-of-range values, too many recipients and
+// unsupported target kinds are 422. Every problem is RFC 9457
+// application/problem+json with an errors[{field, message}] extension.
+// Target kinds tag, segment and all are not supported yet: they need the
+// device index the route stage will own, and answer 422 naming
+// target.kind. A device target is resolved to its user through the
+// replica; herald.request/v1 has no field for the device yet, so the
+// record carries it as an extra member "targetDevice" (ignored by v1
+// decoders) until the schema gains one.
+//
+// # Quotas
+//
+// With QuotaPerWindow set, a tenant may have that many accepted
+// notifications per QuotaWindow (counted from the dedupe decisions, so
+// duplicates and replays never count); a send whose notifications the
+// replica says would be accepted is refused with 429 and Retry-After once
+// the count is reached, while repeats still pass. Both counts are
+// eventually consistent, so a burst can overshoot by what is in flight.
+package api

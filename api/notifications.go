@@ -1,0 +1,454 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sdk"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Limits of a send's fields (characters, as JSON Schema counts them); the
+// OpenAPI document states the same.
+const (
+	maxIDLen       = 256 // type, recipients, user and device ids, keys
+	maxTitleLen    = 512
+	maxBodyLen     = 4096
+	maxLocaleLen   = 35
+	maxWindowMs    = 30 * 24 * 3600 * 1000
+	headerIdemKey  = "Idempotency-Key"
+	headerReplayed = "Idempotency-Replayed"
+)
+
+// send is a validated POST /v1/notifications or /v1/explain body.
+type send struct {
+	n            sdk.Notification
+	recipients   []string
+	targetDevice string
+}
+
+// parseSend validates a send body; every problem names its field. Device
+// targets are resolved to their user through the replica.
+func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *problem) {
+	f := newFields(body, "")
+	if f.members == nil {
+		return nil, f.problem()
+	}
+	var n sdk.Notification
+	typ := f.text("type", false, maxIDLen)
+	alias := f.text("notificationId", false, maxIDLen)
+	switch {
+	case !f.has("type") && !f.has("notificationId"):
+		f.fail("type", "is required")
+	case f.has("type") && f.has("notificationId") && typ != alias:
+		f.fail("notificationId", "is an alias of type; when both are given they must be equal")
+	}
+	n.Type = typ
+	if n.Type == "" {
+		n.Type = alias
+	}
+
+	var recipients []string
+	given := 0
+	for _, name := range []string{"recipients", "recipientId", "target"} {
+		if f.has(name) {
+			given++
+		}
+	}
+	switch {
+	case given == 0:
+		f.fail("target", "is required: give recipients, recipientId or target")
+	case given > 1:
+		f.fail("target", "give exactly one of recipients, recipientId and target")
+	}
+	if list, ok := f.strings("recipients"); ok {
+		switch {
+		case len(list) == 0:
+			f.fail("recipients", "must not be empty")
+		case len(list) > s.cfg.MaxRecipients:
+			f.fail("recipients", fmt.Sprintf("at most %d recipients in one send", s.cfg.MaxRecipients))
+		default:
+			at := map[string]int{}
+			for i, rc := range list {
+				field := fmt.Sprintf("recipients[%d]", i)
+				switch j, dup := at[rc]; {
+				case rc == "":
+					f.fail(field, "must not be empty")
+				case utf8.RuneCountInString(rc) > maxIDLen:
+					f.fail(field, fmt.Sprintf("must be at most %d characters", maxIDLen))
+				case dup:
+					f.fail(field, fmt.Sprintf("repeats recipients[%d]", j))
+				}
+				at[rc] = i
+			}
+		}
+		recipients = list
+	}
+	if id := f.text("recipientId", false, maxIDLen); id != "" {
+		recipients = []string{id}
+	}
+	var targetDevice, targetUser string
+	if f.has("target") {
+		if t := f.child("target"); t != nil {
+			switch kind := t.text("kind", true, 16); kind {
+			case sdk.TargetUser:
+				targetUser = t.text("userId", true, maxIDLen)
+				recipients = []string{targetUser}
+			case sdk.TargetDevice:
+				targetDevice = t.text("deviceId", true, maxIDLen)
+				targetUser = t.text("userId", false, maxIDLen)
+			case sdk.TargetTag, sdk.TargetSegment, sdk.TargetAll:
+				t.fail("kind", fmt.Sprintf("target kind %q is not supported yet (it needs the route stage's device index); use user or device", kind))
+			case "":
+			default:
+				t.fail("kind", "must be user or device")
+			}
+			t.get("tag")
+			t.get("segment")
+			t.unknown()
+		}
+	}
+
+	n.Title = f.text("title", true, maxTitleLen)
+	n.Body = f.text("body", true, maxBodyLen)
+	if raw, ok := f.get("payload"); ok {
+		if raw[0] != '{' {
+			f.typeErr("payload", "must be a JSON object")
+		} else {
+			n.Payload = slices.Clone(raw)
+		}
+	}
+	n.Locale = f.text("locale", false, maxLocaleLen)
+	if chans, ok := f.strings("channels"); ok {
+		if len(chans) == 0 {
+			f.fail("channels", "must not be empty (omit it for every channel)")
+		}
+		seen := map[string]bool{}
+		for i, c := range chans {
+			field := fmt.Sprintf("channels[%d]", i)
+			switch {
+			case !slices.Contains(topics.Channels, c):
+				f.fail(field, "must be one of "+strings.Join(topics.Channels, ", "))
+			case seen[c]:
+				f.fail(field, "repeats a channel")
+			}
+			seen[c] = true
+		}
+		n.Channels = chans
+	}
+	n.DedupeKey = f.text("dedupeKey", false, maxIDLen)
+	n.DedupeWindowMs, _ = f.integer("dedupeWindowMs", maxWindowMs)
+	n.IdempotencyKey = f.text("idempotencyKey", false, maxIDLen)
+	if h := r.Header.Values(headerIdemKey); len(h) > 0 {
+		hk := strings.TrimSpace(h[0])
+		if len(hk) >= 2 && hk[0] == '"' && hk[len(hk)-1] == '"' {
+			hk = hk[1 : len(hk)-1] // the draft standard's sf-string form
+		}
+		field := "header:" + headerIdemKey
+		switch {
+		case len(h) > 1:
+			f.typeErr(field, "must be given once")
+		case !utf8.ValidString(hk):
+			f.typeErr(field, "must be valid UTF-8")
+		case hk == "":
+			*f.semErrs = append(*f.semErrs, sdk.FieldError{Field: field, Message: "must not be empty"})
+		case utf8.RuneCountInString(hk) > maxIDLen:
+			*f.semErrs = append(*f.semErrs, sdk.FieldError{Field: field, Message: fmt.Sprintf("must be at most %d characters", maxIDLen)})
+		case n.IdempotencyKey != "" && n.IdempotencyKey != hk:
+			f.fail("idempotencyKey", "differs from the Idempotency-Key header")
+		default:
+			n.IdempotencyKey = hk
+		}
+	}
+	if raw, ok := f.get("key"); ok {
+		if raw[0] != '{' {
+			f.typeErr("key", "must be a JSON object of string or number values")
+		} else if k, err := identity.ParseKey(string(raw)); err != nil {
+			f.typeErr("key", strings.TrimPrefix(err.Error(), "identity: key: "))
+		} else {
+			n.Key = k
+		}
+	}
+	f.unknown()
+	if prob := f.problem(); prob != nil {
+		return nil, prob
+	}
+
+	if targetDevice != "" {
+		if !s.rep.ready.Load() {
+			return nil, unavailable("the device index is still loading; retry shortly", 1)
+		}
+		d, ok := s.rep.findDevice(p.tenant, targetDevice)
+		if !ok || (targetUser != "" && d.Recipient != targetUser) {
+			return nil, invalid("no such device", sdk.FieldError{Field: "target.deviceId", Message: "no such device"})
+		}
+		recipients = []string{d.Recipient}
+	}
+	return &send{n: n, recipients: recipients, targetDevice: targetDevice}, nil
+}
+
+// readSend reads and validates a send body, answering the problem when
+// there is one.
+func (s *Server) readSend(w http.ResponseWriter, r *http.Request, p principal) (*send, bool) {
+	body, prob := readJSON(w, r, s.cfg.MaxBodyBytes)
+	if prob == nil {
+		var snd *send
+		if snd, prob = s.parseSend(body, r, p); prob == nil {
+			return snd, true
+		}
+	}
+	writeProblem(w, prob)
+	return nil, false
+}
+
+// preferWait reads "Prefer: wait=N" (RFC 7240), in seconds; other
+// preferences and malformed values are ignored, as the RFC asks.
+func preferWait(h http.Header) time.Duration {
+	for _, v := range h.Values("Prefer") {
+		for _, pref := range strings.Split(v, ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(strings.SplitN(pref, ";", 2)[0]), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			if n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`)); err == nil && n > 0 {
+				return time.Duration(n) * time.Second
+			}
+		}
+	}
+	return 0
+}
+
+func (s *Server) requests(snd *send, p principal, now time.Time) ([]schemas.Request, *problem) {
+	reqs, err := snd.n.Requests(snd.recipients, sdk.RequestOptions{Tenant: p.tenant, Producer: p.name, Source: "api", Now: now})
+	if err != nil {
+		return nil, invalid(err.Error())
+	}
+	return reqs, nil
+}
+
+// requestRecord encodes one request for herald.requests, keyed by its
+// notification id. A device target travels as the extra member
+// "targetDevice": herald.request/v1 has no field for it yet, and decoders
+// ignore unknown members, so the value stays a valid v1 record.
+func (s *Server) requestRecord(rq schemas.Request, targetDevice string, now time.Time) (*kgo.Record, error) {
+	b, err := schemas.Encode(rq)
+	if err != nil {
+		return nil, err
+	}
+	if targetDevice != "" {
+		ext, _ := json.Marshal(targetDevice)
+		b = append(append(append(b[:len(b)-1], `,"targetDevice":`...), ext...), '}')
+	}
+	return &kgo.Record{Topic: s.requestsT, Key: []byte(rq.NotificationID), Value: b, Timestamp: now,
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.RequestV1)}}}, nil
+}
+
+func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p principal) {
+	snd, ok := s.readSend(w, r, p)
+	if !ok {
+		return
+	}
+	if !s.running() {
+		writeProblem(w, unavailable("the server is not connected to Kafka", 1))
+		return
+	}
+	now := time.Now()
+	reqs, prob := s.requests(snd, p, now)
+	if prob != nil {
+		writeProblem(w, prob)
+		return
+	}
+	if prob := s.checkQuota(reqs, p, now); prob != nil {
+		writeProblem(w, prob)
+		return
+	}
+	recs := make([]*kgo.Record, len(reqs))
+	ids := make([]string, len(reqs))
+	for i, rq := range reqs {
+		rec, err := s.requestRecord(rq, snd.targetDevice, now)
+		if err != nil {
+			writeProblem(w, invalid(err.Error()))
+			return
+		}
+		recs[i], ids[i] = rec, rq.NotificationID
+	}
+	requestID := reqs[0].RequestID
+
+	wait := min(preferWait(r.Header), s.cfg.MaxWait)
+	if snd.n.IdempotencyKey != "" {
+		// The authoritative replay/conflict check is the dedupe stage's
+		// decision: wait for it (bounded) to answer as the original did.
+		wait = max(wait, s.cfg.IdempotencyWait)
+	}
+	var wt *waiter
+	if wait > 0 {
+		wt = s.tr.expect(requestID, ids)
+	}
+	if err := s.w.write(r.Context(), recs); err != nil {
+		if wt != nil {
+			s.tr.forget(requestID)
+		}
+		detail := "the notifications were not written; retry"
+		if errors.Is(err, errCommitUnknown) {
+			detail = "the write's outcome is unknown; retry with the same Idempotency-Key"
+		}
+		s.log.Warn("send failed", "tenant", p.tenant, "request_id", requestID, "records", len(recs), "err", err)
+		writeProblem(w, unavailable(detail, 1))
+		return
+	}
+	var got map[string]schemas.Decision
+	if wt != nil {
+		got = s.tr.wait(r.Context(), requestID, wt, wait)
+	}
+	s.log.Debug("send written", "tenant", p.tenant, "request_id", requestID, "notifications", len(reqs), "decided", len(got))
+	s.answerSend(w, reqs, requestID, got)
+}
+
+// answerSend builds the answer from the decisions received. An idempotent
+// replay is answered from the replay decisions alone (the original call's
+// request id and each notification's original outcome), which is exactly
+// what the original call answered once its decisions were in; ids are
+// derived from the body, so they are the same too.
+func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, requestID string, got map[string]schemas.Decision) {
+	statuses := make([]sdk.NotificationStatus, len(reqs))
+	replays, conflict := 0, false
+	orig, sameOrig := "", true
+	for i, rq := range reqs {
+		st := sdk.StatusPending
+		if d, ok := got[rq.NotificationID]; ok {
+			st = d.Outcome
+			switch d.Outcome {
+			case schemas.DecisionIdempotentReplay:
+				st = d.OriginalOutcome
+				if st == "" {
+					st = schemas.DecisionAccepted
+				}
+				replays++
+				if orig == "" {
+					orig = d.OriginalRequestID
+				} else if orig != d.OriginalRequestID {
+					sameOrig = false
+				}
+			case schemas.DecisionIdempotencyConflict:
+				conflict = true
+				orig = d.OriginalRequestID
+			}
+		}
+		statuses[i] = sdk.NotificationStatus{ID: rq.NotificationID, Recipient: rq.Recipient, Status: st}
+	}
+	if conflict {
+		p := newProblem(http.StatusUnprocessableEntity, probConflict, "Idempotency key reused with a different body",
+			"this Idempotency-Key was first used with a different body; nothing was sent for the conflicting notifications",
+			sdk.FieldError{Field: "idempotencyKey", Message: "already used with a different body"})
+		p.OriginalRequestID, p.Notifications = orig, statuses
+		writeProblem(w, p)
+		return
+	}
+	res := sdk.SendResult{RequestID: requestID, Notifications: statuses, Deliveries: []sdk.Delivery{}, Skipped: []sdk.Skipped{}}
+	if replays == len(reqs) && sameOrig && orig != "" {
+		res.RequestID = orig
+		w.Header().Set(headerReplayed, "true")
+	}
+	for _, st := range statuses {
+		if st.Status != sdk.StatusPending && st.Status != schemas.DecisionAccepted {
+			res.Skipped = append(res.Skipped, sdk.Skipped{NotificationID: st.ID, Recipient: st.Recipient, Reason: st.Status})
+		}
+	}
+	if len(reqs) == 1 {
+		w.Header().Set("Location", "/v1/notifications/"+reqs[0].NotificationID)
+	}
+	writeJSON(w, http.StatusAccepted, res)
+}
+
+// explainOne evaluates one request against the seen-set replica.
+func (s *Server) explainOne(rq schemas.Request, now time.Time) sdk.ExplainedNotification {
+	res := s.cfg.Policy.Decide(rq, now.UnixMilli(), dedupe.Source{Topic: "explain", Partition: -1, Offset: -1}, s.rep.lookupSeen)
+	d := res.Decision
+	return sdk.ExplainedNotification{
+		ID: rq.NotificationID, Recipient: rq.Recipient, IDSource: rq.IDSource, Outcome: d.Outcome,
+		WouldDeduplicate:  d.Outcome == schemas.DecisionDuplicate,
+		WouldReplay:       d.Outcome == schemas.DecisionIdempotentReplay,
+		WouldConflict:     d.Outcome == schemas.DecisionIdempotencyConflict,
+		OriginalRequestID: d.OriginalRequestID, OriginalNotificationID: d.OriginalNotificationID, OriginalAt: d.OriginalAt,
+	}
+}
+
+// checkQuota refuses a send that would take the tenant over its quota of
+// accepted notifications, counting only the notifications the replica says
+// would be accepted: a duplicate or a replay never counts and is never
+// refused. Both counts are eventually consistent.
+func (s *Server) checkQuota(reqs []schemas.Request, p principal, now time.Time) *problem {
+	if s.cfg.QuotaPerWindow <= 0 {
+		return nil
+	}
+	used, end := s.tr.acceptedIn(p.tenant, now.UnixMilli())
+	if used < s.cfg.QuotaPerWindow {
+		return nil
+	}
+	fresh := 0
+	for _, rq := range reqs {
+		if s.explainOne(rq, now).Outcome == schemas.DecisionAccepted {
+			fresh++
+		}
+	}
+	if fresh == 0 {
+		return nil
+	}
+	retry := int((end - now.UnixMilli() + 999) / 1000)
+	prob := newProblem(http.StatusTooManyRequests, problemBase+"quota-exceeded", "Quota exceeded",
+		fmt.Sprintf("this tenant may have %d accepted notifications per %s", s.cfg.QuotaPerWindow, s.cfg.QuotaWindow))
+	prob.retryAfter = max(retry, 1)
+	return prob
+}
+
+func (s *Server) postExplain(w http.ResponseWriter, r *http.Request, p principal) {
+	snd, ok := s.readSend(w, r, p)
+	if !ok {
+		return
+	}
+	if !s.running() || !s.rep.ready.Load() {
+		writeProblem(w, unavailable("the seen-set replica is still loading; retry shortly", 1))
+		return
+	}
+	now := time.Now()
+	reqs, prob := s.requests(snd, p, now)
+	if prob != nil {
+		writeProblem(w, prob)
+		return
+	}
+	ex := sdk.Explanation{Consistency: "eventual", Notifications: make([]sdk.ExplainedNotification, len(reqs))}
+	for i, rq := range reqs {
+		e := s.explainOne(rq, now)
+		ex.Notifications[i] = e
+		ex.WouldDeduplicate = ex.WouldDeduplicate || e.WouldDeduplicate
+		ex.WouldReplay = ex.WouldReplay || e.WouldReplay
+		ex.WouldConflict = ex.WouldConflict || e.WouldConflict
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, p principal) {
+	id := r.PathValue("id")
+	if !identity.Valid(id) {
+		writeProblem(w, notFound("notification"))
+		return
+	}
+	rec, ok := s.tr.record(p.tenant, id)
+	if !ok {
+		writeProblem(w, notFound("notification"))
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}

@@ -1,0 +1,229 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/schemas"
+)
+
+// replica is the API's read-only copy of three compacted topics, consumed
+// read_committed from their start: the dedupe stage's seen-set
+// (herald.seen, for explain), devices and preferences (for the device and
+// preference endpoints and device targets). It is eventually consistent
+// with the stage that owns each topic: it lags by the time the consumer
+// takes to read a committed change. The API's own device and preference
+// writes are applied to it as soon as they commit, so a caller reads its
+// own writes on the instance that made them.
+type replica struct {
+	seenT, devicesT, prefsT string
+
+	ready atomic.Bool // caught up with the topics' ends as of Start
+
+	mu      sync.RWMutex
+	seen    map[string]schemas.SeenEntry
+	devices map[string]map[string]schemas.Device // RecipientKey → device id → device
+	prefs   map[string]schemas.Preferences       // RecipientKey → preferences
+}
+
+func newReplica(seen, devices, prefs string) *replica {
+	return &replica{seenT: seen, devicesT: devices, prefsT: prefs,
+		seen: map[string]schemas.SeenEntry{}, devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{}}
+}
+
+// lookupSeen is a dedupe.Lookup over the replica.
+func (r *replica) lookupSeen(key string) (schemas.SeenEntry, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.seen[key]
+	return e, ok
+}
+
+func (r *replica) device(tenant, user, id string) (schemas.Device, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	d, ok := r.devices[schemas.RecipientKey(tenant, user)][id]
+	return d, ok
+}
+
+// findDevice returns a tenant's device by id alone (device targets): the
+// first match in user order.
+func (r *replica) findDevice(tenant, id string) (schemas.Device, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	prefix := url.PathEscape(tenant) + "/"
+	var users []string
+	for k, ds := range r.devices {
+		if _, ok := ds[id]; ok && strings.HasPrefix(k, prefix) {
+			users = append(users, k)
+		}
+	}
+	if len(users) == 0 {
+		return schemas.Device{}, false
+	}
+	sort.Strings(users)
+	return r.devices[users[0]][id], true
+}
+
+func (r *replica) userDevices(tenant, user string) []schemas.Device {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []schemas.Device
+	for _, d := range r.devices[schemas.RecipientKey(tenant, user)] {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].DeviceID < out[j].DeviceID })
+	return out
+}
+
+func (r *replica) preferences(tenant, user string) (schemas.Preferences, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p, ok := r.prefs[schemas.RecipientKey(tenant, user)]
+	return p, ok
+}
+
+// putDevice and the others apply one change (nil: delete).
+func (r *replica) putDevice(key string, d *schemas.Device) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rk := schemas.RecipientPrefix(key)
+	if d == nil {
+		id, err := url.PathUnescape(key[min(len(rk)+1, len(key)):])
+		if err != nil {
+			return
+		}
+		delete(r.devices[rk], id)
+		if len(r.devices[rk]) == 0 {
+			delete(r.devices, rk)
+		}
+		return
+	}
+	if r.devices[rk] == nil {
+		r.devices[rk] = map[string]schemas.Device{}
+	}
+	r.devices[rk][d.DeviceID] = *d
+}
+
+func (r *replica) putPreferences(key string, p *schemas.Preferences) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p == nil {
+		delete(r.prefs, key)
+		return
+	}
+	r.prefs[key] = *p
+}
+
+func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
+	key := string(rec.Key)
+	switch rec.Topic {
+	case r.seenT:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if rec.Value == nil {
+			delete(r.seen, key)
+			return
+		}
+		var e schemas.SeenEntry
+		if err := schemas.Decode(rec.Value, &e); err != nil {
+			log.Debug("replica: skip undecodable seen entry", "err", err)
+			return
+		}
+		r.seen[key] = e
+	case r.devicesT:
+		if rec.Value == nil {
+			r.putDevice(key, nil)
+			return
+		}
+		var d schemas.Device
+		if err := schemas.Decode(rec.Value, &d); err != nil {
+			log.Debug("replica: skip undecodable device", "err", err)
+			return
+		}
+		r.putDevice(key, &d)
+	case r.prefsT:
+		if rec.Value == nil {
+			r.putPreferences(key, nil)
+			return
+		}
+		var p schemas.Preferences
+		if err := schemas.Decode(rec.Value, &p); err != nil {
+			log.Debug("replica: skip undecodable preferences", "err", err)
+			return
+		}
+		r.putPreferences(key, &p)
+	}
+}
+
+// consume reads the three topics until ctx ends. It marks the replica
+// ready once it has read every partition up to its last stable offset as
+// of the start: before that, explain and device lookups would answer from
+// a partial copy.
+func (r *replica) consume(ctx context.Context, cl *kgo.Client, log *slog.Logger) error {
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.seenT, r.devicesT, r.prefsT)
+	if err != nil {
+		return fmt.Errorf("api: replica: list offsets: %w", err)
+	}
+	behind := map[string]map[int32]int64{}
+	var lerr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			lerr = fmt.Errorf("api: replica: offsets of %s/%d: %w", o.Topic, o.Partition, o.Err)
+			return
+		}
+		if o.Offset > 0 {
+			if behind[o.Topic] == nil {
+				behind[o.Topic] = map[int32]int64{}
+			}
+			behind[o.Topic][o.Partition] = o.Offset
+		}
+	})
+	if lerr != nil {
+		return lerr
+	}
+	caughtUp := func(rec *kgo.Record) {
+		if end, ok := behind[rec.Topic][rec.Partition]; ok && rec.Offset+1 >= end {
+			delete(behind[rec.Topic], rec.Partition)
+			if len(behind[rec.Topic]) == 0 {
+				delete(behind, rec.Topic)
+			}
+		}
+	}
+	if len(behind) == 0 {
+		r.ready.Store(true)
+	}
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return nil
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				log.Warn("replica fetch error", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		fs.EachRecord(func(rec *kgo.Record) {
+			if !rec.Attrs.IsControl() {
+				r.apply(rec, log)
+			}
+			if !r.ready.Load() {
+				caughtUp(rec)
+				if len(behind) == 0 {
+					r.ready.Store(true)
+					log.Info("replica caught up")
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,332 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Config configures one API server.
+type Config struct {
+	Brokers []string
+	Catalog *topics.Catalog
+	// Keys are the accepted API keys (see ParseKeys, DevKeys). Required.
+	Keys []APIKey
+	// InstanceID names this instance; its transactional id is
+	// "herald-api-" + InstanceID. Keep it stable across restarts and unique
+	// among running instances: a restart then fences the predecessor's open
+	// transaction at once. A random id when empty.
+	InstanceID string
+	// Policy must match the dedupe stage's: explain evaluates with it.
+	// dedupe.DefaultPolicy when zero.
+	Policy dedupe.Policy
+	// MaxBodyBytes bounds a request body (64 KiB by default).
+	MaxBodyBytes int64
+	// MaxRecipients bounds the recipients of one send (1000 by default).
+	MaxRecipients int
+	// MaxWait caps Prefer: wait=N (30 s by default).
+	MaxWait time.Duration
+	// IdempotencyWait bounds the wait for the dedupe stage's decisions on a
+	// send with an idempotency key (10 s by default).
+	IdempotencyWait time.Duration
+	// Lookback is how far back the read model starts reading requests and
+	// decisions (24 h by default), MaxTracked how many notifications it
+	// keeps (100 000 by default; the oldest go first).
+	Lookback   time.Duration
+	MaxTracked int
+	// QuotaPerWindow limits each tenant to that many accepted
+	// notifications per QuotaWindow (1 minute by default); 0 means no
+	// quota. Only accepted notifications count: duplicates and replays
+	// never do.
+	QuotaPerWindow int64
+	QuotaWindow    time.Duration
+	// TransactionTimeout of the producer (10 s by default) and
+	// MaxBatchRecords, the most records grouped in one transaction (5000).
+	TransactionTimeout time.Duration
+	MaxBatchRecords    int
+	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
+	ClientOpts []kgo.Opt
+	Logger     *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Brokers) == 0 || c.Catalog == nil {
+		return errors.New("api: Brokers and Catalog are required")
+	}
+	if len(c.Keys) == 0 {
+		return errors.New("api: no API keys configured (use ParseKeys, or DevKeys on a laptop)")
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = identity.NewRandomID()[:12]
+	}
+	if c.Policy.DefaultWindowMs == 0 && c.Policy.IdempotencyTTLMs == 0 {
+		c.Policy = dedupe.DefaultPolicy()
+	}
+	setDefault(&c.MaxBodyBytes, 64<<10)
+	setDefault(&c.MaxRecipients, 1000)
+	setDefault(&c.MaxWait, 30*time.Second)
+	setDefault(&c.IdempotencyWait, 10*time.Second)
+	setDefault(&c.Lookback, 24*time.Hour)
+	setDefault(&c.MaxTracked, 100_000)
+	setDefault(&c.QuotaWindow, time.Minute)
+	setDefault(&c.TransactionTimeout, 10*time.Second)
+	setDefault(&c.MaxBatchRecords, 5000)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// Server is herald's HTTP API: an http.Handler, plus Start and Close for
+// the Kafka clients behind it. Mount it anywhere (herald api serves it on
+// its own listener; herald dev inside its own).
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	mux    *http.ServeMux
+	routes []route
+
+	requestsT, decisionsT, devicesT, prefsT string
+
+	w   *writer
+	tr  *tracker
+	rep *replica
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	clients []*kgo.Client
+}
+
+// route is one operation of the API; the OpenAPI document lists exactly
+// these.
+type route struct {
+	method, pattern string
+	public          bool // no API key needed
+	handle          func(s *Server, w http.ResponseWriter, r *http.Request, p principal)
+}
+
+// New builds a server; call Start before serving requests that touch
+// Kafka (until then they answer 503).
+func New(cfg Config) (*Server, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	cat := cfg.Catalog
+	s := &Server{
+		cfg: cfg, log: cfg.Logger.With("component", "api"),
+		requestsT: cat.Name(topics.Requests), decisionsT: cat.Name(topics.Decisions),
+		devicesT: cat.Name(topics.Devices), prefsT: cat.Name(topics.Preferences),
+	}
+	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
+	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT)
+	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log)
+	s.routes = apiRoutes()
+	s.mux = http.NewServeMux()
+	allowed := map[string][]string{}
+	for _, rt := range s.routes {
+		rt := rt
+		s.mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, rt) })
+		allowed[rt.pattern] = append(allowed[rt.pattern], rt.method)
+	}
+	for pattern, methods := range allowed {
+		sort.Strings(methods)
+		allow := strings.Join(methods, ", ")
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			p := newProblem(http.StatusMethodNotAllowed, probMethod, "Method not allowed", r.Method+" is not allowed here; use "+allow)
+			p.header = http.Header{"Allow": {allow}}
+			writeProblem(w, p)
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, notFound("path "+r.URL.Path))
+	})
+	return s, nil
+}
+
+func apiRoutes() []route {
+	return []route{
+		{"GET", "/openapi.json", true, (*Server).getOpenAPI},
+		{"GET", "/healthz", true, (*Server).getHealth},
+		{"POST", "/v1/notifications", false, (*Server).postNotifications},
+		{"GET", "/v1/notifications/{id}", false, (*Server).getNotification},
+		{"POST", "/v1/explain", false, (*Server).postExplain},
+		{"GET", "/v1/users/{userId}/devices", false, (*Server).listDevices},
+		{"GET", "/v1/users/{userId}/devices/{deviceId}", false, (*Server).getDevice},
+		{"PUT", "/v1/users/{userId}/devices/{deviceId}", false, (*Server).putDevice},
+		{"DELETE", "/v1/users/{userId}/devices/{deviceId}", false, (*Server).deleteDevice},
+		{"GET", "/v1/users/{userId}/preferences", false, (*Server).getPreferences},
+		{"PUT", "/v1/users/{userId}/preferences", false, (*Server).putPreferences},
+		{"DELETE", "/v1/users/{userId}/preferences", false, (*Server).deletePreferences},
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// statusWriter remembers the status for the access log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (sw *statusWriter) WriteHeader(code int) {
+	if sw.status == 0 {
+		sw.status = code
+	}
+	sw.ResponseWriter.WriteHeader(code)
+}
+
+func (sw *statusWriter) Write(b []byte) (int, error) {
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+	return sw.ResponseWriter.Write(b)
+}
+
+// serve authenticates, runs one route, recovers a panic into a 500, and
+// logs the call (never the key or the body).
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	var p principal
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("handler panic", "route", rt.method+" "+rt.pattern, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				writeProblem(sw, newProblem(http.StatusInternalServerError, problemBase+"internal", "Internal error", "the server failed; retry later"))
+			}
+		}
+		level := slog.LevelInfo
+		if rt.public {
+			level = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), level, "http", "method", r.Method, "route", rt.pattern, "status", sw.status,
+			"tenant", p.tenant, "key", p.name, "elapsed", time.Since(start).Round(time.Microsecond))
+	}()
+	if !rt.public {
+		var ok bool
+		if p, ok = authenticate(s.cfg.Keys, r); !ok {
+			writeProblem(sw, unauthorized())
+			return
+		}
+	}
+	rt.handle(s, sw, r, p)
+}
+
+// Start connects to Kafka and starts the producer and the read models. It
+// returns once the clients exist; the replica becomes ready (explain,
+// devices) once it has caught up.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.closed {
+		return errors.New("api: already started (a server starts once)")
+	}
+	base := append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, s.cfg.ClientOpts...)
+	trCl, err := kgo.NewClient(append(base,
+		kgo.ConsumeTopics(s.requestsT, s.decisionsT),
+		kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-s.cfg.Lookback).UnixMilli())),
+	)...)
+	if err != nil {
+		return fmt.Errorf("api: read model client: %w", err)
+	}
+	repCl, err := kgo.NewClient(append(base,
+		kgo.ConsumeTopics(s.rep.seenT, s.devicesT, s.prefsT),
+		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		trCl.Close()
+		return fmt.Errorf("api: replica client: %w", err)
+	}
+	if err := repCl.Ping(ctx); err != nil {
+		trCl.Close()
+		repCl.Close()
+		return fmt.Errorf("api: reach Kafka: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.clients = []*kgo.Client{trCl, repCl}
+	s.started = true
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.w.run(runCtx) }()
+	go func() { defer s.wg.Done(); s.tr.consume(runCtx, trCl, s.requestsT, s.decisionsT, s.log) }()
+	go func() {
+		defer s.wg.Done()
+		if err := s.rep.consume(runCtx, repCl, s.log); err != nil {
+			s.log.Error("replica stopped", "err", err)
+		}
+	}()
+	s.log.Info("api started", "instance", s.cfg.InstanceID, "requests", s.requestsT)
+	return nil
+}
+
+// newProducer makes the transactional producer: acks=all and idempotent
+// (franz-go's defaults, required by transactions), placed by the catalog's
+// partitioner.
+func (s *Server) newProducer() (*kgo.Client, error) {
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.TransactionalID("herald-api-" + s.cfg.InstanceID),
+		kgo.TransactionTimeout(s.cfg.TransactionTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(s.cfg.Catalog.Partitioner()),
+		kgo.ProducerLinger(0),
+	}, s.cfg.ClientOpts...)
+	return kgo.NewClient(opts...)
+}
+
+// Close stops the producer (after the transaction in flight) and the
+// consumers. Requests still waiting answer with what they have.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return nil
+	}
+	s.cancel()
+	for _, cl := range s.clients {
+		cl.Close()
+	}
+	s.wg.Wait()
+	s.started, s.closed = false, true
+	return nil
+}
+
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+func (s *Server) getHealth(w http.ResponseWriter, r *http.Request, _ principal) {
+	status := "ok"
+	if !s.running() {
+		status = "stopped"
+	} else if !s.rep.ready.Load() {
+		status = "starting"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": status})
+}

@@ -1,0 +1,242 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sdk"
+)
+
+// tracker is the API's read model of herald.requests and herald.decisions,
+// consumed read_committed from Lookback ago: each notification's first
+// request and its timeline (GET /v1/notifications/{id}), the decisions that
+// callers wait for (Prefer: wait, idempotency keys), and the accepted count
+// per tenant (quotas). It is eventually consistent: a request the API has
+// just written appears once the consumer reads it back.
+type tracker struct {
+	max    int
+	quotaW int64 // quota window in ms; 0 without a quota
+
+	mu      sync.Mutex
+	notes   map[noteKey]*note
+	order   []noteKey // insertion order, for eviction
+	waiters map[string]*waiter
+	// accepted counts accepted dedupe decisions per tenant in the quota
+	// window that holds the newest decision time seen.
+	accepted map[string]int64
+	window   int64
+}
+
+// noteKey scopes a notification id by tenant: canonical ids do not contain
+// the tenant, so two tenants can send notifications with one id.
+type noteKey struct{ tenant, id string }
+
+type note struct {
+	req      *schemas.Request
+	first    *schemas.Decision // first decision of any request
+	timeline []sdk.TimelineEvent
+}
+
+// waiter collects the dedupe decisions about one call's records.
+type waiter struct {
+	want map[string]bool // notification ids
+	got  map[string]schemas.Decision
+	done chan struct{}
+}
+
+func newTracker(maxNotes int, quotaWindow time.Duration) *tracker {
+	return &tracker{max: maxNotes, quotaW: quotaWindow.Milliseconds(), notes: map[noteKey]*note{},
+		waiters: map[string]*waiter{}, accepted: map[string]int64{}}
+}
+
+// expect registers a waiter for the decisions about requestID's records;
+// call it before writing them. Cancel it with forget.
+func (t *tracker) expect(requestID string, ids []string) *waiter {
+	w := &waiter{want: map[string]bool{}, got: map[string]schemas.Decision{}, done: make(chan struct{})}
+	for _, id := range ids {
+		w.want[id] = true
+	}
+	t.mu.Lock()
+	t.waiters[requestID] = w
+	t.mu.Unlock()
+	return w
+}
+
+func (t *tracker) forget(requestID string) {
+	t.mu.Lock()
+	delete(t.waiters, requestID)
+	t.mu.Unlock()
+}
+
+// wait blocks until every decision arrived, the deadline, or ctx ends, and
+// returns the decisions so far by notification id.
+func (t *tracker) wait(ctx context.Context, requestID string, w *waiter, d time.Duration) map[string]schemas.Decision {
+	if d > 0 {
+		timer := time.NewTimer(d)
+		select {
+		case <-w.done:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.waiters, requestID)
+	return maps.Clone(w.got)
+}
+
+func (t *tracker) noteFor(k noteKey) *note {
+	n := t.notes[k]
+	if n == nil {
+		n = &note{}
+		t.notes[k] = n
+		t.order = append(t.order, k)
+		for len(t.notes) > t.max && len(t.order) > 0 {
+			delete(t.notes, t.order[0])
+			t.order = t.order[1:]
+		}
+		if cap(t.order) > 4*t.max && len(t.order) < t.max {
+			t.order = slices.Clone(t.order)
+		}
+	}
+	return n
+}
+
+func (t *tracker) addRequest(r schemas.Request, at int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.noteFor(noteKey{r.Tenant, r.NotificationID})
+	if n.req == nil {
+		r := r
+		n.req = &r
+	}
+	n.timeline = append(n.timeline, sdk.TimelineEvent{At: at, Kind: "requested", RequestID: r.RequestID, Producer: r.Producer})
+}
+
+func (t *tracker) addDecision(d schemas.Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if d.Tenant != "" {
+		n := t.noteFor(noteKey{d.Tenant, d.NotificationID})
+		if n.first == nil {
+			d := d
+			n.first = &d
+		}
+		n.timeline = append(n.timeline, sdk.TimelineEvent{At: d.At, Kind: "decision", RequestID: d.RequestID, Stage: d.Stage,
+			Outcome: d.Outcome, Detail: d.Detail, OriginalRequestID: d.OriginalRequestID, Producer: d.Producer})
+	}
+	if d.Stage == "dedupe" && d.Outcome == schemas.DecisionAccepted && t.quotaW > 0 {
+		switch w := d.At / t.quotaW; {
+		case w > t.window:
+			t.window = w
+			clear(t.accepted)
+			t.accepted[d.Tenant]++
+		case w == t.window:
+			t.accepted[d.Tenant]++
+		}
+	}
+	if w := t.waiters[d.RequestID]; w != nil && d.Stage == "dedupe" && w.want[d.NotificationID] {
+		if _, dup := w.got[d.NotificationID]; !dup {
+			w.got[d.NotificationID] = d
+			if len(w.got) == len(w.want) {
+				close(w.done)
+			}
+		}
+	}
+}
+
+// acceptedIn returns the tenant's accepted count in the quota window that
+// holds now (ms), and when that window ends.
+func (t *tracker) acceptedIn(tenant string, now int64) (int64, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := now / t.quotaW
+	end := (w + 1) * t.quotaW
+	if w != t.window {
+		return 0, end
+	}
+	return t.accepted[tenant], end
+}
+
+// record returns the read model of one notification of a tenant.
+func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.notes[noteKey{tenant, id}]
+	if n == nil || (n.req == nil && n.first == nil) {
+		return sdk.NotificationRecord{}, false
+	}
+	rec := sdk.NotificationRecord{ID: id, Status: sdk.StatusPending, Timeline: slices.Clone(n.timeline)}
+	if r := n.req; r != nil {
+		rec.Type, rec.Recipient, rec.Title, rec.Body = r.Type, r.Recipient, r.Title, r.Body
+		rec.Payload, rec.Locale, rec.Channels = r.Payload, r.Locale, r.Channels
+		rec.DedupeKey, rec.IdempotencyKey, rec.IDSource = r.DedupeKey, r.IdempotencyKey, r.IDSource
+		rec.RequestID, rec.Producer, rec.Source, rec.CreatedAt = r.RequestID, r.Producer, r.Source, r.CreatedAt
+	} else {
+		d := n.first
+		rec.Type, rec.Recipient, rec.RequestID, rec.Producer = d.Type, d.Recipient, d.RequestID, d.Producer
+		rec.DedupeKey, rec.IdempotencyKey, rec.IDSource, rec.Source = d.DedupeKey, d.IdempotencyKey, "unknown", "unknown"
+	}
+	for _, e := range n.timeline {
+		if e.Kind == "decision" && e.RequestID == rec.RequestID {
+			rec.Status = e.Outcome
+			break
+		}
+	}
+	slices.SortStableFunc(rec.Timeline, func(a, b sdk.TimelineEvent) int {
+		if a.At != b.At {
+			return cmp.Compare(a.At, b.At)
+		}
+		if a.Kind != b.Kind {
+			if a.Kind == "requested" {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return rec, true
+}
+
+// consume reads requests and decisions until ctx ends.
+func (t *tracker) consume(ctx context.Context, cl *kgo.Client, requests, decisions string, log *slog.Logger) {
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				log.Warn("read model fetch error", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			switch r.Topic {
+			case requests:
+				var req schemas.Request
+				if err := schemas.Decode(r.Value, &req); err != nil {
+					log.Debug("read model: skip undecodable request", "partition", r.Partition, "offset", r.Offset, "err", err)
+					return
+				}
+				t.addRequest(req, r.Timestamp.UnixMilli())
+			case decisions:
+				var d schemas.Decision
+				if err := schemas.Decode(r.Value, &d); err != nil {
+					log.Debug("read model: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
+					return
+				}
+				t.addDecision(d)
+			}
+		})
+	}
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/processors/dedupe"
+)
+
+// runAPI implements `herald api`: the HTTP API for producer services.
+//
+//	herald api --listen 127.0.0.1:8080 --api-keys /etc/herald/keys
+//
+// The key file holds one "tenant:name:sha256hex" line per key (see
+// `herald api --hash-key KEY` for the hash). Without --api-keys the server
+// accepts only the public development key (api.DevAPIKey, tenant "dev"):
+// never run that way outside a laptop.
+func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("api")
+	var kf kafkaFlags
+	kf.register(fs)
+	host, _ := os.Hostname()
+	d := dedupe.DefaultPolicy()
+	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
+	keysFile := fs.String("api-keys", "", "file of API keys, one 'tenant:name:sha256hex' per line (default: the development key only)")
+	hashKey := fs.String("hash-key", "", "print the sha256 hex of this key (for the key file) and exit")
+	instance := fs.String("instance-id", host, "this instance's name, unique and stable across restarts (its transactional id)")
+	maxBody := fs.Int64("max-body-bytes", 64<<10, "largest request body")
+	maxRecipients := fs.Int("max-recipients", 1000, "most recipients in one send")
+	maxWait := fs.Duration("max-wait", 30*time.Second, "cap of Prefer: wait=N")
+	idemWait := fs.Duration("idempotency-wait", 10*time.Second, "how long a send with an idempotency key waits for the dedupe decision")
+	lookback := fs.Duration("lookback", 24*time.Hour, "how far back the notification read model reads")
+	quota := fs.Int64("quota", 0, "accepted notifications per tenant per --quota-window (0: no quota)")
+	quotaWindow := fs.Duration("quota-window", time.Minute, "quota window")
+	window := fs.Duration("dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window (match the dedupe stage; used by explain)")
+	typeWindows := fs.String("type-windows", "", "per-type dedupe windows (match the dedupe stage)")
+	ttl := fs.Duration("idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL (match the dedupe stage)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *hashKey != "" {
+		_, err := fmt.Fprintln(stdout, api.HashKey(*hashKey))
+		return err
+	}
+	seeds, err := kf.seeds()
+	if err != nil {
+		return err
+	}
+	tw, err := parseTypeWindows(*typeWindows)
+	if err != nil {
+		return err
+	}
+	keys := api.DevKeys()
+	if *keysFile != "" {
+		f, err := os.Open(*keysFile)
+		if err != nil {
+			return fmt.Errorf("%w: --api-keys: %v", errUsage, err)
+		}
+		keys, err = api.ParseKeys(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%w: --api-keys %s: %v", errUsage, *keysFile, err)
+		}
+	} else {
+		slog.Warn("no --api-keys: accepting only the public development key (tenant dev)")
+	}
+	srv, err := api.New(api.Config{
+		Brokers: seeds, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
+		Policy:       dedupe.Policy{DefaultWindowMs: window.Milliseconds(), TypeWindowMs: tw, IdempotencyTTLMs: ttl.Milliseconds()},
+		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
+		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *listen, err)
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      *maxWait + *idemWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	slog.Info("herald api listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+func TestAPICommandFlags(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("acme:svc:not-hex\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  string
+	}{
+		{"--hash-key prints the sha256 of a key for the key file", []string{"--hash-key", "s3cret"}, 0, api.HashKey("s3cret") + "\n", ""},
+		{"a key file with a bad line is a usage error naming the file", []string{"--api-keys", bad, "--brokers", "127.0.0.1:1"}, 2, "", "line 1"},
+		{"a missing key file is a usage error", []string{"--api-keys", filepath.Join(dir, "none"), "--brokers", "127.0.0.1:1"}, 2, "", "--api-keys"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(context.Background(), append([]string{"api"}, tc.args...), &out, &errb)
+			if code != tc.wantCode || out.String() != tc.wantOut || !strings.Contains(errb.String(), tc.wantErr) {
+				t.Fatalf("code %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", code, out.String(), errb.String(), tc.wantCode, tc.wantOut, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestAPICommandServesUntilCancelled(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("acme:billing:"+api.HashKey("k1")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		done <- run(ctx, []string{"api", "--brokers", strings.Join(brokers, ","), "--topic-prefix", cat.Options().Prefix,
+			"--partitions", "1", "--listen", addr, "--api-keys", keys, "--instance-id", "cmd-test"}, &out, &errb)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			var h struct{ Status string }
+			json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if h.Status == "ok" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("herald api did not become healthy: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/users/u/devices", nil)
+	req.Header.Set("Authorization", "Bearer k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET devices with the configured key: %d", resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit code %d after cancel, want 0", code)
+	}
+}

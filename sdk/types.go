@@ -1,0 +1,328 @@
+package sdk
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/schemas"
+)
+
+// Notification is one logical send: a notification of one type to one or
+// more recipients, each of whom gets a notification of their own with its
+// own id. It is the body of POST /v1/notifications.
+type Notification struct {
+	// Type names what the notification is about, e.g. "invoice.paid".
+	Type string `json:"type"`
+	// Recipients are user ids; or set Target instead.
+	Recipients []string `json:"recipients,omitempty"`
+	Target     *Target  `json:"target,omitempty"`
+	Title      string   `json:"title"`
+	Body       string   `json:"body"`
+	// Payload is a JSON object handed to the device with the notification.
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	Locale   string          `json:"locale,omitempty"`
+	Channels []string        `json:"channels,omitempty"`
+	// Key makes the id the canonical NotificationID(type, recipient, key)
+	// when there is neither a DedupeKey nor an IdempotencyKey.
+	Key            Key    `json:"key,omitempty"`
+	DedupeKey      string `json:"dedupeKey,omitempty"`
+	DedupeWindowMs int64  `json:"dedupeWindowMs,omitempty"`
+	// IdempotencyKey names this logical send. Client sets one when empty.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+}
+
+// Target kinds. Only TargetUser and TargetDevice are supported today; the
+// others need the device index the route stage will own.
+const (
+	TargetUser    = "user"
+	TargetDevice  = "device"
+	TargetTag     = "tag"
+	TargetSegment = "segment"
+	TargetAll     = "all"
+)
+
+// Target addresses a notification other than by a list of recipients.
+type Target struct {
+	Kind     string `json:"kind"`
+	UserID   string `json:"userId,omitempty"`
+	DeviceID string `json:"deviceId,omitempty"`
+	Tag      string `json:"tag,omitempty"`
+	Segment  string `json:"segment,omitempty"`
+}
+
+// RequestOptions are the parts of a request record that are not the
+// notification's: who sends it and when.
+type RequestOptions struct {
+	// RequestID names the call; a fresh random id when empty. All the
+	// records of one call share it.
+	RequestID string
+	Tenant    string
+	// Producer names the calling service (never a secret).
+	Producer string
+	// Source is "api" or "sdk".
+	Source string
+	// Now is the request's creation time; time.Now when zero.
+	Now time.Time
+}
+
+// Requests returns the herald.request/v1 records of n for the given
+// recipients, one per recipient, in order, each with its id from
+// [DeriveID]. It checks what the records need (a type, a title, a body,
+// recipients, a valid key and payload), not the HTTP API's limits.
+func (n Notification) Requests(recipients []string, o RequestOptions) ([]schemas.Request, error) {
+	switch {
+	case o.Tenant == "":
+		return nil, errors.New("sdk: tenant is empty")
+	case n.Type == "":
+		return nil, errors.New("sdk: type is empty")
+	case n.Title == "" || n.Body == "":
+		return nil, errors.New("sdk: title and body are required")
+	case len(recipients) == 0:
+		return nil, errors.New("sdk: no recipients")
+	case n.DedupeWindowMs < 0:
+		return nil, errors.New("sdk: dedupeWindowMs is negative")
+	}
+	if len(n.Payload) > 0 && !json.Valid(n.Payload) {
+		return nil, errors.New("sdk: payload is not valid JSON")
+	}
+	if o.RequestID == "" {
+		o.RequestID = identity.NewRandomID()
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	var keyJSON json.RawMessage
+	if n.Key != nil {
+		b, err := n.Key.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("sdk: key: %w", err)
+		}
+		keyJSON = b
+	}
+	out := make([]schemas.Request, 0, len(recipients))
+	for _, r := range recipients {
+		if r == "" {
+			return nil, errors.New("sdk: empty recipient")
+		}
+		id, src, err := DeriveID(o.Tenant, n.Type, r, n.Key, n.DedupeKey, n.IdempotencyKey)
+		if err != nil {
+			return nil, fmt.Errorf("sdk: id of recipient %q: %w", r, err)
+		}
+		out = append(out, schemas.Request{
+			RequestID: o.RequestID, Tenant: o.Tenant, Type: n.Type, Recipient: r,
+			NotificationID: id, IDSource: src, Key: keyJSON,
+			DedupeKey: n.DedupeKey, DedupeWindowMs: n.DedupeWindowMs, IdempotencyKey: n.IdempotencyKey,
+			Title: n.Title, Body: n.Body, Payload: n.Payload, Locale: n.Locale, Channels: n.Channels,
+			Producer: o.Producer, Source: o.Source, CreatedAt: o.Now.UnixMilli(),
+		})
+	}
+	return out, nil
+}
+
+// Notification statuses in a SendResult: the pipeline's decision so far.
+const (
+	// StatusPending: durably in Kafka, not decided yet (or not waited for).
+	StatusPending = "pending"
+)
+
+// SendResult is the answer to POST /v1/notifications (202 Accepted).
+type SendResult struct {
+	// RequestID names the call that created the notifications: on an
+	// idempotent replay, the original call's.
+	RequestID     string               `json:"requestId"`
+	Notifications []NotificationStatus `json:"notifications"`
+	// Deliveries and Skipped are NotifyKit's shape: the pushes made and the
+	// notifications skipped, so far.
+	Deliveries []Delivery `json:"deliveries"`
+	Skipped    []Skipped  `json:"skipped"`
+	// Replayed is true when the API answered with Idempotency-Replayed:
+	// true (not part of the body).
+	Replayed bool `json:"-"`
+}
+
+// NotificationStatus is one recipient's notification in a SendResult.
+type NotificationStatus struct {
+	ID        string `json:"id"`
+	Recipient string `json:"recipient"`
+	// Status is "pending", or the dedupe stage's outcome: "accepted",
+	// "duplicate", "rejected".
+	Status string `json:"status"`
+}
+
+// Delivery is one push of a notification to one device.
+type Delivery struct {
+	NotificationID string `json:"notificationId"`
+	DeliveryID     string `json:"deliveryId"`
+	DeviceID       string `json:"deviceId"`
+	Channel        string `json:"channel"`
+	Status         string `json:"status"`
+}
+
+// Skipped is a notification the pipeline decided not to send, and why
+// (a skip reason: "duplicate", "rejected", later "rate_limited",
+// "opted_out", ...).
+type Skipped struct {
+	NotificationID string `json:"notificationId"`
+	Recipient      string `json:"recipient"`
+	Reason         string `json:"reason"`
+}
+
+// Explanation is the answer to POST /v1/explain: what the dedupe stage
+// would decide for a send now, from the API's replica of its seen-set
+// (eventually consistent), changing nothing.
+type Explanation struct {
+	WouldDeduplicate bool                    `json:"wouldDeduplicate"`
+	WouldReplay      bool                    `json:"wouldReplay"`
+	WouldConflict    bool                    `json:"wouldConflict"`
+	Consistency      string                  `json:"consistency"`
+	Notifications    []ExplainedNotification `json:"notifications"`
+}
+
+// ExplainedNotification is one recipient's part of an Explanation.
+type ExplainedNotification struct {
+	ID                     string `json:"id"`
+	Recipient              string `json:"recipient"`
+	IDSource               string `json:"idSource"`
+	Outcome                string `json:"outcome"`
+	WouldDeduplicate       bool   `json:"wouldDeduplicate"`
+	WouldReplay            bool   `json:"wouldReplay"`
+	WouldConflict          bool   `json:"wouldConflict"`
+	OriginalRequestID      string `json:"originalRequestId,omitempty"`
+	OriginalNotificationID string `json:"originalNotificationId,omitempty"`
+	OriginalAt             int64  `json:"originalAt,omitempty"`
+}
+
+// NotificationRecord is the answer to GET /v1/notifications/{id}: the
+// notification's first request and its timeline so far.
+type NotificationRecord struct {
+	ID             string          `json:"id"`
+	Type           string          `json:"type"`
+	Recipient      string          `json:"recipient"`
+	Title          string          `json:"title"`
+	Body           string          `json:"body"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	Locale         string          `json:"locale,omitempty"`
+	Channels       []string        `json:"channels,omitempty"`
+	DedupeKey      string          `json:"dedupeKey,omitempty"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	IDSource       string          `json:"idSource"`
+	RequestID      string          `json:"requestId"`
+	Producer       string          `json:"producer,omitempty"`
+	Source         string          `json:"source"`
+	CreatedAt      int64           `json:"createdAt"`
+	// Status is the first decision's outcome for the first request, or
+	// "pending".
+	Status   string          `json:"status"`
+	Timeline []TimelineEvent `json:"timeline"`
+}
+
+// TimelineEvent is one step in a notification's history: a request
+// ("requested") or a stage's decision ("decision").
+type TimelineEvent struct {
+	At                int64  `json:"at"`
+	Kind              string `json:"kind"`
+	RequestID         string `json:"requestId"`
+	Stage             string `json:"stage,omitempty"`
+	Outcome           string `json:"outcome,omitempty"`
+	Detail            string `json:"detail,omitempty"`
+	OriginalRequestID string `json:"originalRequestId,omitempty"`
+	Producer          string `json:"producer,omitempty"`
+}
+
+// Platforms of a device.
+const (
+	PlatformIOS     = "ios"
+	PlatformAndroid = "android"
+	PlatformWeb     = "web"
+)
+
+// WebPushSubscription is a browser's PushSubscription.
+type WebPushSubscription struct {
+	Endpoint string `json:"endpoint"`
+	P256dh   string `json:"p256dh"`
+	Auth     string `json:"auth"`
+}
+
+// DeviceRegistration is the body of PUT /v1/users/{userId}/devices/{deviceId}:
+// a new device, or a new token for a known one.
+type DeviceRegistration struct {
+	Platform string               `json:"platform"`
+	Token    string               `json:"token,omitempty"`
+	WebPush  *WebPushSubscription `json:"webPush,omitempty"`
+	Locale   string               `json:"locale,omitempty"`
+	TimeZone string               `json:"timeZone,omitempty"`
+	// Enabled is true when omitted.
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// Device is a registered device of a user.
+type Device struct {
+	UserID    string               `json:"userId"`
+	DeviceID  string               `json:"deviceId"`
+	Platform  string               `json:"platform"`
+	Token     string               `json:"token,omitempty"`
+	WebPush   *WebPushSubscription `json:"webPush,omitempty"`
+	Locale    string               `json:"locale,omitempty"`
+	TimeZone  string               `json:"timeZone,omitempty"`
+	Enabled   bool                 `json:"enabled"`
+	CreatedAt int64                `json:"createdAt"`
+	UpdatedAt int64                `json:"updatedAt"`
+}
+
+// DeviceList is the answer to GET /v1/users/{userId}/devices.
+type DeviceList struct {
+	Devices []Device `json:"devices"`
+}
+
+// QuietHours defers push channels between Start and End ("HH:MM") in
+// TimeZone (an IANA name).
+type QuietHours struct {
+	Start    string `json:"start"`
+	End      string `json:"end"`
+	TimeZone string `json:"timeZone"`
+}
+
+// PreferencesUpdate is the body of PUT /v1/users/{userId}/preferences: it
+// replaces the user's preferences.
+type PreferencesUpdate struct {
+	// Channels maps a channel (apns, fcm, webpush, feed) to whether the
+	// user accepts it; a channel not listed is accepted.
+	Channels      map[string]bool `json:"channels,omitempty"`
+	OptedOutTypes []string        `json:"optedOutTypes,omitempty"`
+	QuietHours    *QuietHours     `json:"quietHours,omitempty"`
+}
+
+// Preferences are a user's channel choices.
+type Preferences struct {
+	UserID        string          `json:"userId"`
+	Channels      map[string]bool `json:"channels"`
+	OptedOutTypes []string        `json:"optedOutTypes"`
+	QuietHours    *QuietHours     `json:"quietHours,omitempty"`
+	UpdatedAt     int64           `json:"updatedAt"`
+}
+
+// Problem is an RFC 9457 problem details body (application/problem+json),
+// with herald's extensions.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Errors names each offending field of the request.
+	Errors []FieldError `json:"errors,omitempty"`
+	// OriginalRequestID is set on an idempotency conflict.
+	OriginalRequestID string `json:"originalRequestId,omitempty"`
+	// Notifications is set on an idempotency conflict: what each
+	// recipient's notification got.
+	Notifications []NotificationStatus `json:"notifications,omitempty"`
+}
+
+// FieldError names one offending field, as a JSON pointer-like dotted path
+// ("recipients[2]", "target.kind") or a header ("header:Idempotency-Key").
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
