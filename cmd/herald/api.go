@@ -58,19 +58,9 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	keys := api.DevKeys()
-	if *keysFile != "" {
-		f, err := os.Open(*keysFile)
-		if err != nil {
-			return fmt.Errorf("%w: --api-keys: %v", errUsage, err)
-		}
-		keys, err = api.ParseKeys(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%w: --api-keys %s: %v", errUsage, *keysFile, err)
-		}
-	} else {
-		slog.Warn("no --api-keys: accepting only the public development key (tenant dev)")
+	keys, err := loadAPIKeys(*keysFile)
+	if err != nil {
+		return err
 	}
 	srv, err := api.New(api.Config{
 		Brokers: seeds, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
@@ -110,4 +100,23 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// loadAPIKeys reads --api-keys, or returns the public development key set
+// (with a warning) when no file is given.
+func loadAPIKeys(path string) ([]api.APIKey, error) {
+	if path == "" {
+		slog.Warn("no --api-keys: accepting only the public development key (tenant dev)")
+		return api.DevKeys(), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --api-keys: %v", errUsage, err)
+	}
+	defer f.Close()
+	keys, err := api.ParseKeys(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --api-keys %s: %v", errUsage, path, err)
+	}
+	return keys, nil
 }

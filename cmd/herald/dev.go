@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
@@ -34,6 +35,7 @@ type devConfig struct {
 	database               string
 	dedupeWindow, idemTTL  time.Duration
 	clickhouseStartTimeout time.Duration
+	apiKeys                string
 }
 
 // runDev implements `herald dev`: everything in one process on embedded
@@ -51,6 +53,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&c.database, "database", "herald", "ClickHouse database of the audit record")
 	fs.DurationVar(&c.dedupeWindow, "dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window")
 	fs.DurationVar(&c.idemTTL, "idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL")
+	fs.StringVar(&c.apiKeys, "api-keys", "", "file of API keys, one 'tenant:name:sha256hex' a line (default: the public dev key "+api.DevAPIKey+", tenant dev)")
 	fs.DurationVar(&c.clickhouseStartTimeout, "clickhouse-start-timeout", 2*time.Minute, "how long to wait for the ClickHouse server to answer")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -127,16 +130,35 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		}()
 	}
 	suffix := embedded.TransactionalSuffix()
+	policy := dedupe.Policy{DefaultWindowMs: c.dedupeWindow.Milliseconds(), IdempotencyTTLMs: c.idemTTL.Milliseconds()}
 	goStage("dedupe", func(ctx context.Context) error {
 		return dedupe.Run(ctx, dedupe.Options{
-			Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
-			Policy:     dedupe.Policy{DefaultWindowMs: c.dedupeWindow.Milliseconds(), IdempotencyTTLMs: c.idemTTL.Milliseconds()},
-			ClientOpts: embedded.ClientOpts(),
+			Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
 		})
 	})
 
+	// The API.
+	keys, err := loadAPIKeys(c.apiKeys)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	apiSrv, err := api.New(api.Config{
+		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: api: %w", err)
+	}
+	if err := apiSrv.Start(ctx); err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: api: %w", err)
+	}
+	defer apiSrv.Close()
+
 	// HTTP.
 	mux := http.NewServeMux()
+	mux.Handle("/", apiSrv)
 	mux.Handle("GET /metrics", metrics.Default.Handler())
 	mux.HandleFunc("GET /healthz", healthz(brokers, ch.HTTPAddr()))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -145,7 +167,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 			errc <- fmt.Errorf("dev: http: %w", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "herald dev is up: http://%s (healthz, metrics) · kafka %s · clickhouse native %s, http %s · state %s\n",
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · state %s\n",
 		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), c.stateDir)
 
 	var runErr error

@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/embedded"
@@ -144,6 +145,31 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	if len(decisions) != 4000 || outcomes[schemas.DecisionAccepted] != 2000 || outcomes[schemas.DecisionDuplicate] != 2000 || len(accepted) != 2000 {
 		out, _ := os.ReadFile(dev.log)
 		t.Fatalf("%d decisions %v, %d accepted; want 4000: 2000 accepted, 2000 duplicate\n%s", len(decisions), outcomes, len(accepted), out)
+	}
+
+	// The API is mounted: a send with an idempotency key is decided and a
+	// retry of it is answered as a replay.
+	send := func() (int, http.Header, string) {
+		body := `{"type":"invoice.paid","recipients":["u_1"],"title":"Paid","body":"Invoice inv_1 paid","dedupeKey":"inv_1"}`
+		req, _ := http.NewRequest(http.MethodPost, dev.http+"/v1/notifications", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "evt-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	code, _, first := send()
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/notifications = %d %s", code, first)
+	}
+	code, h, again := send()
+	if code != http.StatusAccepted || h.Get("Idempotency-Replayed") != "true" || again != first {
+		t.Fatalf("retry answered %d (replayed %q) %s; want 202, replayed, and %s", code, h.Get("Idempotency-Replayed"), again, first)
 	}
 
 	dev.cmd.Process.Signal(syscall.SIGTERM)
