@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/heraldhq/herald/api"
 )
 
 // compose is the part of docker-compose.yml this test checks.
@@ -59,6 +61,17 @@ func TestDockerComposeIsTrueToTheCode(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the example API key file parses", func(t *testing.T) {
+		f, err := os.Open("../../deploy/api-keys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		keys, err := api.ParseKeys(f)
+		if err != nil || len(keys) == 0 {
+			t.Fatalf("deploy/api-keys: %d keys, %v", len(keys), err)
+		}
+	})
 	t.Run("the Kafka image is the version the test broker runs", func(t *testing.T) {
 		pom, err := os.ReadFile("../../scripts/kafka/pom.xml")
 		if err != nil {
