@@ -239,12 +239,9 @@ const (
 	PlatformWeb     = "web"
 )
 
-// WebPushSubscription is a browser's PushSubscription.
-type WebPushSubscription struct {
-	Endpoint string `json:"endpoint"`
-	P256dh   string `json:"p256dh"`
-	Auth     string `json:"auth"`
-}
+// WebPushSubscription is a browser's PushSubscription, as the device
+// records on herald.devices hold it.
+type WebPushSubscription = schemas.WebPushSubscription
 
 // DeviceRegistration is the body of PUT /v1/users/{userId}/devices/{deviceId}:
 // a new device, or a new token for a known one.
