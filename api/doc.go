@@ -90,9 +90,7 @@
 // Target kinds tag, segment and all are not supported yet: they need the
 // device index the route stage will own, and answer 422 naming
 // target.kind. A device target is resolved to its user through the
-// replica; herald.request/v1 has no field for the device yet, so the
-// record carries it as an extra member "targetDevice" (ignored by v1
-// decoders) until the schema gains one.
+// replica, and the request record carries the device in targetDevice.
 //
 // # Quotas
 //

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -239,17 +238,12 @@ func (s *Server) requests(snd *send, p principal, now time.Time) ([]schemas.Requ
 }
 
 // requestRecord encodes one request for herald.requests, keyed by its
-// notification id. A device target travels as the extra member
-// "targetDevice": herald.request/v1 has no field for it yet, and decoders
-// ignore unknown members, so the value stays a valid v1 record.
+// notification id.
 func (s *Server) requestRecord(rq schemas.Request, targetDevice string, now time.Time) (*kgo.Record, error) {
+	rq.TargetDevice = targetDevice
 	b, err := schemas.Encode(rq)
 	if err != nil {
 		return nil, err
-	}
-	if targetDevice != "" {
-		ext, _ := json.Marshal(targetDevice)
-		b = append(append(append(b[:len(b)-1], `,"targetDevice":`...), ext...), '}')
 	}
 	return &kgo.Record{Topic: s.requestsT, Key: []byte(rq.NotificationID), Value: b, Timestamp: now,
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.RequestV1)}}}, nil

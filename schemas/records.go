@@ -31,6 +31,9 @@ type Request struct {
 	Payload          json.RawMessage `json:"payload,omitempty"`
 	Locale           string          `json:"locale,omitempty"`
 	Channels         []string        `json:"channels,omitempty"`
+	// TargetDevice limits delivery to one of the recipient's devices (a
+	// send to a device target); empty means all of them.
+	TargetDevice string `json:"targetDevice,omitempty"`
 	// Producer names the calling service (the API key's name, or the SDK's
 	// configured client id). Never a secret.
 	Producer  string `json:"producer,omitempty"`
@@ -55,7 +58,8 @@ func (r Request) ContentHash() string {
 		Payload   json.RawMessage `json:"payload"`
 		Locale    string          `json:"locale"`
 		Channels  []string        `json:"channels"`
-	}{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, compactJSON(r.Payload), r.Locale, r.Channels}
+		Device    string          `json:"targetDevice,omitempty"`
+	}{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, compactJSON(r.Payload), r.Locale, r.Channels, r.TargetDevice}
 	b, _ := json.Marshal(content) // only strings, slices and valid raw JSON: cannot fail
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -173,6 +177,7 @@ type Accepted struct {
 	Payload        json.RawMessage `json:"payload,omitempty"`
 	Locale         string          `json:"locale,omitempty"`
 	Channels       []string        `json:"channels,omitempty"`
+	TargetDevice   string          `json:"targetDevice,omitempty"`
 	DedupeKey      string          `json:"dedupeKey,omitempty"`
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
 	Producer       string          `json:"producer,omitempty"`

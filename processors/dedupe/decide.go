@@ -181,7 +181,7 @@ func (p Policy) Decide(req schemas.Request, at int64, src Source, lookup Lookup)
 	res.Accepted = &schemas.Accepted{
 		NotificationID: req.NotificationID, RequestID: req.RequestID, Tenant: req.Tenant, Type: req.Type,
 		Recipient: req.Recipient, Title: req.Title, Body: req.Body, Payload: req.Payload, Locale: req.Locale,
-		Channels: req.Channels, DedupeKey: req.DedupeKey, IdempotencyKey: req.IdempotencyKey, Producer: req.Producer,
+		Channels: req.Channels, TargetDevice: req.TargetDevice, DedupeKey: req.DedupeKey, IdempotencyKey: req.IdempotencyKey, Producer: req.Producer,
 		RequestedAt: req.CreatedAt, AcceptedAt: at,
 	}
 	return res
