@@ -36,6 +36,7 @@ type command struct {
 func commands() []command {
 	cs := []command{
 		{"api", "serve the HTTP API for producer services (notifications, devices, preferences)", runAPI},
+		{"bench", "measure dedupe throughput side by side: herald on Kafka, PostgreSQL, Redis", runBench},
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},

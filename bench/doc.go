@@ -1,0 +1,25 @@
+// Package bench owns herald's side-by-side dedupe benchmark (`herald bench`):
+// one request stream, generated once and deterministically from a seed, is
+// decided by
+//
+//   - herald's dedupe stage on a Kafka cluster, exactly-once transactions on
+//     (processors/dedupe, in process, on a fresh uniquely named topic set), timed
+//     from the moment the stage owns its partitions until every input offset is
+//     committed, once per transaction size;
+//   - the seed design: a PostgreSQL `sends` table with a unique key on the
+//     dedupe scope and `insert … on conflict do nothing returning id`, one
+//     statement per round trip and in pgx batches (one implicit transaction per
+//     batch);
+//   - Redis `SET key val NX PX window`, one command per round trip and
+//     pipelined.
+//
+// Every backend must accept exactly the stream's distinct notifications; Run
+// checks each count and fails loudly on a disagreement. Results are rows of a
+// plain aligned table or of a Markdown table for BENCHMARKS.md.
+//
+// What each number includes is spelled out on [Row] and on each backend's
+// options; the short of it: herald's rows include everything the stage does
+// per request (decode, both seen-set scopes, the decision, seen-set and
+// accepted records, the transaction commit with the input offsets) but not
+// producing the stream into Kafka, which has its own row.
+package bench

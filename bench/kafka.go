@@ -1,0 +1,497 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// KafkaOptions configure herald's backend: the dedupe stage, in process,
+// exactly-once, on a real Kafka cluster.
+type KafkaOptions struct {
+	Brokers []string
+	// Partitions and Replication of the fresh topic set of each run.
+	Partitions  int32
+	Replication int16
+	// TxnRecords lists the most records per transaction to measure, one
+	// run (and one row) each, every run on its own fresh topics.
+	TxnRecords []int
+	// BatchInterval is the longest a transaction collects records (the
+	// stage's --batch-interval).
+	BatchInterval time.Duration
+	Policy        dedupe.Policy
+	// Timeout bounds each run: setup, producing, deciding, counting.
+	Timeout    time.Duration
+	ClientOpts []kgo.Opt
+	Logger     *slog.Logger
+}
+
+// KafkaBackend is the name of herald's rows.
+const KafkaBackend = "herald/kafka"
+
+// instanceID names the one stage instance of every run; its group and so
+// its transactional id are unique per run.
+const instanceID = "bench"
+
+// RunKafka measures herald's dedupe stage on s once per TxnRecords value.
+// Each run creates a topic set with a unique prefix, produces the stream to
+// its requests topic (timed apart: the rows named "produce"), runs one stage
+// instance in process until the group has committed every input offset,
+// counts the committed decisions and accepted notifications, and deletes
+// the topics and the group.
+func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
+	if len(o.Brokers) == 0 || len(o.TxnRecords) == 0 {
+		return nil, errors.New("bench: kafka: brokers and transaction sizes are required")
+	}
+	if o.Partitions < 1 || o.Replication < 1 {
+		return nil, fmt.Errorf("bench: kafka: partitions (%d) and replication (%d) must be positive", o.Partitions, o.Replication)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	values := make([][]byte, len(s.Requests))
+	for i, r := range s.Requests {
+		v, err := schemas.Encode(r)
+		if err != nil {
+			return nil, fmt.Errorf("bench: kafka: encode request %d: %w", i, err)
+		}
+		values[i] = v
+	}
+	adminCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: kafka: admin client: %w", err)
+	}
+	defer adminCl.Close()
+	adm := kadm.NewClient(adminCl)
+
+	var rows []Row
+	var produce []time.Duration
+	for _, txn := range o.TxnRecords {
+		if txn < 1 {
+			return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", txn)
+		}
+		row, took, err := kafkaRun(ctx, adm, s, values, txn, o)
+		if took > 0 {
+			produce = append(produce, took)
+		}
+		if row.Backend != "" {
+			rows = append(rows, row) // shown even when its counts are wrong
+		}
+		if err != nil {
+			return rows, err
+		}
+	}
+	if len(produce) > 0 {
+		var sum time.Duration
+		for _, d := range produce {
+			sum += d
+		}
+		rows = append([]Row{{
+			Backend: KafkaBackend, Variant: "produce the stream (setup)", Records: len(s.Requests), Accepted: -1, Decisions: -1,
+			Elapsed: sum / time.Duration(len(produce)),
+			Note:    fmt.Sprintf("setup, not a decision; mean of %d runs", len(produce)),
+		}}, rows...)
+	}
+	return rows, nil
+}
+
+// kafkaRun is one run on a fresh topic set; it returns the row and how long
+// producing the stream took.
+func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte, txn int, o KafkaOptions) (row Row, produced time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	suffix := randomHex(4)
+	cat := topics.New(topics.Options{Prefix: "herald-bench-" + suffix + ".", Partitions: o.Partitions, Replication: o.Replication})
+	group := "herald-bench-" + suffix
+	log := o.Logger.With("backend", KafkaBackend, "txn_records", txn, "topic_prefix", cat.Options().Prefix)
+
+	defer func() {
+		// Clean up even when ctx is done (an interrupted or failed run).
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer ccancel()
+		if cerr := deleteTopics(cctx, adm, cat); cerr != nil {
+			log.Warn("deleting the benchmark topics failed", "err", cerr)
+			err = errors.Join(err, cerr)
+		}
+		// The stage is a static member (KIP-345): it does not leave the
+		// group on shutdown, so remove it before deleting the group.
+		// A failure here shows in DeleteGroup's error.
+		_, _ = adm.LeaveGroup(cctx, kadm.LeaveGroup(group).InstanceIDs(instanceID).Reason("benchmark over"))
+		resp, cerr := adm.DeleteGroup(cctx, group)
+		if cerr == nil {
+			cerr = resp.Err
+		}
+		if cerr != nil && !errors.Is(cerr, kerr.GroupIDNotFound) {
+			log.Warn("deleting the benchmark group failed", "group", group, "err", cerr)
+		}
+	}()
+	if _, err := cat.Create(ctx, adm); err != nil {
+		return row, 0, fmt.Errorf("bench: kafka: %w", err)
+	}
+	if err := waitTopicsReady(ctx, adm, cat); err != nil {
+		return row, 0, err
+	}
+
+	produced, err = produceStream(ctx, cat, values, s, o)
+	if err != nil {
+		return row, produced, err
+	}
+	log.Info("stream produced", "records", len(values), "elapsed", produced.Round(time.Millisecond))
+
+	row, err = decideOnKafka(ctx, adm, cat, group, len(values), txn, o, log)
+	if err != nil {
+		return row, produced, err
+	}
+	row.Accepted, row.Decisions, err = countDecisions(ctx, adm, cat, s, o)
+	return row, produced, err
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// produceStream writes every request to the requests topic, keyed by
+// notification id, with the producer's own clock as record time, and
+// returns how long it took.
+func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s *Stream, o KafkaOptions) (time.Duration, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(o.Brokers...),
+		kgo.RecordPartitioner(cat.Partitioner()),
+		kgo.ProducerLinger(5 * time.Millisecond),
+	}, o.ClientOpts...)...)
+	if err != nil {
+		return 0, fmt.Errorf("bench: kafka: producer: %w", err)
+	}
+	defer cl.Close()
+	topic := cat.Name(topics.Requests)
+	header := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.Request{}.SchemaName())}}
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(s.Requests[i].NotificationID), Value: v, Headers: header}
+	}
+	start := time.Now()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return 0, fmt.Errorf("bench: kafka: produce to %s: %w", topic, err)
+	}
+	return time.Since(start), nil
+}
+
+// decideOnKafka runs one stage instance until the group's committed offsets
+// on the requests topic add up to n, and times it from the moment the
+// group is stable with every partition assigned.
+func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, group string, n, txn int, o KafkaOptions, log *slog.Logger) (Row, error) {
+	committedTxns := metrics.Default.Counter("herald_stage_transactions_total", "transactions ended", "stage", "dedupe", "result", "committed")
+	abortedTxns := metrics.Default.Counter("herald_stage_transactions_total", "transactions ended", "stage", "dedupe", "result", "aborted")
+	txns0, aborts0 := committedTxns.Value(), abortedTxns.Value()
+
+	runner, err := dedupe.New(dedupe.Options{
+		Brokers:         o.Brokers,
+		Catalog:         cat,
+		Group:           group,
+		InstanceID:      instanceID,
+		Policy:          o.Policy,
+		MaxBatchRecords: txn,
+		BatchInterval:   o.BatchInterval,
+		ClientOpts:      o.ClientOpts,
+		Logger:          stageLogger(ctx, log),
+	})
+	if err != nil {
+		return Row{}, fmt.Errorf("bench: kafka: %w", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	launched := time.Now()
+	go func() { done <- runner.Run(runCtx) }()
+	stopped := false
+	stopStage := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		stop()
+		return <-done
+	}
+	defer stopStage()
+
+	requests := cat.Name(topics.Requests)
+	// poll calls check every 10 ms until it reports done, the stage stops
+	// or ctx ends.
+	poll := func(what string, check func() (bool, error)) error {
+		for {
+			ok, err := check()
+			if err != nil {
+				return err
+			}
+			if ok {
+				return nil
+			}
+			select {
+			case err := <-done:
+				stopped = true
+				if err == nil {
+					err = errors.New("stopped")
+				}
+				return fmt.Errorf("bench: kafka: the dedupe stage ended before %s: %w", what, err)
+			case <-ctx.Done():
+				return fmt.Errorf("bench: kafka: waiting for %s: %w", what, ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	err = poll("owning its partitions", func() (bool, error) {
+		gs, err := adm.DescribeGroups(ctx, group)
+		if err != nil {
+			return false, nil // the group may not exist yet; a dead broker ends in ctx's timeout
+		}
+		g := gs[group]
+		return g.Err == nil && g.State == "Stable" && len(g.AssignedPartitions()[requests]) == int(o.Partitions), nil
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	start := time.Now()
+	var last int64
+	err = poll("every input offset committed", func() (bool, error) {
+		offs, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return false, nil
+		}
+		var sum int64
+		offs.Each(func(r kadm.OffsetResponse) {
+			if r.Topic == requests && r.Err == nil {
+				sum += r.At
+			}
+		})
+		if sum > int64(n) {
+			return false, fmt.Errorf("bench: kafka: group %s committed %d offsets, more than the %d records produced", group, sum, n)
+		}
+		last = sum
+		return sum == int64(n), nil
+	})
+	if err != nil {
+		return Row{}, fmt.Errorf("%w (%d of %d offsets committed)", err, last, n)
+	}
+	elapsed := time.Since(start)
+	if err := stopStage(); err != nil {
+		return Row{}, fmt.Errorf("bench: kafka: the dedupe stage: %w", err)
+	}
+	txns, aborts := committedTxns.Value()-txns0, abortedTxns.Value()-aborts0
+	note := fmt.Sprintf("%d commits (%.0f rec/txn), replication %d, startup %.2fs untimed",
+		txns, float64(n)/float64(max(txns, 1)), o.Replication, start.Sub(launched).Seconds())
+	if aborts > 0 {
+		note += fmt.Sprintf(", %d aborted", aborts)
+	}
+	log.Info("stream decided", "elapsed", elapsed.Round(time.Millisecond), "transactions", txns, "aborted", aborts)
+	return Row{
+		Backend: KafkaBackend,
+		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d", txn),
+		Records: n,
+		Elapsed: elapsed,
+		Note:    note,
+	}, nil
+}
+
+// countDecisions reads the decisions and accepted topics read_committed and
+// returns the accepted count and the number of decisions. It fails when the
+// two topics disagree, when a notification was accepted twice, or when the
+// outcomes differ from what the stream must give.
+func countDecisions(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, s *Stream, o KafkaOptions) (accepted, decisions int, err error) {
+	outcomes := map[string]int{}
+	err = readCommitted(ctx, adm, cat.Name(topics.Decisions), o, func(r *kgo.Record) error {
+		var d schemas.Decision
+		if err := schemas.Decode(r.Value, &d); err != nil {
+			return err
+		}
+		outcomes[d.Outcome]++
+		decisions++
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	ids := map[string]int{}
+	err = readCommitted(ctx, adm, cat.Name(topics.Accepted), o, func(r *kgo.Record) error {
+		var a schemas.Accepted
+		if err := schemas.Decode(r.Value, &a); err != nil {
+			return err
+		}
+		ids[a.NotificationID]++
+		accepted++
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if accepted != outcomes[schemas.DecisionAccepted] || len(ids) != accepted {
+		return accepted, decisions, fmt.Errorf("bench: kafka: %d accepted records (%d distinct notifications) but %d accepted decisions",
+			accepted, len(ids), outcomes[schemas.DecisionAccepted])
+	}
+	if want := s.Outcomes(); fmt.Sprint(outcomes) != fmt.Sprint(want) {
+		return accepted, decisions, fmt.Errorf("bench: kafka: decision outcomes %v, the stream must give %v", outcomes, want)
+	}
+	return accepted, decisions, nil
+}
+
+// readCommitted feeds every record of topic that a read_committed consumer
+// sees, up to each partition's last stable offset now, to f.
+func readCommitted(ctx context.Context, adm *kadm.Client, topic string, o KafkaOptions, f func(*kgo.Record) error) error {
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("bench: kafka: list offsets of %s: %w", topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return fmt.Errorf("bench: kafka: list offsets of %s: %w", topic, err)
+	}
+	want := map[int32]int64{}
+	starts := map[int32]kgo.Offset{}
+	ends.Each(func(l kadm.ListedOffset) {
+		if l.Offset > 0 {
+			want[l.Partition] = l.Offset
+			starts[l.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	if len(want) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(o.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	}, o.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("bench: kafka: reader of %s: %w", topic, err)
+	}
+	defer cl.Close()
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("bench: kafka: read %s: %w", topic, err)
+		}
+		var ferr error
+		fs.EachError(func(_ string, p int32, err error) { ferr = errors.Join(ferr, fmt.Errorf("partition %d: %w", p, err)) })
+		if ferr != nil {
+			return fmt.Errorf("bench: kafka: read %s: %w", topic, ferr)
+		}
+		var rerr error
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := want[r.Partition]
+			if rerr != nil || !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				if err := f(r); err != nil {
+					rerr = fmt.Errorf("bench: kafka: %s/%d@%d: %w", topic, r.Partition, r.Offset, err)
+				}
+			}
+			if r.Offset+1 >= end {
+				delete(want, r.Partition)
+			}
+		})
+		if rerr != nil {
+			return rerr
+		}
+	}
+	return nil
+}
+
+// waitTopicsReady polls metadata until every topic of cat has all its
+// partitions, each with a leader.
+func waitTopicsReady(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
+	var names []string
+	for _, t := range cat.Topics() {
+		names = append(names, t.Name)
+	}
+	for {
+		details, err := adm.ListTopics(ctx, names...)
+		var missing []string
+		if err != nil {
+			missing = append(missing, err.Error())
+		}
+		for _, t := range cat.Topics() {
+			d, ok := details[t.Name]
+			if !ok || d.Err != nil || int32(len(d.Partitions)) != t.Partitions {
+				missing = append(missing, t.Name)
+				continue
+			}
+			for _, p := range d.Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					missing = append(missing, t.Name)
+					break
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: kafka: topics not ready (%s): %w", strings.Join(missing, ", "), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// deleteTopics deletes every topic of cat that exists.
+func deleteTopics(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
+	var names []string
+	for _, t := range cat.Topics() {
+		names = append(names, t.Name)
+	}
+	resp, err := adm.DeleteTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("bench: kafka: delete topics %s*: %w", cat.Options().Prefix, err)
+	}
+	for _, r := range resp {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			err = errors.Join(err, fmt.Errorf("bench: kafka: delete topic %s: %w", r.Topic, r.Err))
+		}
+	}
+	return err
+}
+
+// stageLogger is log at warnings and above, unless log is at debug level:
+// the stage's per-partition info lines would drown the benchmark's own.
+func stageLogger(ctx context.Context, log *slog.Logger) *slog.Logger {
+	if log.Enabled(ctx, slog.LevelDebug) {
+		return log
+	}
+	return slog.New(minLevel{log.Handler(), slog.LevelWarn})
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
+}

@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/processors/dedupe"
+)
+
+func TestHeraldBackendOnTheRealBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	s := generate(t, StreamOptions{Requests: 5000, RepeatRatio: 0.3, Seed: 11})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rows, err := RunKafka(ctx, s, KafkaOptions{
+		Brokers: brokers, Partitions: 3, Replication: 1, TxnRecords: []int{500, 2000},
+		BatchInterval: 100 * time.Millisecond, Policy: dedupe.DefaultPolicy(), Timeout: 3 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("one produce row and one row per transaction size", func(t *testing.T) {
+		if len(rows) != 3 || rows[0].Decides() || !rows[1].Decides() || !rows[2].Decides() {
+			t.Fatalf("rows %+v", rows)
+		}
+	})
+	t.Run("every run accepts exactly the distinct notifications", func(t *testing.T) {
+		if err := CheckAccepted(s, rows); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows[1:] {
+			if r.Accepted != 3500 || r.Decisions != 5000 {
+				t.Errorf("%s: %d accepted, %d decisions; want 3500 and 5000", r.Variant, r.Accepted, r.Decisions)
+			}
+		}
+	})
+	t.Run("the benchmark topics are deleted afterwards", func(t *testing.T) {
+		adm := kadm.NewClient(testenv.Client(t, brokers))
+		ts, err := adm.ListTopics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Other benchmark runs may share the broker: look for this run's
+		// requests topics only, by their record count.
+		for name := range ts {
+			if len(name) > 13 && name[:13] == "herald-bench-" {
+				ends, err := adm.ListEndOffsets(ctx, name)
+				if err != nil {
+					continue
+				}
+				var n int64
+				ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+				if n == int64(len(s.Requests)) {
+					t.Errorf("topic %s with %d records is still there", name, n)
+				}
+			}
+		}
+	})
+}
+
+func TestHeraldBackendFailsWhenTheBrokerIsUnreachable(t *testing.T) {
+	s := generate(t, StreamOptions{Requests: 10, Seed: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := RunKafka(ctx, s, KafkaOptions{
+		Brokers: []string{"127.0.0.1:1"}, Partitions: 1, Replication: 1, TxnRecords: []int{10},
+		Timeout: 2 * time.Second, ClientOpts: []kgo.Opt{kgo.RetryTimeout(time.Second)},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err == nil {
+		t.Fatal("a run against a closed port succeeded")
+	}
+}

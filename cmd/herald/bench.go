@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/bench"
+	"github.com/heraldhq/herald/processors/dedupe"
+)
+
+// runBench implements `herald bench`: the dedupe decision throughput of
+// herald's stage on Kafka, of the seed's PostgreSQL design and of Redis
+// SET NX PX, side by side on one generated stream. A backend whose address
+// is empty is skipped. The table goes to stdout; progress to the log.
+//
+//	herald bench --brokers 127.0.0.1:39092 --postgres postgres://... --redis 127.0.0.1:36379
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench")
+	d := bench.DefaultStreamOptions()
+	brokers := fs.String("brokers", "", "Kafka bootstrap brokers, comma separated; empty skips herald's backend")
+	postgres := fs.String("postgres", "", "PostgreSQL DSN, e.g. postgres://user@127.0.0.1:5432/db (server settings ride along: ?synchronous_commit=off); empty skips the seed design's backend")
+	redisAddr := fs.String("redis", "", "Redis address host:port; empty skips the Redis backend")
+	requests := fs.Int("requests", d.Requests, "requests in the stream")
+	ratio := fs.Float64("repeat-ratio", d.RepeatRatio, "share of the requests that repeat an earlier one, in [0, 1)")
+	seed := fs.Uint64("seed", d.Seed, "seed of the stream (the same seed gives the same stream)")
+	txn := fs.String("txn-records", "100,1000,5000", "most records per transaction of the dedupe stage, comma separated: one run each")
+	interval := fs.Duration("batch-interval", 100*time.Millisecond, "longest a stage transaction collects records")
+	partitions := fs.Int("partitions", 4, "partitions of every benchmark topic")
+	replication := fs.Int("replication", 1, "replication factor of every benchmark topic")
+	window := fs.Duration("window", time.Hour, "dedupe window (the stage's default window and Redis's PX); must outlast the run")
+	clientBatch := fs.Int("client-batch", 1000, "statements per pgx.Batch and commands per Redis pipeline in the batched variants")
+	conns := fs.Int("conns", 1, "PostgreSQL and Redis connections, each sending its share of the stream (split by dedupe scope)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "longest one stage run may take")
+	markdown := fs.Bool("markdown", false, "print a Markdown table (for BENCHMARKS.md) instead of a plain one")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg := bench.Config{Stream: d}
+	cfg.Stream.Requests, cfg.Stream.RepeatRatio, cfg.Stream.Seed = *requests, *ratio, *seed
+	if *requests < 1 || *ratio < 0 || *ratio >= 1 {
+		return fmt.Errorf("%w: --requests must be positive and --repeat-ratio in [0, 1)", errUsage)
+	}
+	if *clientBatch < 1 || *conns < 1 {
+		return fmt.Errorf("%w: --client-batch and --conns must be positive", errUsage)
+	}
+	if seeds := benchSplit(*brokers); len(seeds) > 0 {
+		sizes, err := parseTxnSizes(*txn)
+		if err != nil {
+			return err
+		}
+		if *partitions < 1 || *replication < 1 {
+			return fmt.Errorf("%w: --partitions and --replication must be positive", errUsage)
+		}
+		policy := dedupe.DefaultPolicy()
+		policy.DefaultWindowMs = window.Milliseconds()
+		cfg.Kafka = &bench.KafkaOptions{
+			Brokers: seeds, Partitions: int32(*partitions), Replication: int16(*replication),
+			TxnRecords: sizes, BatchInterval: *interval, Policy: policy, Timeout: *timeout,
+		}
+	}
+	if *postgres != "" {
+		cfg.Postgres = &bench.PostgresOptions{DSN: *postgres, Batch: *clientBatch, Conns: *conns}
+	}
+	if *redisAddr != "" {
+		cfg.Redis = &bench.RedisOptions{Addr: *redisAddr, Batch: *clientBatch, Conns: *conns, Window: *window}
+	}
+	if cfg.Kafka == nil && cfg.Postgres == nil && cfg.Redis == nil {
+		return fmt.Errorf("%w: nothing to measure: set --brokers (HERALD_BROKERS), --postgres (HERALD_POSTGRES) or --redis (HERALD_REDIS)", errUsage)
+	}
+
+	rep, err := bench.Run(ctx, cfg)
+	if rep.Stream != nil {
+		fmt.Fprintf(stdout, "stream: %s\nhost: %s\n\n", rep.Stream, rep.Host())
+	}
+	write := bench.WriteTable
+	if *markdown {
+		write = bench.WriteMarkdown
+	}
+	if len(rep.Rows) > 0 {
+		if werr := write(stdout, rep.Rows); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+func benchSplit(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseTxnSizes parses a comma-separated list of positive integers.
+func parseTxnSizes(s string) ([]int, error) {
+	var out []int
+	for _, p := range benchSplit(s) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: --txn-records: %q is not a positive integer", errUsage, p)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: --txn-records is empty", errUsage)
+	}
+	return out, nil
+}
