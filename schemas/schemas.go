@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strings"
 )
 
@@ -55,20 +56,17 @@ func Encode(r Record) ([]byte, error) {
 	}
 }
 
-// Decode unmarshals b into r after checking that its "schema" field names
-// r's record and major version.
+// Decode unmarshals b into r and checks that its "schema" field names r's
+// record and major version. On an error r may be partly filled: discard it.
 func Decode(b []byte, r Record) error {
-	var head struct {
-		Schema string `json:"schema"`
-	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return fmt.Errorf("schemas: decode %s: %w", r.SchemaName(), err)
-	}
-	if head.Schema != r.SchemaName() {
-		return fmt.Errorf("%w: got %q, want %q", ErrSchema, head.Schema, r.SchemaName())
-	}
 	if err := json.Unmarshal(b, r); err != nil {
 		return fmt.Errorf("schemas: decode %s: %w", r.SchemaName(), err)
+	}
+	// Every record's first field is Schema (see Encode): one pass, no
+	// second parse of the document just for its header.
+	got := reflect.ValueOf(r).Elem().Field(0).String()
+	if got != r.SchemaName() {
+		return fmt.Errorf("%w: got %q, want %q", ErrSchema, got, r.SchemaName())
 	}
 	return nil
 }

@@ -208,3 +208,11 @@ func validate(t *testing.T, name string, doc []byte) {
 		t.Fatalf("%s does not validate against %s: %v", doc, path, err)
 	}
 }
+
+func TestEveryRecordStartsWithItsSchemaField(t *testing.T) {
+	for _, r := range schemas.All() {
+		if f := reflect.TypeOf(r).Field(0); f.Name != "Schema" || f.Type.Kind() != reflect.String {
+			t.Errorf("%s: first field is %s, Encode and Decode need Schema string first", r.SchemaName(), f.Name)
+		}
+	}
+}
