@@ -36,11 +36,15 @@ type command struct {
 func commands() []command {
 	cs := []command{
 		{"api", "serve the HTTP API for producer services (notifications, devices, preferences)", runAPI},
+		{"audit", "print the audit timeline of a notification, recipient or dedupe key (timeline)", runAudit},
+		{"audit-writer", "copy requests, decisions, attempts and outcomes into ClickHouse, exactly once", runAuditWriter},
 		{"bench", "measure dedupe throughput side by side: herald on Kafka, PostgreSQL, Redis", runBench},
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
+		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
+		{"replay", "re-run requests through the dedupe stage in a sandbox and diff with the audit", runReplay},
 		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })

@@ -1,0 +1,567 @@
+// Package auditwriter owns the audit writer: the process that copies every
+// record of herald's requests, decisions, attempts and outcomes topics into
+// ClickHouse (the tables of analytics/migrations), exactly once, in large
+// batches.
+//
+// Exactly once, without a consumer group:
+//   - Each topic has its own table, and each row carries its record's
+//     position (kafka_topic, kafka_partition, kafka_offset). On start the
+//     writer asks ClickHouse for the highest offset stored per partition and
+//     consumes from the next one; nothing is committed to Kafka. What
+//     ClickHouse holds is the only progress there is, so it cannot disagree
+//     with the data.
+//   - Each insert is one INSERT of one table, holding for every partition a
+//     run of records that directly follows what the table already holds, and
+//     a table's inserts run one at a time, in order. A client that dies
+//     during an INSERT leaves nothing of it: the server squashes what it
+//     receives into one block until min_insert_block_size_rows or _bytes
+//     (a batch stays below both: at most 1M rows and 64 MiB of values) and
+//     commits at the end of the INSERT. (Were an INSERT ever committed in
+//     pieces, the pieces would still be a prefix of its rows, which are in
+//     offset order within each partition.) So the stored offsets of every
+//     partition are always a prefix of the log, and resuming after the
+//     highest one neither skips nor repeats a record.
+//   - An INSERT whose client died may still be running on the server: the
+//     client can be killed after sending the data, and the server then
+//     completes it. Reading the offsets before it ends would resume below it
+//     and write its records twice. So every insert carries a query id with
+//     the prefix herald-audit-<database>-, and the writer, before it reads
+//     the offsets, waits until system.processes lists no such query. (On a
+//     cluster, point the writer at one server: system.processes is per
+//     server.)
+//   - A failed insert is retried with the same rows and the same
+//     insert_deduplication_token (derived from the table and the offsets), so
+//     an insert that did land but whose answer was lost is not written again
+//     (the tables and their roll-ups keep a non-replicated deduplication
+//     window for this). After the retries the writer starts over from what
+//     ClickHouse holds.
+//   - The tables are ReplacingMergeTree keyed by position as well: a safety
+//     net if two writers are ever pointed at one database by mistake. Run one
+//     writer per database.
+//
+// Records are read read_committed, so aborted stage transactions never reach
+// the audit. A record that does not decode is stored as a row with
+// decode_error and its raw value, so counts always match the topics. A
+// record whose time is already older than the table's TTL is dropped by
+// ClickHouse as it lands.
+//
+// Hazards: a topic deleted and re-created under the same name restarts its
+// offsets at zero, below what the table holds; the writer would skip its
+// records. Records that Kafka's retention deleted before the writer read them
+// are gone (the writer then starts at the log start).
+// Partitions added to a topic while the writer runs are picked up at its next
+// restart.
+package auditwriter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/analytics/migrations"
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Options configure the audit writer.
+type Options struct {
+	Brokers []string
+	Catalog *topics.Catalog
+	// ClickHouse is a native-protocol connection; Database holds herald's
+	// tables (herald migrate creates them).
+	ClickHouse driver.Conn
+	Database   string
+	// BatchRows is the most rows of one insert (50 000 by default, at most
+	// 1 000 000); FlushInterval the longest a row waits for its insert (1 s
+	// by default). Under load every table gets about one insert per
+	// FlushInterval.
+	BatchRows     int
+	FlushInterval time.Duration
+	// InsertRetries is how often a failed insert is retried, with the same
+	// token, before the writer starts over from ClickHouse (3 by default).
+	InsertRetries int
+	// ClientOpts are appended to the Kafka client's options (on kfake, set
+	// FetchMaxBytes to at least partitions × FetchMaxPartitionBytes: see
+	// DESIGN.md, kfake defect 1).
+	ClientOpts []kgo.Opt
+	Logger     *slog.Logger
+	Metrics    *metrics.Registry
+}
+
+// table is one topic and the table its records go to. Each table has its
+// own inserter goroutine, so the tables' inserts overlap each other and the
+// decoding of the next batch; a table's own inserts stay one at a time and
+// in offset order, which the resume rule depends on.
+type table struct {
+	name     string // table name
+	topic    string
+	newBatch func() batch
+
+	cur   batch     // being filled by the poll loop
+	first time.Time // when cur's oldest row arrived
+	bytes int       // record values in cur
+	free  chan batch
+	work  chan batch
+
+	rows, inserts, retries *metrics.Counter
+}
+
+// maxBatchRows and maxBatchBytes keep a batch below ClickHouse's
+// min_insert_block_size_rows (1 048 449) and min_insert_block_size_bytes
+// (256 MiB), so an INSERT is squashed into one block and committed at its
+// end, never in pieces.
+const (
+	maxBatchRows  = 1_000_000
+	maxBatchBytes = 64 << 20
+)
+
+// Writer runs the audit writer.
+type Writer struct {
+	o      Options
+	log    *slog.Logger
+	tables []*table
+	byName map[string]*table // by topic
+	errs   *metrics.Counter
+}
+
+// New checks the options; Run checks that the database is migrated.
+func New(o Options) (*Writer, error) {
+	if len(o.Brokers) == 0 || o.Catalog == nil || o.ClickHouse == nil {
+		return nil, errors.New("auditwriter: Brokers, Catalog and ClickHouse are required")
+	}
+	if err := migrations.ValidDatabase(o.Database); err != nil {
+		return nil, fmt.Errorf("auditwriter: %w", err)
+	}
+	if o.BatchRows <= 0 {
+		o.BatchRows = 50_000
+	}
+	o.BatchRows = min(o.BatchRows, maxBatchRows)
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.InsertRetries <= 0 {
+		o.InsertRetries = 3
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
+	}
+	w := &Writer{o: o, log: o.Logger.With("component", "audit-writer", "database", o.Database), byName: map[string]*table{}}
+	add := func(name, short string, newBatch func() batch) {
+		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
+		t.rows = o.Metrics.Counter("herald_audit_rows_total", "rows inserted into ClickHouse", "table", name)
+		t.inserts = o.Metrics.Counter("herald_audit_inserts_total", "inserts into ClickHouse", "table", name)
+		t.retries = o.Metrics.Counter("herald_audit_insert_retries_total", "inserts retried with their deduplication token", "table", name)
+		w.tables = append(w.tables, t)
+		w.byName[t.topic] = t
+	}
+	add("requests", topics.Requests, func() batch { return &requestsBatch{} })
+	add("decisions", topics.Decisions, func() batch { return &decisionsBatch{} })
+	add("attempts", topics.Attempts, func() batch { return &attemptsBatch{} })
+	add("outcomes", topics.Outcomes, func() batch { return &outcomesBatch{} })
+	w.errs = o.Metrics.Counter("herald_audit_restarts_total", "times the writer started over from ClickHouse after an error")
+	return w, nil
+}
+
+// Run writes until ctx is done. Errors from Kafka or ClickHouse make the
+// writer start over from what ClickHouse holds, with backoff; only a schema
+// that is not migrated ends Run with an error.
+func (w *Writer) Run(ctx context.Context) error {
+	pending, err := migrations.Pending(ctx, w.o.ClickHouse, w.o.Database)
+	if err != nil {
+		return fmt.Errorf("auditwriter: check schema: %w", err)
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("auditwriter: database %s lacks %d migration(s) (first: %04d_%s): run herald migrate",
+			w.o.Database, len(pending), pending[0].Version, pending[0].Name)
+	}
+	defer func() {
+		args := []any{}
+		for _, t := range w.tables {
+			args = append(args, t.name, t.rows.Value())
+		}
+		w.log.Info("audit writer stopped; rows inserted since the process started", args...)
+	}()
+	backoff := time.Second
+	for {
+		started := time.Now()
+		err := w.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		w.errs.Inc()
+		if time.Since(started) > time.Minute {
+			backoff = time.Second
+		}
+		w.log.Error("audit writer starting over from ClickHouse", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// Run builds a writer and runs it until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	w, err := New(o)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// session resumes every partition after the highest offset ClickHouse holds
+// and copies records until ctx is done or an error. It returns only once
+// every insert it started has ended, so the next session reads offsets that
+// no insert in flight can still change.
+func (w *Writer) session(ctx context.Context) (err error) {
+	if err := w.awaitInFlightInserts(ctx); err != nil {
+		return err
+	}
+	start, err := w.resumeOffsets(ctx)
+	if err != nil {
+		return err
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(w.o.Brokers...),
+		kgo.ConsumePartitions(start),
+		// A stored position below the log start (retention deleted records
+		// the writer never read) resumes at the log start.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	}
+	opts = append(opts, w.o.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("auditwriter: kafka client: %w", err)
+	}
+	defer cl.Close()
+
+	errc := make(chan error, len(w.tables))
+	var wg sync.WaitGroup
+	for _, t := range w.tables {
+		t.free, t.work = make(chan batch, 2), make(chan batch)
+		t.free <- t.newBatch()
+		t.cur, t.first, t.bytes = t.newBatch(), time.Time{}, 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.inserter(ctx, t, errc)
+		}()
+	}
+	defer func() {
+		for _, t := range w.tables {
+			close(t.work)
+		}
+		wg.Wait()
+	}()
+
+	for {
+		select {
+		case err := <-errc:
+			return err
+		default:
+		}
+		pollCtx, cancel := context.WithDeadline(ctx, w.nextDeadline())
+		fetches := cl.PollRecords(pollCtx, w.o.BatchRows)
+		cancel()
+		if ctx.Err() != nil {
+			return w.drain(errc)
+		}
+		var ferr error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			if _, loss := errors.AsType[*kgo.ErrDataLoss](err); loss {
+				w.log.Warn("records lost before the audit writer read them", "topic", topic, "partition", p, "err", err)
+				return
+			}
+			if ferr == nil {
+				ferr = fmt.Errorf("auditwriter: fetch %s/%d: %w", topic, p, err)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+		now := time.Now()
+		for _, r := range fetches.Records() {
+			t := w.byName[r.Topic]
+			if t.cur.len() == 0 {
+				t.first = now
+			}
+			t.cur.add(r)
+			t.bytes += len(r.Value)
+			if t.cur.len() >= w.o.BatchRows || t.bytes >= maxBatchBytes {
+				if err := w.handOff(t, errc); err != nil {
+					return err
+				}
+			}
+		}
+		for _, t := range w.tables {
+			if t.cur.len() > 0 && now.Sub(t.first) >= w.o.FlushInterval {
+				if err := w.handOff(t, errc); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// handOff gives the table's current batch to its inserter (waiting while
+// the previous insert of that table runs) and takes an empty one.
+func (w *Writer) handOff(t *table, errc <-chan error) error {
+	select {
+	case t.work <- t.cur:
+	case err := <-errc:
+		return err
+	}
+	select {
+	case t.cur = <-t.free:
+	case err := <-errc:
+		return err
+	}
+	t.first, t.bytes = time.Time{}, 0
+	return nil
+}
+
+// drain hands the pending rows to the inserters when ctx ends; the session
+// then waits for them.
+func (w *Writer) drain(errc <-chan error) error {
+	for _, t := range w.tables {
+		if t.cur.len() > 0 {
+			if err := w.handOff(t, errc); err != nil {
+				w.log.Warn("pending rows not written at shutdown; the next start reads them again", "err", err)
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// inserter inserts the table's batches one at a time, in order. After a
+// failure it inserts nothing more (a later batch landing before an earlier
+// one would break the resume rule) and only recycles batches until the
+// session ends.
+func (w *Writer) inserter(ctx context.Context, t *table, errc chan<- error) {
+	failed := false
+	for b := range t.work {
+		if !failed {
+			if err := w.flush(ctx, t, b); err != nil {
+				failed = true
+				errc <- err
+			}
+		}
+		b.reset()
+		t.free <- b
+	}
+}
+
+// nextDeadline is when the oldest pending row is due, at most one
+// FlushInterval away.
+func (w *Writer) nextDeadline() time.Time {
+	d := time.Now().Add(w.o.FlushInterval)
+	for _, t := range w.tables {
+		if t.cur.len() > 0 {
+			if due := t.first.Add(w.o.FlushInterval); due.Before(d) {
+				d = due
+			}
+		}
+	}
+	return d
+}
+
+// insertTimeout bounds one insert attempt.
+const insertTimeout = time.Minute
+
+// flush inserts a batch as one block, retrying with the same deduplication
+// token. An insert under way is finished even when ctx is cancelled
+// (shutdown), so a stop never wastes a batch.
+func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
+	n := b.len()
+	tok := token(t.name, b)
+	started := time.Now()
+	var err error
+	for attempt := 0; attempt <= w.o.InsertRetries; attempt++ {
+		if attempt > 0 {
+			t.retries.Inc()
+			w.log.Warn("insert failed; retrying with the same token", "table", t.name, "rows", n, "attempt", attempt, "err", err)
+			time.Sleep(time.Duration(attempt) * 500 * time.Millisecond)
+		}
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
+		err = w.insert(ictx, t.name, b, tok)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("auditwriter: insert %d rows into %s: %w", n, t.name, err)
+	}
+	t.rows.Add(int64(n))
+	t.inserts.Inc()
+	w.log.Debug("inserted", "table", t.name, "rows", n, "took", time.Since(started).Round(time.Millisecond))
+	return nil
+}
+
+func (w *Writer) insert(ctx context.Context, table string, b batch, tok string) error {
+	names, cols := b.columns()
+	ctx = clickhouse.Context(ctx, clickhouse.WithQueryID(w.queryIDPrefix()+table+"-"+randomHex()),
+		clickhouse.WithSettings(clickhouse.Settings{
+			"insert_deduplication_token": tok,
+			"insert_deduplicate":         1,
+		}))
+	q := "INSERT INTO `" + w.o.Database + "`.`" + table + "` (" + strings.Join(names, ", ") + ")"
+	pb, err := w.o.ClickHouse.PrepareBatch(ctx, q)
+	if err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	defer pb.Close()
+	for i, c := range cols {
+		if err := pb.Column(i).Append(c); err != nil {
+			return fmt.Errorf("column %s: %w", names[i], err)
+		}
+	}
+	if err := pb.Send(); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	return nil
+}
+
+// queryIDPrefix starts the query id of every insert into this database.
+func (w *Writer) queryIDPrefix() string { return "herald-audit-" + w.o.Database + "-" }
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
+	return hex.EncodeToString(b[:])
+}
+
+// awaitInFlightInserts waits until the server runs no insert of an audit
+// writer into this database: one whose client died (a previous process,
+// or an attempt of this one that timed out) may still commit, and the
+// offsets must be read after it does.
+func (w *Writer) awaitInFlightInserts(ctx context.Context) error {
+	waited := time.Duration(0)
+	for {
+		var n uint64
+		if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM system.processes WHERE startsWith(query_id, ?)", w.queryIDPrefix()).Scan(&n); err != nil {
+			return fmt.Errorf("auditwriter: look for inserts in flight: %w", err)
+		}
+		if n == 0 {
+			if waited > 0 {
+				w.log.Info("inserts in flight have ended", "waited", waited.Round(time.Millisecond))
+			}
+			return nil
+		}
+		switch {
+		case waited == 0:
+			w.log.Info("waiting for inserts of an earlier writer to end before resuming", "in_flight", n)
+		case waited%(10*time.Second) == 0:
+			w.log.Warn("inserts of an earlier writer are still running (is another audit writer running against this database?)", "in_flight", n, "waited", waited)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		waited += 100 * time.Millisecond
+	}
+}
+
+// resumeOffsets returns, for every partition of every audited topic, the
+// offset after the highest one its table holds (the log start when none).
+func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Offset, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(w.o.Brokers...)}, w.o.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("auditwriter: kafka client: %w", err)
+	}
+	defer cl.Close()
+	names := make([]string, 0, len(w.tables))
+	for _, t := range w.tables {
+		names = append(names, t.topic)
+	}
+	details, err := kadm.NewClient(cl).ListTopics(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("auditwriter: list topics: %w", err)
+	}
+	out := map[string]map[int32]kgo.Offset{}
+	for _, t := range w.tables {
+		d, ok := details[t.topic]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			return nil, fmt.Errorf("auditwriter: topic %s is missing (run herald topics create): %v", t.topic, d.Err)
+		}
+		stored, err := w.storedOffsets(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		parts := map[int32]kgo.Offset{}
+		for _, p := range d.Partitions.Numbers() {
+			if off, ok := stored[p]; ok {
+				parts[p] = kgo.NewOffset().At(off + 1)
+			} else {
+				parts[p] = kgo.NewOffset().AtStart()
+			}
+		}
+		out[t.topic] = parts
+		w.log.Info("resuming", "table", t.name, "topic", t.topic, "partitions", len(parts), "from", describe(stored))
+	}
+	return out, nil
+}
+
+// storedOffsets returns the highest offset the table holds per partition.
+func (w *Writer) storedOffsets(ctx context.Context, t *table) (map[int32]int64, error) {
+	rows, err := w.o.ClickHouse.Query(ctx, "SELECT kafka_partition, max(kafka_offset) FROM `"+w.o.Database+"`.`"+t.name+
+		"` WHERE kafka_topic = ? GROUP BY kafka_partition", t.topic)
+	if err != nil {
+		return nil, fmt.Errorf("auditwriter: read stored offsets of %s: %w", t.name, err)
+	}
+	defer rows.Close()
+	out := map[int32]int64{}
+	for rows.Next() {
+		var p int32
+		var off int64
+		if err := rows.Scan(&p, &off); err != nil {
+			return nil, fmt.Errorf("auditwriter: read stored offsets of %s: %w", t.name, err)
+		}
+		out[p] = off
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("auditwriter: read stored offsets of %s: %w", t.name, err)
+	}
+	return out, nil
+}
+
+func describe(stored map[int32]int64) string {
+	if len(stored) == 0 {
+		return "log start"
+	}
+	ps := make([]int32, 0, len(stored))
+	for p := range stored {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	s := ""
+	for i, p := range ps {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%d:%d", p, stored[p]+1)
+	}
+	return s
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/heraldhq/herald/analytics/auditwriter"
+	"github.com/heraldhq/herald/analytics/migrations"
+)
+
+// runAuditWriter implements `herald audit-writer`: it copies the requests,
+// decisions, attempts and outcomes topics into ClickHouse, exactly once,
+// until SIGINT or SIGTERM. Run one per database; it resumes from what
+// ClickHouse holds, so it may be killed at any moment.
+func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
+	fs := newFlagSet("audit-writer")
+	var kf kafkaFlags
+	kf.register(fs)
+	var ch clickhouseFlags
+	ch.register(fs)
+	batchRows := fs.Int("batch-rows", 50_000, "most rows of one insert")
+	flush := fs.Duration("flush-interval", time.Second, "longest a record waits for its insert (about one insert per table per interval under load)")
+	migrate := fs.Bool("migrate", false, "apply pending migrations first (as herald migrate)")
+	ttl := fs.Int("ttl-days", migrations.DefaultTTLDays, "with --migrate: days the audit record is kept")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	seeds, err := kf.seeds()
+	if err != nil {
+		return err
+	}
+	if *batchRows < 1 || *flush <= 0 {
+		return fmt.Errorf("%w: --batch-rows and --flush-interval must be positive", errUsage)
+	}
+	conn, err := ch.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if *migrate {
+		if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: ch.database, TTLDays: *ttl, AppliedBy: "herald audit-writer"}); err != nil {
+			return err
+		}
+	}
+	return auditwriter.Run(ctx, auditwriter.Options{
+		Brokers:       seeds,
+		Catalog:       kf.catalog(),
+		ClickHouse:    conn,
+		Database:      ch.database,
+		BatchRows:     *batchRows,
+		FlushInterval: *flush,
+	})
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/heraldhq/herald/analytics/replay"
+	"github.com/heraldhq/herald/processors/dedupe"
+)
+
+// runReplay implements `herald replay --from <time|offset>`: it re-runs the
+// requests topic through the dedupe stage's code in a sandbox (nothing is
+// produced, nothing is sent) and prints every decision that differs from
+// the audit record. It exits 1 when any does. The policy flags must match
+// the live `herald dedupe`.
+func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("replay")
+	var kf kafkaFlags
+	kf.register(fs)
+	var ch clickhouseFlags
+	ch.register(fs)
+	d := dedupe.DefaultPolicy()
+	from := fs.String("from", "start", "where to start comparing: start, a time (RFC 3339), a duration ago (24h), offset:N or offset:P=N,P=N")
+	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL)")
+	window := fs.Duration("dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window (as herald dedupe)")
+	typeWindows := fs.String("type-windows", "", "per-type dedupe windows (as herald dedupe), e.g. 'invoice.paid=24h'")
+	ttl := fs.Duration("idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL (as herald dedupe)")
+	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	seeds, err := kf.seeds()
+	if err != nil {
+		return err
+	}
+	start, err := replay.ParseFrom(*from, time.Now())
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	tw, err := parseTypeWindows(*typeWindows)
+	if err != nil {
+		return err
+	}
+	conn, err := ch.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	o := replay.Options{
+		Brokers:    seeds,
+		Catalog:    kf.catalog(),
+		ClickHouse: conn,
+		Database:   ch.database,
+		Policy:     dedupe.Policy{DefaultWindowMs: window.Milliseconds(), TypeWindowMs: tw, IdempotencyTTLMs: ttl.Milliseconds()},
+		From:       start,
+		Warmup:     *warmup,
+	}
+	var bar *replay.ProgressBar
+	if *progress || stderrIsTerminal() {
+		bar = replay.NewProgressBar(os.Stderr, "replay")
+		o.Progress = bar.Update
+	}
+	rep, err := replay.Run(ctx, o)
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	for _, d := range rep.Differences {
+		fmt.Fprintf(stdout, "differs: %s\n", d)
+	}
+	fmt.Fprintf(stdout, "replayed %d request(s) in %d partition(s), compared %d decision(s) from %s with the audit in %s: %d difference(s)\n",
+		rep.Read, rep.Partitions, rep.Compared, rep.From, ch.database, len(rep.Differences))
+	if len(rep.Differences) > 0 {
+		return fmt.Errorf("%d decision(s) differ from the audit record", len(rep.Differences))
+	}
+	return nil
+}
+
+// stderrIsTerminal reports whether stderr is a character device (a
+// terminal), where a redrawn progress line is welcome.
+func stderrIsTerminal() bool {
+	fi, err := os.Stderr.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
