@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/analytics/auditwriter"
+	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/embedded"
@@ -109,9 +111,21 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: clickhouse: %w", err)
 	}
 	defer ch.Stop()
-	if err := createDatabase(ctx, ch.TCPAddr(), c.database); err != nil {
+	chConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.TCPAddr()}})
+	if err != nil {
 		ln.Close()
-		return err
+		return fmt.Errorf("dev: clickhouse connect: %w", err)
+	}
+	// Close the pool before the server stops: open connections delay its
+	// shutdown (deferred calls run last-in, first-out).
+	defer chConn.Close()
+	res, err := migrations.Apply(ctx, chConn, migrations.Options{Database: c.database, AppliedBy: "herald dev"})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: %w", err)
+	}
+	if len(res.Applied) > 0 {
+		log.Info("clickhouse migrations applied", "versions", res.Applied)
 	}
 	log.Info("embedded clickhouse ready", "native", ch.TCPAddr(), "http", ch.HTTPAddr(), "database", c.database)
 
@@ -134,6 +148,12 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	goStage("dedupe", func(ctx context.Context) error {
 		return dedupe.Run(ctx, dedupe.Options{
 			Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
+		})
+	})
+
+	goStage("audit-writer", func(ctx context.Context) error {
+		return auditwriter.Run(ctx, auditwriter.Options{
+			Brokers: brokers, Catalog: cat, ClickHouse: chConn, Database: c.database, ClientOpts: embedded.ClientOpts(),
 		})
 	})
 
@@ -206,31 +226,6 @@ func ensureTopics(ctx context.Context, brokers []string, cat *topics.Catalog) er
 		return fmt.Errorf("dev: topics drift from the catalog (was the state dir made with other settings?): %v", drift)
 	}
 	return nil
-}
-
-// createDatabase creates herald's own database: chDB's default database
-// uses the Overlay engine, unfit for herald's tables.
-func createDatabase(ctx context.Context, addr, database string) error {
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
-	if err != nil {
-		return fmt.Errorf("dev: clickhouse connect: %w", err)
-	}
-	defer conn.Close()
-	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(database)); err != nil {
-		return fmt.Errorf("dev: create database %s: %w", database, err)
-	}
-	return nil
-}
-
-func quoteIdent(s string) string {
-	out := []byte{'`'}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '`' || s[i] == '\\' {
-			out = append(out, '\\')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '`'))
 }
 
 // healthz answers 200 when Kafka answers a metadata request and ClickHouse

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/api"
@@ -145,6 +146,22 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	if len(decisions) != 4000 || outcomes[schemas.DecisionAccepted] != 2000 || outcomes[schemas.DecisionDuplicate] != 2000 || len(accepted) != 2000 {
 		out, _ := os.ReadFile(dev.log)
 		t.Fatalf("%d decisions %v, %d accepted; want 4000: 2000 accepted, 2000 duplicate\n%s", len(decisions), outcomes, len(accepted), out)
+	}
+
+	// The audit writer copies every decision into ClickHouse, exactly once.
+	ch, err := clickhouse.Open(&clickhouse.Options{Addr: []string{fmt.Sprintf("127.0.0.1:%d", chTCP)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var rows uint64
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if err := ch.QueryRow(context.Background(), "SELECT count() FROM herald.decisions").Scan(&rows); err == nil && rows >= 4000 {
+			break
+		}
+	}
+	if rows != 4000 {
+		t.Fatalf("herald.decisions holds %d rows, want the 4000 decisions", rows)
 	}
 
 	// The API is mounted: a send with an idempotency key is decided and a
