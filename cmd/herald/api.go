@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/api"
-	"github.com/heraldhq/herald/processors/dedupe"
 )
 
 // runAPI implements `herald api`: the HTTP API for producer services.
@@ -27,8 +26,9 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("api")
 	var kf kafkaFlags
 	kf.register(fs)
+	var pf policyFlags
+	pf.register(fs)
 	host, _ := os.Hostname()
-	d := dedupe.DefaultPolicy()
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
 	keysFile := fs.String("api-keys", "", "file of API keys, one 'tenant:name:sha256hex' per line (default: the development key only)")
 	hashKey := fs.String("hash-key", "", "print the sha256 hex of this key (for the key file) and exit")
@@ -40,9 +40,6 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	lookback := fs.Duration("lookback", 24*time.Hour, "how far back the notification read model reads")
 	quota := fs.Int64("quota", 0, "accepted notifications per tenant per --quota-window (0: no quota)")
 	quotaWindow := fs.Duration("quota-window", time.Minute, "quota window")
-	window := fs.Duration("dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window (match the dedupe stage; used by explain)")
-	typeWindows := fs.String("type-windows", "", "per-type dedupe windows (match the dedupe stage)")
-	ttl := fs.Duration("idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL (match the dedupe stage)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -54,7 +51,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tw, err := parseTypeWindows(*typeWindows)
+	policy, err := pf.policy()
 	if err != nil {
 		return err
 	}
@@ -64,7 +61,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	srv, err := api.New(api.Config{
 		Brokers: seeds, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
-		Policy:       dedupe.Policy{DefaultWindowMs: window.Milliseconds(), TypeWindowMs: tw, IdempotencyTTLMs: ttl.Milliseconds()},
+		Policy:       policy,
 		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
 		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow,
 	})

@@ -35,7 +35,7 @@ type devConfig struct {
 	chTCPPort, chHTTPPort  int
 	chdbLib                string
 	database               string
-	dedupeWindow, idemTTL  time.Duration
+	policy                 policyFlags
 	clickhouseStartTimeout time.Duration
 	apiKeys                string
 }
@@ -45,7 +45,6 @@ type devConfig struct {
 func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("dev")
 	var c devConfig
-	d := dedupe.DefaultPolicy()
 	fs.StringVar(&c.stateDir, "state-dir", ".herald-dev", "folder for kfake's data and ClickHouse's tables")
 	fs.IntVar(&c.kafkaPort, "kafka-port", 19092, "port of the embedded Kafka (kfake) on 127.0.0.1")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address of the HTTP server (/healthz, /metrics, the API)")
@@ -53,8 +52,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.chHTTPPort, "clickhouse-http-port", 18123, "HTTP port of the embedded ClickHouse (chDB)")
 	fs.StringVar(&c.chdbLib, "chdb-lib", "", "path of libchdb.so (default: HERALD_CHDB_LIB, then .cache/chdb)")
 	fs.StringVar(&c.database, "database", "herald", "ClickHouse database of the audit record")
-	fs.DurationVar(&c.dedupeWindow, "dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window")
-	fs.DurationVar(&c.idemTTL, "idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL")
+	c.policy.register(fs)
 	fs.StringVar(&c.apiKeys, "api-keys", "", "file of API keys, one 'tenant:name:sha256hex' a line (default: the public dev key "+api.DevAPIKey+", tenant dev)")
 	fs.DurationVar(&c.clickhouseStartTimeout, "clickhouse-start-timeout", 2*time.Minute, "how long to wait for the ClickHouse server to answer")
 	if err := parseFlags(fs, args); err != nil {
@@ -65,6 +63,10 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 
 func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	log := slog.Default().With("cmd", "dev")
+	policy, err := c.policy.policy()
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(c.stateDir, 0o755); err != nil {
 		return fmt.Errorf("dev: state dir: %w", err)
 	}
@@ -82,7 +84,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	defer k.Close()
 	brokers := k.Brokers()
-	cat := topics.New(embedded.CatalogOptions(max(c.dedupeWindow, c.idemTTL)))
+	cat := topics.New(embedded.CatalogOptions(max(c.policy.window, c.policy.ttl, maxTypeWindow(policy))))
 	if err := ensureTopics(ctx, brokers, cat); err != nil {
 		ln.Close()
 		return err
@@ -144,7 +146,6 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		}()
 	}
 	suffix := embedded.TransactionalSuffix()
-	policy := dedupe.Policy{DefaultWindowMs: c.dedupeWindow.Milliseconds(), IdempotencyTTLMs: c.idemTTL.Milliseconds()}
 	goStage("dedupe", func(ctx context.Context) error {
 		return dedupe.Run(ctx, dedupe.Options{
 			Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
@@ -277,4 +278,12 @@ func pingHTTP(ctx context.Context, url string) error {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return nil
+}
+
+func maxTypeWindow(p dedupe.Policy) time.Duration {
+	var m int64
+	for _, w := range p.TypeWindowMs {
+		m = max(m, w)
+	}
+	return time.Duration(m) * time.Millisecond
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/analytics/replay"
-	"github.com/heraldhq/herald/processors/dedupe"
 )
 
 // runReplay implements `herald replay --from <time|offset>`: it re-runs the
@@ -20,14 +19,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("replay")
 	var kf kafkaFlags
 	kf.register(fs)
+	var pf policyFlags
+	pf.register(fs)
 	var ch clickhouseFlags
 	ch.register(fs)
-	d := dedupe.DefaultPolicy()
 	from := fs.String("from", "start", "where to start comparing: start, a time (RFC 3339), a duration ago (24h), offset:N or offset:P=N,P=N")
 	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL)")
-	window := fs.Duration("dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window (as herald dedupe)")
-	typeWindows := fs.String("type-windows", "", "per-type dedupe windows (as herald dedupe), e.g. 'invoice.paid=24h'")
-	ttl := fs.Duration("idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL (as herald dedupe)")
 	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -43,7 +40,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	tw, err := parseTypeWindows(*typeWindows)
+	policy, err := pf.policy()
 	if err != nil {
 		return err
 	}
@@ -58,7 +55,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		Catalog:    kf.catalog(),
 		ClickHouse: conn,
 		Database:   ch.database,
-		Policy:     dedupe.Policy{DefaultWindowMs: window.Milliseconds(), TypeWindowMs: tw, IdempotencyTTLMs: ttl.Milliseconds()},
+		Policy:     policy,
 		From:       start,
 		Warmup:     *warmup,
 	}
