@@ -46,15 +46,7 @@ func testCatalog(t *testing.T, adm *kadm.Client) *topics.Catalog {
 		Partitions:  3,
 		Replication: 1,
 	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var names []string
-		for _, tp := range cat.Topics() {
-			names = append(names, tp.Name)
-		}
-		adm.DeleteTopics(ctx, names...)
-	})
+	testenv.DeleteCatalogOnCleanup(t, adm, cat)
 	return cat
 }
 

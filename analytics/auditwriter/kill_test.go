@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,7 +231,7 @@ func (ch *privateClickHouse) ping(limit time.Duration) (driver.Conn, error) {
 // and stops it (SIGTERM) when the test ends.
 func startClickHouse(t *testing.T, bin string) *privateClickHouse {
 	t.Helper()
-	tcp, http := freePort(t), freePort(t)
+	tcp, http := testenv.FreePort(t), testenv.FreePort(t)
 	dir := t.TempDir()
 	out, err := os.Create(filepath.Join(dir, "server.out"))
 	if err != nil {
@@ -298,16 +297,6 @@ func startClickHouse(t *testing.T, bin string) *privateClickHouse {
 	}
 	conn.Close()
 	return ch
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // totalRows counts the rows of the four tables; -1 while the server is down.

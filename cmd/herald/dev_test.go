@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,16 +24,6 @@ import (
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 type devProc struct {
 	cmd  *exec.Cmd
@@ -111,7 +100,7 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	}
 	bin := testenv.Herald(t)
 	state := t.TempDir()
-	kafkaPort, httpPort, chTCP, chHTTP := freePort(t), freePort(t), freePort(t), freePort(t)
+	kafkaPort, httpPort, chTCP, chHTTP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	brokers := []string{fmt.Sprintf("127.0.0.1:%d", kafkaPort)}
 	cat := topics.New(embedded.CatalogOptions(24 * time.Hour))
 

@@ -60,23 +60,13 @@ func runChild(args []string) int {
 	return 0
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func TestSpawnReportsAChildThatDiesAtStart(t *testing.T) {
 	// /bin/sh treats "clickhouse-server" as a script to run, finds none and
 	// exits: a stand-in for a herald binary that fails at start.
 	_, err := Spawn(context.Background(), "/bin/sh", ServeOptions{
 		Path:     t.TempDir(),
-		TCPPort:  freePort(t),
-		HTTPPort: freePort(t),
+		TCPPort:  testenv.FreePort(t),
+		HTTPPort: testenv.FreePort(t),
 	})
 	if err == nil {
 		t.Fatal("Spawn succeeded; want an error")
@@ -95,7 +85,7 @@ func TestSpawnRefusesAPortInUse(t *testing.T) {
 	}
 	defer ln.Close()
 	busy := ln.Addr().(*net.TCPAddr).Port
-	_, err = Spawn(context.Background(), "/bin/false", ServeOptions{Path: t.TempDir(), TCPPort: busy, HTTPPort: freePort(t)})
+	_, err = Spawn(context.Background(), "/bin/false", ServeOptions{Path: t.TempDir(), TCPPort: busy, HTTPPort: testenv.FreePort(t)})
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(busy)) {
 		t.Fatalf("Spawn = %v; want an error naming port %d", err, busy)
 	}
@@ -120,8 +110,8 @@ func TestSpawn(t *testing.T) {
 	defer cancel()
 	p, err := Spawn(ctx, exe, ServeOptions{
 		Path:        t.TempDir(),
-		TCPPort:     freePort(t),
-		HTTPPort:    freePort(t),
+		TCPPort:     testenv.FreePort(t),
+		HTTPPort:    testenv.FreePort(t),
 		LibPath:     lib,
 		MaxMemoryMB: 1024,
 	})
@@ -144,7 +134,7 @@ func TestSpawn(t *testing.T) {
 	})
 
 	t.Run("a second server on the same ports is refused", func(t *testing.T) {
-		_, err := Spawn(ctx, exe, ServeOptions{Path: t.TempDir(), TCPPort: freePort(t), HTTPPort: portOf(t, p.HTTPAddr())})
+		_, err := Spawn(ctx, exe, ServeOptions{Path: t.TempDir(), TCPPort: testenv.FreePort(t), HTTPPort: portOf(t, p.HTTPAddr())})
 		if err == nil || !strings.Contains(err.Error(), "not free") {
 			t.Fatalf("Spawn = %v; want a port-in-use error", err)
 		}

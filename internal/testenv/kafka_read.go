@@ -95,19 +95,32 @@ func lastStable(ctx context.Context, t testing.TB, cl *kgo.Client, topic string)
 // 1, the given partitions) and deletes them in t's cleanup.
 func Catalog(t testing.TB, brokers []string, partitions int32) *topics.Catalog {
 	t.Helper()
-	cat := topics.New(topics.Options{Prefix: uniqueName(t, "t", 40) + ".", Partitions: partitions, Replication: 1})
-	cl := Client(t, brokers)
-	adm := kadm.NewClient(cl)
+	return CatalogWith(t, brokers, topics.Options{Partitions: partitions})
+}
+
+// CatalogWith is Catalog with more options; the prefix is always unique and
+// replication is 1.
+func CatalogWith(t testing.TB, brokers []string, o topics.Options) *topics.Catalog {
+	t.Helper()
+	o.Prefix, o.Replication = uniqueName(t, "t", 40)+".", 1
+	cat := topics.New(o)
+	adm := kadm.NewClient(Client(t, brokers))
 	ctx, cancel := context.WithTimeout(context.Background(), topicSetupTimeout)
 	defer cancel()
+	DeleteCatalogOnCleanup(t, adm, cat)
 	if _, err := cat.Create(ctx, adm); err != nil {
 		t.Fatal(err)
 	}
 	for _, tp := range cat.Topics() {
-		if err := waitTopicReady(ctx, adm, tp.Name, partitions); err != nil {
+		if err := waitTopicReady(ctx, adm, tp.Name, cat.Options().Partitions); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return cat
+}
+
+// DeleteCatalogOnCleanup deletes every topic of cat when t ends.
+func DeleteCatalogOnCleanup(t testing.TB, adm *kadm.Client, cat *topics.Catalog) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), topicSetupTimeout)
 		defer cancel()
@@ -117,5 +130,4 @@ func Catalog(t testing.TB, brokers []string, partitions int32) *topics.Catalog {
 		}
 		adm.DeleteTopics(ctx, names...)
 	})
-	return cat
 }
