@@ -141,7 +141,7 @@ type requestsBatch struct {
 	dedupeWindowMs, idempotencyTTLMs                                            []int64
 	idempotencyKey, contentHash, title, body, payload, locale                   []string
 	channels                                                                    [][]string
-	producer, source                                                            []string
+	targetDevice, producer, source                                              []string
 	createdAt                                                                   []time.Time
 }
 
@@ -169,6 +169,7 @@ func (b *requestsBatch) add(r *kgo.Record) {
 	b.payload = append(b.payload, string(v.Payload))
 	b.locale = append(b.locale, v.Locale)
 	b.channels = append(b.channels, append([]string{}, v.Channels...))
+	b.targetDevice = append(b.targetDevice, v.TargetDevice)
 	b.producer = append(b.producer, v.Producer)
 	b.source = append(b.source, v.Source)
 	b.createdAt = append(b.createdAt, ms(v.CreatedAt))
@@ -178,10 +179,10 @@ func (b *requestsBatch) columns() ([]string, []any) {
 	names, cols := b.positionColumns()
 	return append(names, "request_id", "tenant", "type", "recipient", "notification_id", "id_source", "key", "dedupe_key",
 			"dedupe_window_ms", "idempotency_key", "idempotency_ttl_ms", "title", "body", "payload", "locale",
-			"channels", "producer", "source", "created_at"),
+			"channels", "target_device", "producer", "source", "created_at"),
 		append(cols, b.requestID, b.tenant, b.typ, b.recipient, b.notificationID, b.idSource, b.key, b.dedupeKey,
 			b.dedupeWindowMs, b.idempotencyKey, b.idempotencyTTLMs, b.title, b.body, b.payload, b.locale,
-			b.channels, b.producer, b.source, b.createdAt)
+			b.channels, b.targetDevice, b.producer, b.source, b.createdAt)
 }
 
 func (b *requestsBatch) reset() { *b = requestsBatch{position: b.position}; b.resetPosition() }
