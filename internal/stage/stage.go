@@ -232,9 +232,7 @@ func (r *Runner) step(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.TransactionTimeout)
 	defer cancel()
 
-	if err := r.sess.Begin(); err != nil {
-		return fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
-	}
+	// Tasks run before the transaction begins: they only fill out.
 	r.mu.Lock()
 	var out Out
 	for _, rec := range batch {
@@ -254,11 +252,10 @@ func (r *Runner) step(ctx context.Context) error {
 	r.mu.Unlock()
 
 	if len(batch) == 0 && out.Len() == 0 {
-		// Nothing to commit: end the empty transaction cheaply.
-		if _, err := r.sess.End(ctx, kgo.TryAbort); err != nil {
-			return fmt.Errorf("stage %s: end empty transaction: %w", r.cfg.Name, err)
-		}
-		return nil
+		return nil // idle: no transaction at all
+	}
+	if err := r.sess.Begin(); err != nil {
+		return fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
 	}
 
 	var produceErr error
