@@ -23,7 +23,7 @@ func clusters(t *testing.T, test func(t *testing.T, adm *kadm.Client)) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(c.Close) // after the clients, which close in later-registered cleanups
 		test(t, admin(t, c.ListenAddrs()))
 	})
 	t.Run("on the real Kafka broker", func(t *testing.T) {

@@ -72,7 +72,7 @@ func onClusters(t *testing.T, test func(t *testing.T, brokers []string, opts []k
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(c.Close) // after the clients, which close in later-registered cleanups
 		test(t, c.ListenAddrs(), embedded.ClientOpts())
 	})
 	t.Run("on the real Kafka broker", func(t *testing.T) {
