@@ -65,10 +65,11 @@ func (s *Server) readObject(w http.ResponseWriter, r *http.Request) (*fields, bo
 	return f, true
 }
 
-// replicaReady answers 503 while the device and preference replica loads.
+// replicaReady answers 503 while the device, preference and segment replica
+// loads.
 func (s *Server) replicaReady(w http.ResponseWriter) bool {
 	if !s.running() || !s.rep.ready.Load() {
-		writeProblem(w, unavailable("the device and preference index is still loading; retry shortly", 1))
+		writeProblem(w, unavailable("the device, preference and segment index is still loading; retry shortly", 1))
 		return false
 	}
 	return true
@@ -99,7 +100,7 @@ func valueRecord(topic, key string, v schemas.Record, now time.Time) (*kgo.Recor
 
 func deviceOut(d schemas.Device) sdk.Device {
 	out := sdk.Device{UserID: d.Recipient, DeviceID: d.DeviceID, Platform: d.Platform, Token: d.Token,
-		Locale: d.Locale, TimeZone: d.TimeZone, Enabled: d.Enabled, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
+		Locale: d.Locale, TimeZone: d.TimeZone, Enabled: d.Enabled, Tags: d.Tags, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
 	if d.WebPush != nil {
 		out.WebPush = &sdk.WebPushSubscription{Endpoint: d.WebPush.Endpoint, P256dh: d.WebPush.P256dh, Auth: d.WebPush.Auth}
 	}
@@ -143,8 +144,12 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request, p principal) 
 	writeJSON(w, http.StatusOK, deviceOut(d))
 }
 
+// maxTags bounds the tags of one device.
+const maxTags = 64
+
 // putDevice registers a device or updates it (a token rotation): 201 for a
-// new device, 200 for an update.
+// new device, 200 for an update. The body replaces the device, tags
+// included.
 func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) {
 	user, device, ok := s.devicePath(w, r)
 	if !ok {
@@ -176,6 +181,27 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 	d.TimeZone = f.text("timeZone", false, 64)
 	if en, ok := f.boolean("enabled"); ok {
 		d.Enabled = en
+	}
+	if tags, ok := f.strings("tags"); ok {
+		if len(tags) > maxTags {
+			f.fail("tags", fmt.Sprintf("at most %d tags", maxTags))
+		}
+		at := map[string]int{}
+		for i, tg := range tags {
+			field := fmt.Sprintf("tags[%d]", i)
+			switch j, dup := at[tg]; {
+			case tg == "":
+				f.fail(field, "must not be empty")
+			case utf8.RuneCountInString(tg) > maxIDLen:
+				f.fail(field, fmt.Sprintf("must be at most %d characters", maxIDLen))
+			case dup:
+				f.fail(field, fmt.Sprintf("repeats tags[%d]", j))
+			}
+			at[tg] = i
+		}
+		if len(tags) > 0 {
+			d.Tags = tags
+		}
 	}
 	f.unknown()
 	switch d.Platform {

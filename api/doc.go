@@ -1,7 +1,7 @@
 // Package api owns herald's HTTP API for producer services: sending
 // notifications (POST /v1/notifications), reading one back with its
 // timeline (GET /v1/notifications/{id}), the dedupe dry run (POST
-// /v1/explain), devices and preferences, API-key authentication with
+// /v1/explain), devices, preferences and segments, API-key authentication with
 // tenants, and the OpenAPI 3.1 document (api/openapi.json, embedded and
 // served at /openapi.json). New returns a Server, an http.Handler that
 // `herald api` serves on its own listener and `herald dev` can mount.
@@ -23,8 +23,13 @@
 //
 // # Waiting for decisions
 //
-// The API reads herald.requests and herald.decisions read_committed (from
-// Lookback ago) into a read model. A send waits for its records' dedupe
+// The API reads herald.requests, herald.decisions, herald.attempts and
+// herald.outcomes read_committed (from Lookback ago) into a read model: a
+// notification's timeline lists its requests, the stages' decisions, the
+// sinks' attempts (channel, device, result, classification, the provider's
+// reason) and each delivery's outcome (status, reason), in time order.
+// Attempts and outcomes are keyed by delivery id on their topics and carry
+// the notification id and the tenant, which place them. A send waits for its records' dedupe
 // decisions when it asks (Prefer: wait=N, capped by MaxWait) and always
 // when it carries an idempotency key (bounded by IdempotencyWait): the
 // dedupe stage's decision is the authoritative idempotency check. A waiter
@@ -52,20 +57,44 @@
 // 202 without Idempotency-Replayed); a retry whose body differs for any
 // recipient is a 422, though recipients the key never saw are sent.
 //
-// # Explain, devices and preferences: an eventually consistent replica
+// # Explain, devices, preferences and segments: an eventually consistent replica
 //
 // The API keeps a read-only replica of the compacted topics herald.seen
-// (the dedupe stage's seen-set), herald.devices and herald.preferences,
-// read read_committed from their start. Explain builds the requests a send
-// would make and runs the stage's own decision function (dedupe.Policy.Decide,
-// with the stage's Policy) over the replica, at the current time, changing
-// nothing. The replica lags the stage by the time it takes to read a
+// (the dedupe stage's seen-set), herald.devices, herald.preferences and
+// herald.segments, read read_committed from their start. Explain builds the
+// requests a send would make and runs the stage's own decision function
+// (dedupe.Policy.Decide, with the stage's Policy) over the replica, at the
+// current time, changing nothing. The replica lags the stage by the time it takes to read a
 // committed change, so explain can miss a key committed a moment ago:
 // treat wouldDeduplicate=false as "not as of a moment ago". Until the
-// replica has read every partition up to where it stood at Start, explain
-// and the device endpoints answer 503. Device and preference writes are
-// applied to the replica when they commit, so a caller reads its own
-// writes on the instance that made them.
+// replica has read every partition up to where it stood at Start, explain,
+// the device, preference and segment endpoints and sends to device, tag,
+// segment or all targets answer 503 (so do they if a topic is missing:
+// herald.segments is new, and `herald topics create` adds it before an
+// upgraded API starts). Device, preference and segment writes are applied
+// to the replica when they commit, so a caller reads its own writes on the
+// instance that made them.
+//
+// # Targets
+//
+// A send names its recipients (recipients[], recipientId) or a target.
+// Target kind user is one user; device is one device's user, and the
+// request record carries the device in targetDevice. The others are
+// resolved when the send arrives, from the replica, to one notification
+// per user, exactly as if the users had been listed in recipients[]: all
+// is every user of the tenant with at least one enabled device; tag is
+// every user with an enabled device carrying the tag (devices are tagged
+// when registered); segment is the members of a segment the tenant set
+// with PUT /v1/segments/{name} (a named set of users, which replaces the
+// members; GET and DELETE read and remove it). The resolution is
+// eventually consistent: a device or segment changed on another instance a
+// moment ago may not count yet, and a retry with the same idempotency key
+// is resolved again (members added since get new notifications; the scope
+// stays per recipient). A target that reaches no one is a 422 naming target
+// (nothing to send); one that reaches more than MaxRecipients users is a
+// 422 too, as for recipients[]. Targets resolve within the caller's tenant
+// only: another tenant's segment or device is "no such" (422), and its
+// segment endpoints answer 404.
 //
 // # Tenants and keys
 //
@@ -73,9 +102,9 @@
 // (ParseKeys reads "tenant:name:sha256hex" lines); a presented key is
 // hashed and compared with every configured hash in constant time. The
 // tenant scopes everything: derived ids and seen-set keys include it, the
-// read model is keyed by (tenant, id), device and preference keys start
-// with it. Another tenant's notification, device or preferences answer
-// 404, never 403.
+// read model is keyed by (tenant, id), device, preference and segment keys
+// start with it. Another tenant's notification, device, preferences or
+// segment answer 404, never 403.
 //
 // # Validation
 //
@@ -84,13 +113,10 @@
 // does; encoding/json would replace a lone surrogate with U+FFFD, so two
 // different JavaScript strings could meet as one), duplicate member names
 // or trailing data: 400. Unknown members and wrong types are 400; missing
-// or empty required fields, out-of-range values, too many recipients and
-// unsupported target kinds are 422. Every problem is RFC 9457
-// application/problem+json with an errors[{field, message}] extension.
-// Target kinds tag, segment and all are not supported yet: they need the
-// device index the route stage will own, and answer 422 naming
-// target.kind. A device target is resolved to its user through the
-// replica, and the request record carries the device in targetDevice.
+// or empty required fields, out-of-range values, too many recipients, a
+// target member that its kind does not use and a target that reaches no
+// one are 422. Every problem is RFC 9457 application/problem+json with an
+// errors[{field, message}] extension.
 //
 // # Quotas
 //

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
@@ -475,4 +477,273 @@ func TestConcurrentSendsAreEachWrittenWhole(t *testing.T) {
 			t.Fatalf("call %s has %d records, want %d", id, n, per)
 		}
 	}
+}
+
+// recipientsOf lists a send's recipients, sorted.
+func recipientsOf(res sdk.SendResult) []string {
+	var out []string
+	for _, n := range res.Notifications {
+		out = append(out, n.Recipient)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestTargetsResolveFromTheReplicaOnTheRealBroker(t *testing.T) {
+	p := startPipelineWith(t, false, func(c *Config) { c.MaxRecipients = 3 })
+	devices := []struct{ key, path, body string }{
+		{keyA, "/v1/users/t1/devices/phone", `{"platform":"ios","token":"a","tags":["vip","beta"]}`},
+		{keyA, "/v1/users/t2/devices/phone", `{"platform":"android","token":"b","tags":["vip"]}`},
+		{keyA, "/v1/users/t3/devices/phone", `{"platform":"ios","token":"c","tags":["vip"],"enabled":false}`},
+		{keyA, "/v1/users/t4/devices/browser", `{"platform":"web","webPush":{"endpoint":"https://push.example/1","p256dh":"k","auth":"a"}}`},
+		{keyB, "/v1/users/t9/devices/phone", `{"platform":"ios","token":"d","tags":["vip"]}`},
+	}
+	for _, d := range devices {
+		if a := p.call(t, "PUT", d.path, d.key, d.body); a.status != 201 {
+			t.Fatalf("register %s: %d %s", d.path, a.status, a.body)
+		}
+	}
+	send := func(key, target string) answer {
+		return p.call(t, "POST", "/v1/notifications", key, `{"type":"news","target":`+target+`,"title":"t","body":"b"}`)
+	}
+	sentTo := func(t *testing.T, key, target string) []string {
+		t.Helper()
+		a := send(key, target)
+		if a.status != 202 {
+			t.Fatalf("send to %s: %d %s", target, a.status, a.body)
+		}
+		return recipientsOf(decode[sdk.SendResult](t, a))
+	}
+	refused := func(t *testing.T, key, target, field string) {
+		t.Helper()
+		a := send(key, target)
+		prob := decode[sdk.Problem](t, a)
+		if a.status != 422 || !slices.ContainsFunc(prob.Errors, func(e sdk.FieldError) bool { return e.Field == field }) {
+			t.Fatalf("send to %s: %d %s, want a 422 naming %s", target, a.status, a.body, field)
+		}
+	}
+
+	t.Run("a device's tags are stored and read back", func(t *testing.T) {
+		d := decode[sdk.Device](t, p.call(t, "GET", "/v1/users/t1/devices/phone", keyA, ""))
+		if !slices.Equal(d.Tags, []string{"vip", "beta"}) {
+			t.Fatalf("tags %v", d.Tags)
+		}
+	})
+
+	t.Run("all reaches every user of the tenant with an enabled device, one notification each", func(t *testing.T) {
+		a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"news","target":{"kind":"all"},"title":"t","body":"b","dedupeKey":"news-1"}`)
+		if a.status != 202 {
+			t.Fatalf("%d %s", a.status, a.body)
+		}
+		res := decode[sdk.SendResult](t, a)
+		if got := recipientsOf(res); !slices.Equal(got, []string{"t1", "t2", "t4"}) {
+			t.Fatalf("sent to %v, want t1, t2 and t4", got)
+		}
+		for _, n := range res.Notifications {
+			if want, _, _ := sdk.DeriveID("ta", "news", n.Recipient, nil, "news-1", ""); n.ID != want {
+				t.Fatalf("notification %+v, want the id of a send to recipients[] (%s)", n, want)
+			}
+		}
+		p.eventually(t, "the call's three requests are committed", func() bool {
+			n := 0
+			for _, r := range testenv.ReadCommitted(t, p.brokers, p.cat.Name(topics.Requests)) {
+				var rq schemas.Request
+				if err := schemas.Decode(r.Value, &rq); err == nil && rq.RequestID == res.RequestID {
+					n++
+				}
+			}
+			return n == 3
+		})
+	})
+
+	t.Run("a tag reaches the users with an enabled device carrying it", func(t *testing.T) {
+		if got := sentTo(t, keyA, `{"kind":"tag","tag":"vip"}`); !slices.Equal(got, []string{"t1", "t2"}) {
+			t.Fatalf("sent to %v, want t1 and t2 (t3's device is disabled)", got)
+		}
+		if got := sentTo(t, keyA, `{"kind":"tag","tag":"beta"}`); !slices.Equal(got, []string{"t1"}) {
+			t.Fatalf("sent to %v, want t1", got)
+		}
+	})
+
+	t.Run("a tag nobody carries is a 422 naming the target", func(t *testing.T) {
+		refused(t, keyA, `{"kind":"tag","tag":"nobody"}`, "target")
+	})
+
+	t.Run("a segment reaches its members", func(t *testing.T) {
+		a := p.call(t, "PUT", "/v1/segments/beta-testers", keyA, `{"members":["s1","s2"]}`)
+		sg := decode[sdk.Segment](t, a)
+		if a.status != 200 || sg.Name != "beta-testers" || !slices.Equal(sg.Members, []string{"s1", "s2"}) || sg.UpdatedAt == 0 {
+			t.Fatalf("put: %d %s", a.status, a.body)
+		}
+		if got := decode[sdk.Segment](t, p.call(t, "GET", "/v1/segments/beta-testers", keyA, "")); !slices.Equal(got.Members, sg.Members) {
+			t.Fatalf("get: %+v", got)
+		}
+		if got := sentTo(t, keyA, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"s1", "s2"}) {
+			t.Fatalf("sent to %v, want s1 and s2", got)
+		}
+	})
+
+	t.Run("a target reaching more users than the recipient limit is a 422", func(t *testing.T) {
+		if a := p.call(t, "PUT", "/v1/segments/big", keyA, `{"members":["b1","b2","b3","b4"]}`); a.status != 200 {
+			t.Fatalf("put: %d %s", a.status, a.body)
+		}
+		refused(t, keyA, `{"kind":"segment","segment":"big"}`, "target")
+	})
+
+	t.Run("an empty segment is a 422 naming the target", func(t *testing.T) {
+		if a := p.call(t, "PUT", "/v1/segments/empty", keyA, `{"members":[]}`); a.status != 200 {
+			t.Fatalf("put: %d %s", a.status, a.body)
+		}
+		refused(t, keyA, `{"kind":"segment","segment":"empty"}`, "target")
+	})
+
+	t.Run("tenants cannot see, change or target each other's segments and devices", func(t *testing.T) {
+		for _, c := range []struct{ method, path string }{
+			{"GET", "/v1/segments/beta-testers"},
+			{"DELETE", "/v1/segments/beta-testers"},
+		} {
+			if a := p.call(t, c.method, c.path, keyB, ""); a.status != 404 {
+				t.Fatalf("another tenant's %s %s: %d, want 404", c.method, c.path, a.status)
+			}
+		}
+		refused(t, keyB, `{"kind":"segment","segment":"beta-testers"}`, "target.segment")
+		if a := p.call(t, "PUT", "/v1/segments/beta-testers", keyB, `{"members":["x1"]}`); a.status != 200 {
+			t.Fatalf("tenant b's own segment: %d %s", a.status, a.body)
+		}
+		if got := sentTo(t, keyB, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"x1"}) {
+			t.Fatalf("tenant b's segment sent to %v, want x1", got)
+		}
+		if got := sentTo(t, keyA, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"s1", "s2"}) {
+			t.Fatalf("tenant a's segment sent to %v after b's put, want s1 and s2", got)
+		}
+		if got := sentTo(t, keyB, `{"kind":"all"}`); !slices.Equal(got, []string{"t9"}) {
+			t.Fatalf("tenant b's all sent to %v, want t9 only", got)
+		}
+		if got := sentTo(t, keyB, `{"kind":"tag","tag":"vip"}`); !slices.Equal(got, []string{"t9"}) {
+			t.Fatalf("tenant b's tag sent to %v, want t9 only", got)
+		}
+	})
+
+	t.Run("a fresh replica reads segments and device tags from their topics", func(t *testing.T) {
+		srv, err := New(Config{Brokers: p.brokers, Catalog: p.cat, Keys: testKeys(), InstanceID: "fresh", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		hs := httptest.NewServer(srv)
+		defer hs.Close()
+		fresh := &pipeline{brokers: p.brokers, cat: p.cat, srv: srv, url: hs.URL}
+		// The writes above are committed, but a commit marker may reach its
+		// partition just after the commit returns: wait, do not assume.
+		p.eventually(t, "the fresh replica reads the segment", func() bool {
+			a := fresh.call(t, "GET", "/v1/segments/beta-testers", keyA, "")
+			return a.status == 200 && slices.Equal(decode[sdk.Segment](t, a).Members, []string{"s1", "s2"})
+		})
+		p.eventually(t, "the fresh replica resolves the tag", func() bool {
+			a := fresh.call(t, "POST", "/v1/notifications", keyA, `{"type":"news","target":{"kind":"tag","tag":"vip"},"title":"t","body":"b"}`)
+			return a.status == 202 && slices.Equal(recipientsOf(decode[sdk.SendResult](t, a)), []string{"t1", "t2"})
+		})
+	})
+
+	t.Run("a deleted segment is gone", func(t *testing.T) {
+		if a := p.call(t, "DELETE", "/v1/segments/beta-testers", keyA, ""); a.status != 204 {
+			t.Fatalf("delete: %d %s", a.status, a.body)
+		}
+		if a := p.call(t, "GET", "/v1/segments/beta-testers", keyA, ""); a.status != 404 {
+			t.Fatalf("after delete: %d, want 404", a.status)
+		}
+		refused(t, keyA, `{"kind":"segment","segment":"beta-testers"}`, "target.segment")
+		if got := sentTo(t, keyB, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"x1"}) {
+			t.Fatalf("tenant b's segment after a's delete sent to %v, want x1", got)
+		}
+	})
+}
+
+func TestTheTimelineShowsAttemptsAndOutcomesOnTheRealBroker(t *testing.T) {
+	p := startPipeline(t, nil)
+	a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"order.shipped","recipientId":"tl1","title":"t","body":"b"}`, "Prefer", "wait=60")
+	if a.status != 202 {
+		t.Fatalf("send: %d %s", a.status, a.body)
+	}
+	id := decode[sdk.SendResult](t, a).Notifications[0].ID
+
+	// No sink writes these yet: produce them as one would, transactionally
+	// and keyed by delivery id. An aborted attempt must never show.
+	cl := testenv.Client(t, p.brokers, kgo.TransactionalID("timeline-"+p.cat.Name("")), kgo.RecordPartitioner(p.cat.Partitioner()))
+	now := time.Now().UnixMilli()
+	rec := func(topic string, v schemas.Record, key string) *kgo.Record {
+		b, err := schemas.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &kgo.Record{Topic: p.cat.Name(topic), Key: []byte(key), Value: b,
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}}
+	}
+	attempt := func(tenant string, n int, result, class, reason string, at int64) *kgo.Record {
+		return rec(topics.Attempts, schemas.Attempt{AttemptID: fmt.Sprintf("del-1/%d", n), DeliveryID: "del-1", NotificationID: id, Tenant: tenant,
+			Type: "order.shipped", Recipient: "tl1", DeviceID: "phone", Channel: "apns", Attempt: n, Result: result,
+			Classification: class, ProviderReason: reason, At: at}, "del-1")
+	}
+	transact := func(commit kgo.TransactionEndTry, recs ...*kgo.Record) {
+		t.Helper()
+		ctx := context.Background()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transact(kgo.TryAbort, attempt("ta", 1, schemas.AttemptPermanent, "aborted", "never committed", now+1))
+	transact(kgo.TryCommit,
+		attempt("ta", 1, schemas.AttemptRetryable, "throttled", "TooManyRequests", now+2),
+		attempt("ta", 2, schemas.AttemptSent, "", "", now+3),
+		attempt("tb", 1, schemas.AttemptSent, "", "another tenant's", now+3),
+		rec(topics.Outcomes, schemas.Outcome{DeliveryID: "del-1", NotificationID: id, Tenant: "ta", Type: "order.shipped", Recipient: "tl1",
+			DeviceID: "phone", Channel: "apns", Status: schemas.OutcomeDelivered, Attempts: 2, At: now + 4}, "del-1"),
+	)
+
+	var got sdk.NotificationRecord
+	p.eventually(t, "the timeline shows the outcome and both committed attempts", func() bool {
+		got = decode[sdk.NotificationRecord](t, p.call(t, "GET", "/v1/notifications/"+id, keyA, ""))
+		attempts := slices.DeleteFunc(slices.Clone(got.Timeline), func(e sdk.TimelineEvent) bool { return e.Kind != sdk.EventAttempt })
+		return len(attempts) >= 2 && slices.ContainsFunc(got.Timeline, func(e sdk.TimelineEvent) bool { return e.Kind == sdk.EventOutcome })
+	})
+	var kinds []string
+	for _, e := range got.Timeline {
+		kinds = append(kinds, e.Kind)
+	}
+	t.Run("the timeline lists request, decision, the committed attempts and the outcome in order", func(t *testing.T) {
+		want := []string{"requested", "decision", "attempt", "attempt", "outcome"}
+		if !slices.Equal(kinds, want) {
+			t.Fatalf("timeline kinds %v, want %v: %+v", kinds, want, got.Timeline)
+		}
+		tl := got.Timeline
+		first := sdk.TimelineEvent{At: now + 2, Kind: "attempt", DeliveryID: "del-1", Channel: "apns", DeviceID: "phone", Attempt: 1,
+			Result: schemas.AttemptRetryable, Classification: "throttled", Reason: "TooManyRequests"}
+		outcome := sdk.TimelineEvent{At: now + 4, Kind: "outcome", DeliveryID: "del-1", Channel: "apns", DeviceID: "phone",
+			Status: schemas.OutcomeDelivered, Attempts: 2}
+		if tl[2] != first || tl[3].Attempt != 2 || tl[3].Result != schemas.AttemptSent || tl[4] != outcome {
+			t.Fatalf("timeline %+v", tl)
+		}
+	})
+	t.Run("the raw answer names attempts and outcomes as the document says", func(t *testing.T) {
+		raw := string(p.call(t, "GET", "/v1/notifications/"+id, keyA, "").body)
+		for _, s := range []string{`"kind":"attempt"`, `"classification":"throttled"`, `"kind":"outcome"`, `"status":"delivered"`, `"deviceId":"phone"`} {
+			if !strings.Contains(raw, s) {
+				t.Fatalf("answer %s lacks %s", raw, s)
+			}
+		}
+	})
+	t.Run("another tenant's notification with the same id stays invisible", func(t *testing.T) {
+		if s := p.call(t, "GET", "/v1/notifications/"+id, keyB, "").status; s != 404 {
+			t.Fatalf("tenant b: %d, want 404", s)
+		}
+	})
 }

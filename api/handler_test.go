@@ -112,9 +112,12 @@ func TestASendThatBreaksARuleIsRefusedNamingTheField(t *testing.T) {
 		{"a lone low surrogate in a payload is a 400", `{` + ok + `,"payload":{"a":{"b":"\udc00"}}}`, nil, 400, "payload.a.b"},
 		{"invalid UTF-8 is a 400", "{\"type\":\"t\xff\",\"recipients\":[\"u\"],\"title\":\"x\",\"body\":\"b\"}", nil, 400, "body"},
 		{"a body over the limit is a 413", `{` + ok + `,"payload":{"pad":"` + strings.Repeat("x", 3000) + `"}}`, nil, 413, "body"},
-		{"a tag target is not supported yet", `{"type":"t","target":{"kind":"tag","tag":"vip"},"title":"x","body":"b"}`, nil, 422, "target.kind"},
-		{"a segment target is not supported yet", `{"type":"t","target":{"kind":"segment","segment":"s"},"title":"x","body":"b"}`, nil, 422, "target.kind"},
-		{"an all-devices target is not supported yet", `{"type":"t","target":{"kind":"all"},"title":"x","body":"b"}`, nil, 422, "target.kind"},
+		{"a tag target needs a tag", `{"type":"t","target":{"kind":"tag"},"title":"x","body":"b"}`, nil, 422, "target.tag"},
+		{"a segment target needs a segment name", `{"type":"t","target":{"kind":"segment","segment":""},"title":"x","body":"b"}`, nil, 422, "target.segment"},
+		{"an unknown target kind is a 422", `{"type":"t","target":{"kind":"everyone"},"title":"x","body":"b"}`, nil, 422, "target.kind"},
+		{"a member that the target's kind does not use is a 422", `{"type":"t","target":{"kind":"all","tag":"vip"},"title":"x","body":"b"}`, nil, 422, "target.tag"},
+		{"a user target with a segment is a 422", `{"type":"t","target":{"kind":"user","userId":"u","segment":"s"},"title":"x","body":"b"}`, nil, 422, "target.segment"},
+		{"a tag that is not a string is a 400", `{"type":"t","target":{"kind":"tag","tag":1},"title":"x","body":"b"}`, nil, 400, "target.tag"},
 		{"a user target needs a user id", `{"type":"t","target":{"kind":"user"},"title":"x","body":"b"}`, nil, 422, "target.userId"},
 		{"an idempotency key differing from the header is a 422", `{` + ok + `,"idempotencyKey":"a"}`, []string{"Idempotency-Key", "b"}, 422, "idempotencyKey"},
 		{"an empty Idempotency-Key header is a 422", `{` + ok + `}`, []string{"Idempotency-Key", `""`}, 422, "header:Idempotency-Key"},
@@ -152,7 +155,7 @@ func TestEveryV1RouteNeedsAValidKey(t *testing.T) {
 		if rt.public {
 			continue
 		}
-		path := strings.NewReplacer("{id}", "0123456789abcdef0123456789abcdef", "{userId}", "u1", "{deviceId}", "d1").Replace(rt.pattern)
+		path := strings.NewReplacer("{id}", "0123456789abcdef0123456789abcdef", "{userId}", "u1", "{deviceId}", "d1", "{name}", "s1").Replace(rt.pattern)
 		for _, tc := range []struct{ name, auth string }{
 			{"no key", ""},
 			{"a wrong key", "Bearer nope"},
@@ -229,9 +232,9 @@ func TestUnknownPathsAndMethodsAnswerProblems(t *testing.T) {
 	}
 }
 
-func TestDevicesAndPreferencesThatBreakARuleAreRefused(t *testing.T) {
+func TestDevicesPreferencesAndSegmentsThatBreakARuleAreRefused(t *testing.T) {
 	s := unstarted(t, nil)
-	const device, prefs = "/v1/users/u1/devices/d1", "/v1/users/u1/preferences"
+	const device, prefs, segment = "/v1/users/u1/devices/d1", "/v1/users/u1/preferences", "/v1/segments/s1"
 	cases := []struct {
 		name, path, body string
 		status           int
@@ -243,6 +246,15 @@ func TestDevicesAndPreferencesThatBreakARuleAreRefused(t *testing.T) {
 		{"a web subscription needs https", device, `{"platform":"web","webPush":{"endpoint":"http://x","p256dh":"k","auth":"a"}}`, 422, "webPush.endpoint"},
 		{"an unknown device field is a 400", device, `{"platform":"ios","token":"t","colour":1}`, 400, "colour"},
 		{"enabled must be a boolean", device, `{"platform":"ios","token":"t","enabled":"yes"}`, 400, "enabled"},
+		{"a repeated tag is a 422", device, `{"platform":"ios","token":"t","tags":["vip","vip"]}`, 422, "tags[1]"},
+		{"an empty tag is a 422", device, `{"platform":"ios","token":"t","tags":[""]}`, 422, "tags[0]"},
+		{"tags must be strings", device, `{"platform":"ios","token":"t","tags":[7]}`, 400, "tags[0]"},
+		{"more than 64 tags is a 422", device, `{"platform":"ios","token":"t","tags":[` + manyTags(65) + `]}`, 422, "tags"},
+		{"a segment needs members", segment, `{}`, 422, "members"},
+		{"a repeated member is a 422", segment, `{"members":["u1","u2","u1"]}`, 422, "members[2]"},
+		{"an empty member is a 422", segment, `{"members":[""]}`, 422, "members[0]"},
+		{"members must be an array of strings", segment, `{"members":"u1"}`, 400, "members"},
+		{"an unknown segment field is a 400", segment, `{"members":[],"owner":"x"}`, 400, "owner"},
 		{"an unknown channel is a 400", prefs, `{"channels":{"sms":true}}`, 400, "channels.sms"},
 		{"a bad quiet hour is a 422", prefs, `{"quietHours":{"start":"25:00","end":"07:00","timeZone":"Europe/Paris"}}`, 422, "quietHours.start"},
 		{"quiet hours need a time zone", prefs, `{"quietHours":{"start":"22:00","end":"07:00"}}`, 422, "quietHours.timeZone"},
@@ -260,6 +272,15 @@ func TestDevicesAndPreferencesThatBreakARuleAreRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// manyTags returns n distinct JSON strings joined by commas.
+func manyTags(n int) string {
+	tags := make([]string, n)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("%q", fmt.Sprintf("tag-%d", i))
+	}
+	return strings.Join(tags, ",")
 }
 
 func TestPreferWaitIsReadAsRFC7240Says(t *testing.T) {

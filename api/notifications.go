@@ -98,24 +98,34 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 	if id := f.text("recipientId", false, maxIDLen); id != "" {
 		recipients = []string{id}
 	}
-	var targetDevice, targetUser string
+	var kind, targetDevice, targetUser, targetTag, targetSegment string
 	if f.has("target") {
 		if t := f.child("target"); t != nil {
-			switch kind := t.text("kind", true, 16); kind {
+			switch kind = t.text("kind", true, 16); kind {
 			case sdk.TargetUser:
 				targetUser = t.text("userId", true, maxIDLen)
 				recipients = []string{targetUser}
 			case sdk.TargetDevice:
 				targetDevice = t.text("deviceId", true, maxIDLen)
 				targetUser = t.text("userId", false, maxIDLen)
-			case sdk.TargetTag, sdk.TargetSegment, sdk.TargetAll:
-				t.fail("kind", fmt.Sprintf("target kind %q is not supported yet (it needs the route stage's device index); use user or device", kind))
+			case sdk.TargetTag:
+				targetTag = t.text("tag", true, maxIDLen)
+			case sdk.TargetSegment:
+				targetSegment = t.text("segment", true, maxIDLen)
+			case sdk.TargetAll:
 			case "":
 			default:
-				t.fail("kind", "must be user or device")
+				t.fail("kind", "must be one of user, device, tag, segment and all")
 			}
-			t.get("tag")
-			t.get("segment")
+			// A member of another kind would be silently ignored: refuse it
+			// (after checking its type, so a wrong type stays a 400).
+			for _, name := range []string{"userId", "deviceId", "tag", "segment"} {
+				if t.has(name) && !t.seen[name] {
+					if _, ok := t.str(name); ok && slices.Contains(targetKinds, kind) {
+						t.fail(name, "is not used by target kind "+kind)
+					}
+				}
+			}
 			t.unknown()
 		}
 	}
@@ -195,7 +205,50 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 		}
 		recipients = []string{d.Recipient}
 	}
+	switch kind {
+	case sdk.TargetTag, sdk.TargetSegment, sdk.TargetAll:
+		var prob *problem
+		if recipients, prob = s.resolveTarget(p.tenant, kind, targetTag, targetSegment); prob != nil {
+			return nil, prob
+		}
+	}
 	return &send{n: n, recipients: recipients, targetDevice: targetDevice}, nil
+}
+
+// targetKinds are the kinds of target a send may name.
+var targetKinds = []string{sdk.TargetUser, sdk.TargetDevice, sdk.TargetTag, sdk.TargetSegment, sdk.TargetAll}
+
+// resolveTarget turns a tag, segment or all target into its recipients,
+// from the replica as it stands (eventually consistent): all is every user
+// of the tenant with an enabled device, tag those of them with an enabled
+// device carrying the tag, segment the segment's members. Nothing to send
+// and more than MaxRecipients are 422s naming target, as for recipients.
+func (s *Server) resolveTarget(tenant, kind, tag, segment string) ([]string, *problem) {
+	if !s.rep.ready.Load() {
+		return nil, unavailable("the device and segment index is still loading; retry shortly", 1)
+	}
+	var users []string
+	switch kind {
+	case sdk.TargetAll:
+		users = s.rep.usersWithDevices(tenant, "")
+	case sdk.TargetTag:
+		users = s.rep.usersWithDevices(tenant, tag)
+	case sdk.TargetSegment:
+		sg, ok := s.rep.segment(tenant, segment)
+		if !ok {
+			return nil, invalid("no such segment", sdk.FieldError{Field: "target.segment", Message: "no such segment"})
+		}
+		users = sg.Members
+	}
+	switch {
+	case len(users) == 0:
+		return nil, invalid("the target reaches no one: nothing to send",
+			sdk.FieldError{Field: "target", Message: "resolves to no recipients (nothing to send)"})
+	case len(users) > s.cfg.MaxRecipients:
+		return nil, invalid(fmt.Sprintf("the target reaches %d recipients; at most %d in one send", len(users), s.cfg.MaxRecipients),
+			sdk.FieldError{Field: "target", Message: fmt.Sprintf("resolves to %d recipients; at most %d in one send", len(users), s.cfg.MaxRecipients)})
+	}
+	return slices.Clone(users), nil
 }
 
 // readSend reads and validates a send body, answering the problem when

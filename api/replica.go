@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,16 +18,16 @@ import (
 	"github.com/heraldhq/herald/schemas"
 )
 
-// replica is the API's read-only copy of three compacted topics, consumed
+// replica is the API's read-only copy of four compacted topics, consumed
 // read_committed from their start: the dedupe stage's seen-set
-// (herald.seen, for explain), devices and preferences (for the device and
-// preference endpoints and device targets). It is eventually consistent
-// with the stage that owns each topic: it lags by the time the consumer
-// takes to read a committed change. The API's own device and preference
-// writes are applied to it as soon as they commit, so a caller reads its
-// own writes on the instance that made them.
+// (herald.seen, for explain), devices, preferences and segments (for their
+// endpoints and for resolving device, tag, segment and all targets). It is
+// eventually consistent with the stage that owns each topic: it lags by the
+// time the consumer takes to read a committed change. The API's own device,
+// preference and segment writes are applied to it as soon as they commit,
+// so a caller reads its own writes on the instance that made them.
 type replica struct {
-	seenT, devicesT, prefsT string
+	seenT, devicesT, prefsT, segmentsT string
 
 	ready atomic.Bool // caught up with the topics' ends as of Start
 
@@ -34,11 +35,13 @@ type replica struct {
 	seen    map[string]schemas.SeenEntry
 	devices map[string]map[string]schemas.Device // RecipientKey → device id → device
 	prefs   map[string]schemas.Preferences       // RecipientKey → preferences
+	segs    map[string]schemas.Segment           // RecipientKey(tenant, name) → segment
 }
 
-func newReplica(seen, devices, prefs string) *replica {
-	return &replica{seenT: seen, devicesT: devices, prefsT: prefs,
-		seen: map[string]schemas.SeenEntry{}, devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{}}
+func newReplica(seen, devices, prefs, segments string) *replica {
+	return &replica{seenT: seen, devicesT: devices, prefsT: prefs, segmentsT: segments,
+		seen: map[string]schemas.SeenEntry{}, devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
+		segs: map[string]schemas.Segment{}}
 }
 
 // lookupSeen is a dedupe.Lookup over the replica.
@@ -84,6 +87,47 @@ func (r *replica) userDevices(tenant, user string) []schemas.Device {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].DeviceID < out[j].DeviceID })
 	return out
+}
+
+// usersWithDevices returns, sorted, every user of a tenant with at least
+// one enabled device, carrying tag when tag is not empty (targets all and
+// tag). It scans every device: fine for the replica's sizes today; an index
+// by tenant and tag is the next step when it is not.
+func (r *replica) usersWithDevices(tenant, tag string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	prefix := url.PathEscape(tenant) + "/"
+	var users []string
+	for k, ds := range r.devices {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		for _, d := range ds {
+			if d.Enabled && d.Tenant == tenant && (tag == "" || slices.Contains(d.Tags, tag)) {
+				users = append(users, d.Recipient)
+				break
+			}
+		}
+	}
+	sort.Strings(users)
+	return users
+}
+
+func (r *replica) segment(tenant, name string) (schemas.Segment, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	s, ok := r.segs[schemas.RecipientKey(tenant, name)]
+	return s, ok
+}
+
+func (r *replica) putSegment(key string, s *schemas.Segment) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s == nil {
+		delete(r.segs, key)
+		return
+	}
+	r.segs[key] = *s
 }
 
 func (r *replica) preferences(tenant, user string) (schemas.Preferences, bool) {
@@ -163,15 +207,26 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 			return
 		}
 		r.putPreferences(key, &p)
+	case r.segmentsT:
+		if rec.Value == nil {
+			r.putSegment(key, nil)
+			return
+		}
+		var sg schemas.Segment
+		if err := schemas.Decode(rec.Value, &sg); err != nil {
+			log.Debug("replica: skip undecodable segment", "err", err)
+			return
+		}
+		r.putSegment(key, &sg)
 	}
 }
 
-// consume reads the three topics until ctx ends. It marks the replica
+// consume reads the four topics until ctx ends. It marks the replica
 // ready once it has read every partition up to its last stable offset as
 // of the start: before that, explain and device lookups would answer from
 // a partial copy.
 func (r *replica) consume(ctx context.Context, cl *kgo.Client, log *slog.Logger) error {
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.seenT, r.devicesT, r.prefsT)
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.seenT, r.devicesT, r.prefsT, r.segmentsT)
 	if err != nil {
 		return fmt.Errorf("api: replica: list offsets: %w", err)
 	}

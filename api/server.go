@@ -105,7 +105,8 @@ type Server struct {
 	mux    *http.ServeMux
 	routes []route
 
-	requestsT, decisionsT, devicesT, prefsT string
+	requestsT, decisionsT, devicesT, prefsT, segmentsT string
+	attemptsT, outcomesT                               string
 
 	w   *writer
 	tr  *tracker
@@ -137,10 +138,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "api"),
 		requestsT: cat.Name(topics.Requests), decisionsT: cat.Name(topics.Decisions),
-		devicesT: cat.Name(topics.Devices), prefsT: cat.Name(topics.Preferences),
+		devicesT: cat.Name(topics.Devices), prefsT: cat.Name(topics.Preferences), segmentsT: cat.Name(topics.Segments),
+		attemptsT: cat.Name(topics.Attempts), outcomesT: cat.Name(topics.Outcomes),
 	}
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
-	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT)
+	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
 	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log)
 	s.routes = apiRoutes()
 	s.mux = http.NewServeMux()
@@ -179,6 +181,9 @@ func apiRoutes() []route {
 		{"GET", "/v1/users/{userId}/preferences", false, (*Server).getPreferences},
 		{"PUT", "/v1/users/{userId}/preferences", false, (*Server).putPreferences},
 		{"DELETE", "/v1/users/{userId}/preferences", false, (*Server).deletePreferences},
+		{"GET", "/v1/segments/{name}", false, (*Server).getSegment},
+		{"PUT", "/v1/segments/{name}", false, (*Server).putSegment},
+		{"DELETE", "/v1/segments/{name}", false, (*Server).deleteSegment},
 	}
 }
 
@@ -246,14 +251,14 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	base := append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, s.cfg.ClientOpts...)
 	trCl, err := kgo.NewClient(append(base,
-		kgo.ConsumeTopics(s.requestsT, s.decisionsT),
+		kgo.ConsumeTopics(s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT),
 		kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-s.cfg.Lookback).UnixMilli())),
 	)...)
 	if err != nil {
 		return fmt.Errorf("api: read model client: %w", err)
 	}
 	repCl, err := kgo.NewClient(append(base,
-		kgo.ConsumeTopics(s.rep.seenT, s.devicesT, s.prefsT),
+		kgo.ConsumeTopics(s.rep.seenT, s.devicesT, s.prefsT, s.segmentsT),
 		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
 		kgo.KeepControlRecords(),
 	)...)
@@ -272,7 +277,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.w.run(runCtx) }()
-	go func() { defer s.wg.Done(); s.tr.consume(runCtx, trCl, s.requestsT, s.decisionsT, s.log) }()
+	go func() {
+		defer s.wg.Done()
+		s.tr.consume(runCtx, trCl, trackerTopics{s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT}, s.log)
+	}()
 	go func() {
 		defer s.wg.Done()
 		if err := s.rep.consume(runCtx, repCl, s.log); err != nil {

@@ -16,12 +16,14 @@ import (
 	"github.com/heraldhq/herald/sdk"
 )
 
-// tracker is the API's read model of herald.requests and herald.decisions,
-// consumed read_committed from Lookback ago: each notification's first
-// request and its timeline (GET /v1/notifications/{id}), the decisions that
-// callers wait for (Prefer: wait, idempotency keys), and the accepted count
-// per tenant (quotas). It is eventually consistent: a request the API has
-// just written appears once the consumer reads it back.
+// tracker is the API's read model of herald.requests, herald.decisions,
+// herald.attempts and herald.outcomes, consumed read_committed from Lookback
+// ago: each notification's first request and its timeline (GET
+// /v1/notifications/{id}: requests, decisions, the sinks' attempts and the
+// deliveries' outcomes), the decisions that callers wait for (Prefer: wait,
+// idempotency keys), and the accepted count per tenant (quotas). It is
+// eventually consistent: a request the API has just written appears once
+// the consumer reads it back.
 type tracker struct {
 	max    int
 	quotaW int64 // quota window in ms; 0 without a quota
@@ -120,7 +122,34 @@ func (t *tracker) addRequest(r schemas.Request, at int64) {
 		r := r
 		n.req = &r
 	}
-	n.timeline = append(n.timeline, sdk.TimelineEvent{At: at, Kind: "requested", RequestID: r.RequestID, Producer: r.Producer})
+	n.timeline = append(n.timeline, sdk.TimelineEvent{At: at, Kind: sdk.EventRequested, RequestID: r.RequestID, Producer: r.Producer})
+}
+
+// addAttempt adds a sink's call to a provider to its notification's
+// timeline. Attempts are keyed by delivery id on their topic but carry the
+// notification id and the tenant; one without a tenant is not placed.
+func (t *tracker) addAttempt(a schemas.Attempt) {
+	if a.Tenant == "" || a.NotificationID == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.noteFor(noteKey{a.Tenant, a.NotificationID})
+	n.timeline = append(n.timeline, sdk.TimelineEvent{At: a.At, Kind: sdk.EventAttempt, DeliveryID: a.DeliveryID,
+		Channel: a.Channel, DeviceID: a.DeviceID, Attempt: a.Attempt, Result: a.Result,
+		Classification: a.Classification, Reason: a.ProviderReason})
+}
+
+// addOutcome adds a delivery's final state to its notification's timeline.
+func (t *tracker) addOutcome(o schemas.Outcome) {
+	if o.Tenant == "" || o.NotificationID == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.noteFor(noteKey{o.Tenant, o.NotificationID})
+	n.timeline = append(n.timeline, sdk.TimelineEvent{At: o.At, Kind: sdk.EventOutcome, DeliveryID: o.DeliveryID,
+		Channel: o.Channel, DeviceID: o.DeviceID, Status: o.Status, Attempts: o.Attempts, Reason: o.Reason})
 }
 
 func (t *tracker) addDecision(d schemas.Decision) {
@@ -132,7 +161,7 @@ func (t *tracker) addDecision(d schemas.Decision) {
 			d := d
 			n.first = &d
 		}
-		n.timeline = append(n.timeline, sdk.TimelineEvent{At: d.At, Kind: "decision", RequestID: d.RequestID, Stage: d.Stage,
+		n.timeline = append(n.timeline, sdk.TimelineEvent{At: d.At, Kind: sdk.EventDecision, RequestID: d.RequestID, Stage: d.Stage,
 			Outcome: d.Outcome, Detail: d.Detail, OriginalRequestID: d.OriginalRequestID, Producer: d.Producer})
 	}
 	if d.Stage == "dedupe" && d.Outcome == schemas.DecisionAccepted && t.quotaW > 0 {
@@ -188,7 +217,7 @@ func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 		rec.DedupeKey, rec.IdempotencyKey, rec.IDSource, rec.Source = d.DedupeKey, d.IdempotencyKey, "unknown", "unknown"
 	}
 	for _, e := range n.timeline {
-		if e.Kind == "decision" && e.RequestID == rec.RequestID {
+		if e.Kind == sdk.EventDecision && e.RequestID == rec.RequestID {
 			rec.Status = e.Outcome
 			break
 		}
@@ -197,19 +226,20 @@ func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 		if a.At != b.At {
 			return cmp.Compare(a.At, b.At)
 		}
-		if a.Kind != b.Kind {
-			if a.Kind == "requested" {
-				return -1
-			}
-			return 1
-		}
-		return 0
+		return cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind])
 	})
 	return rec, true
 }
 
-// consume reads requests and decisions until ctx ends.
-func (t *tracker) consume(ctx context.Context, cl *kgo.Client, requests, decisions string, log *slog.Logger) {
+// kindOrder orders the events of one millisecond as they happen: a request,
+// its decisions, the attempts of its deliveries, their outcomes.
+var kindOrder = map[string]int{sdk.EventRequested: 0, sdk.EventDecision: 1, sdk.EventAttempt: 2, sdk.EventOutcome: 3}
+
+// trackerTopics names the topics the read model consumes.
+type trackerTopics struct{ requests, decisions, attempts, outcomes string }
+
+// consume reads requests, decisions, attempts and outcomes until ctx ends.
+func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, log *slog.Logger) {
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
@@ -222,20 +252,34 @@ func (t *tracker) consume(ctx context.Context, cl *kgo.Client, requests, decisio
 		})
 		fs.EachRecord(func(r *kgo.Record) {
 			switch r.Topic {
-			case requests:
+			case tp.requests:
 				var req schemas.Request
 				if err := schemas.Decode(r.Value, &req); err != nil {
 					log.Debug("read model: skip undecodable request", "partition", r.Partition, "offset", r.Offset, "err", err)
 					return
 				}
 				t.addRequest(req, r.Timestamp.UnixMilli())
-			case decisions:
+			case tp.decisions:
 				var d schemas.Decision
 				if err := schemas.Decode(r.Value, &d); err != nil {
 					log.Debug("read model: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
 					return
 				}
 				t.addDecision(d)
+			case tp.attempts:
+				var a schemas.Attempt
+				if err := schemas.Decode(r.Value, &a); err != nil {
+					log.Debug("read model: skip undecodable attempt", "partition", r.Partition, "offset", r.Offset, "err", err)
+					return
+				}
+				t.addAttempt(a)
+			case tp.outcomes:
+				var o schemas.Outcome
+				if err := schemas.Decode(r.Value, &o); err != nil {
+					log.Debug("read model: skip undecodable outcome", "partition", r.Partition, "offset", r.Offset, "err", err)
+					return
+				}
+				t.addOutcome(o)
 			}
 		})
 	}

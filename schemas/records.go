@@ -299,6 +299,9 @@ type Device struct {
 	Locale    string               `json:"locale,omitempty"`
 	TimeZone  string               `json:"timeZone,omitempty"`
 	Enabled   bool                 `json:"enabled"`
+	// Tags label the device for target kind tag (e.g. "beta", "vip"); a
+	// send to a tag reaches every user with an enabled device carrying it.
+	Tags []string `json:"tags,omitempty"`
 	// RetiredReason is set when a provider invalidated the token.
 	RetiredReason string `json:"retiredReason,omitempty"`
 	CreatedAt     int64  `json:"createdAt"`
@@ -334,7 +337,22 @@ type Preferences struct {
 // SchemaName implements Record.
 func (Preferences) SchemaName() string { return PreferencesV1 }
 
+// Segment is a tenant-defined named set of users (target kind segment), on
+// the compacted topic herald.segments, keyed by RecipientKey(Tenant, Name).
+// A put replaces the members; a tombstone deletes the segment.
+type Segment struct {
+	Schema  string   `json:"schema"`
+	Tenant  string   `json:"tenant"`
+	Name    string   `json:"name"`
+	Members []string `json:"members"`
+	// UpdatedAt is when the members were last replaced (ms).
+	UpdatedAt int64 `json:"updatedAt"`
+}
+
+// SchemaName implements Record.
+func (Segment) SchemaName() string { return SegmentV1 }
+
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}}
 }

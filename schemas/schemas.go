@@ -27,6 +27,7 @@ const (
 	OutcomeV1         = "herald.outcome/v1"
 	DeviceV1          = "herald.device/v1"
 	PreferencesV1     = "herald.preferences/v1"
+	SegmentV1         = "herald.segment/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

@@ -46,9 +46,10 @@ func samples() []schemas.Record {
 		&schemas.Outcome{DeliveryID: "d1", NotificationID: "n1", Tenant: "acme", Type: "t", Recipient: "u", DeviceID: "dev1", Channel: "fcm",
 			Status: schemas.OutcomeDeadLettered, Reason: "exhausted", Attempts: 5, At: 9},
 		&schemas.Device{Tenant: "acme", Recipient: "u", DeviceID: "dev1", Platform: "web", Token: "t", WebPush: sub, Locale: "en",
-			TimeZone: "Europe/Paris", Enabled: true, RetiredReason: "Unregistered", CreatedAt: 1, UpdatedAt: 2},
+			TimeZone: "Europe/Paris", Enabled: true, Tags: []string{"beta", "vip"}, RetiredReason: "Unregistered", CreatedAt: 1, UpdatedAt: 2},
 		&schemas.Preferences{Tenant: "acme", Recipient: "u", Channels: map[string]bool{"apns": false}, OptedOutTypes: []string{"promo"},
 			QuietHours: &schemas.QuietHours{Start: "22:00", End: "07:00", TimeZone: "Europe/Paris"}, UpdatedAt: 3},
+		&schemas.Segment{Tenant: "acme", Name: "beta-testers", Members: []string{"u_1", "u_2"}, UpdatedAt: 4},
 	}
 }
 

@@ -139,6 +139,28 @@ func (c *Client) SetPreferences(ctx context.Context, userID string, p Preference
 	return &out, nil
 }
 
+// SetSegment replaces the members of a segment (target kind segment).
+func (c *Client) SetSegment(ctx context.Context, name string, members []string) (*Segment, error) {
+	if members == nil {
+		members = []string{}
+	}
+	body, err := json.Marshal(SegmentUpdate{Members: members})
+	if err != nil {
+		return nil, fmt.Errorf("herald: encode segment: %w", err)
+	}
+	var out Segment
+	if _, err := c.do(ctx, http.MethodPut, "/v1/segments/"+url.PathEscape(name), body, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteSegment removes a segment.
+func (c *Client) DeleteSegment(ctx context.Context, name string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/segments/"+url.PathEscape(name), nil, nil, nil)
+	return err
+}
+
 func devicePath(userID, deviceID string) string {
 	return "/v1/users/" + url.PathEscape(userID) + "/devices/" + url.PathEscape(deviceID)
 }

@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -163,4 +164,65 @@ func TestTheProducerWritesRequestsTheStageDecides(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestTheClientSetsSegmentsTagsDevicesAndSendsToThem(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 2)
+	// No dedupe stage: the sends answer pending after a short wait.
+	srv, err := api.New(api.Config{Brokers: brokers, Catalog: cat, Keys: api.DevKeys(), IdempotencyWait: 100 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	c := sdk.NewClient(hs.URL, api.DevAPIKey)
+	c.MinBackoff = 50 * time.Millisecond
+	c.MaxAttempts = 200 // 503 until the replica is ready
+	ctx := context.Background()
+	recipients := func(res *sdk.SendResult) []string {
+		var out []string
+		for _, n := range res.Notifications {
+			out = append(out, n.Recipient)
+		}
+		slices.Sort(out)
+		return out
+	}
+	send := func(target sdk.Target) (*sdk.SendResult, error) {
+		return c.Send(ctx, sdk.Notification{Type: "news", Target: &target, Title: "t", Body: "b"})
+	}
+
+	t.Run("a segment set with the client is a target", func(t *testing.T) {
+		sg, err := c.SetSegment(ctx, "early", []string{"u2", "u1"})
+		if err != nil || sg.Name != "early" || !slices.Equal(sg.Members, []string{"u2", "u1"}) {
+			t.Fatalf("SetSegment: %+v, %v", sg, err)
+		}
+		res, err := send(sdk.Target{Kind: sdk.TargetSegment, Segment: "early"})
+		if err != nil || !slices.Equal(recipients(res), []string{"u1", "u2"}) {
+			t.Fatalf("send: %+v, %v", res, err)
+		}
+	})
+	t.Run("a device registered with tags is reached by its tag", func(t *testing.T) {
+		d, err := c.RegisterDevice(ctx, "u3", "phone", sdk.DeviceRegistration{Platform: sdk.PlatformIOS, Token: "tok", Tags: []string{"vip"}})
+		if err != nil || !slices.Equal(d.Tags, []string{"vip"}) {
+			t.Fatalf("RegisterDevice: %+v, %v", d, err)
+		}
+		res, err := send(sdk.Target{Kind: sdk.TargetTag, Tag: "vip"})
+		if err != nil || !slices.Equal(recipients(res), []string{"u3"}) {
+			t.Fatalf("send: %+v, %v", res, err)
+		}
+	})
+	t.Run("a deleted segment is refused with a 422", func(t *testing.T) {
+		if err := c.DeleteSegment(ctx, "early"); err != nil {
+			t.Fatal(err)
+		}
+		var ae *sdk.APIError
+		if _, err := send(sdk.Target{Kind: sdk.TargetSegment, Segment: "early"}); !errors.As(err, &ae) || ae.StatusCode != 422 {
+			t.Fatalf("error %v, want a 422", err)
+		}
+	})
 }

@@ -66,8 +66,9 @@ func (p *Producer) Close() { p.cl.Close() }
 
 // Send writes one request record per recipient (n.Recipients, or
 // n.Target's user) and returns them, ids included, once they are durably
-// in Kafka. Device, tag, segment and "all" targets need the HTTP API (or
-// the route stage) and are refused.
+// in Kafka. Device, tag, segment and "all" targets need the HTTP API,
+// which resolves them from its replica of devices and segments, and are
+// refused.
 func (p *Producer) Send(ctx context.Context, n Notification) ([]schemas.Request, error) {
 	recipients := n.Recipients
 	if n.Target != nil {

@@ -34,8 +34,13 @@ type Notification struct {
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
-// Target kinds. Only TargetUser and TargetDevice are supported today; the
-// others need the device index the route stage will own.
+// Target kinds. TargetUser needs UserID; TargetDevice needs DeviceID
+// (UserID optional, checked); TargetTag needs Tag (every user with an
+// enabled device carrying it); TargetSegment needs Segment (the members of a
+// segment set with PUT /v1/segments/{name}); TargetAll reaches every user of
+// the tenant with an enabled device. The API resolves tag, segment and all
+// to recipients when the send arrives, from its replica of devices and
+// segments (eventually consistent), and sends one notification per user.
 const (
 	TargetUser    = "user"
 	TargetDevice  = "device"
@@ -219,17 +224,47 @@ type NotificationRecord struct {
 	Timeline []TimelineEvent `json:"timeline"`
 }
 
+// Timeline event kinds.
+const (
+	EventRequested = "requested"
+	EventDecision  = "decision"
+	EventAttempt   = "attempt"
+	EventOutcome   = "outcome"
+)
+
 // TimelineEvent is one step in a notification's history: a request
-// ("requested") or a stage's decision ("decision").
+// ("requested"), a stage's decision ("decision"), a sink's call to a
+// provider for one device ("attempt") or a delivery's final state
+// ("outcome").
 type TimelineEvent struct {
-	At                int64  `json:"at"`
-	Kind              string `json:"kind"`
-	RequestID         string `json:"requestId"`
+	At   int64  `json:"at"`
+	Kind string `json:"kind"`
+	// RequestID is set on requested and decision events; attempts and
+	// outcomes belong to a delivery, named by DeliveryID.
+	RequestID         string `json:"requestId,omitempty"`
 	Stage             string `json:"stage,omitempty"`
 	Outcome           string `json:"outcome,omitempty"`
 	Detail            string `json:"detail,omitempty"`
 	OriginalRequestID string `json:"originalRequestId,omitempty"`
 	Producer          string `json:"producer,omitempty"`
+	// DeliveryID, Channel and DeviceID name the delivery of an attempt or
+	// an outcome.
+	DeliveryID string `json:"deliveryId,omitempty"`
+	Channel    string `json:"channel,omitempty"`
+	DeviceID   string `json:"deviceId,omitempty"`
+	// Attempt is an attempt's number (from 1) and Result its classified
+	// result: sent, retryable, permanent or ambiguous; Classification
+	// refines it (e.g. "throttled").
+	Attempt        int    `json:"attempt,omitempty"`
+	Result         string `json:"result,omitempty"`
+	Classification string `json:"classification,omitempty"`
+	// Status is an outcome's final state: delivered, dead_lettered or
+	// device_retired, after Attempts attempts.
+	Status   string `json:"status,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+	// Reason is the provider's reason on an attempt, the outcome's reason
+	// on an outcome.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Platforms of a device.
@@ -253,6 +288,8 @@ type DeviceRegistration struct {
 	TimeZone string               `json:"timeZone,omitempty"`
 	// Enabled is true when omitted.
 	Enabled *bool `json:"enabled,omitempty"`
+	// Tags label the device for target kind tag (at most 64, distinct).
+	Tags []string `json:"tags,omitempty"`
 }
 
 // Device is a registered device of a user.
@@ -265,6 +302,7 @@ type Device struct {
 	Locale    string               `json:"locale,omitempty"`
 	TimeZone  string               `json:"timeZone,omitempty"`
 	Enabled   bool                 `json:"enabled"`
+	Tags      []string             `json:"tags,omitempty"`
 	CreatedAt int64                `json:"createdAt"`
 	UpdatedAt int64                `json:"updatedAt"`
 }
@@ -299,6 +337,20 @@ type Preferences struct {
 	OptedOutTypes []string        `json:"optedOutTypes"`
 	QuietHours    *QuietHours     `json:"quietHours,omitempty"`
 	UpdatedAt     int64           `json:"updatedAt"`
+}
+
+// SegmentUpdate is the body of PUT /v1/segments/{name}: it replaces the
+// segment's members (user ids, distinct).
+type SegmentUpdate struct {
+	Members []string `json:"members"`
+}
+
+// Segment is a tenant's named set of users, the recipients of a send to
+// target kind segment.
+type Segment struct {
+	Name      string   `json:"name"`
+	Members   []string `json:"members"`
+	UpdatedAt int64    `json:"updatedAt"`
 }
 
 // Problem is an RFC 9457 problem details body (application/problem+json),

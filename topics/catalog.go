@@ -123,6 +123,7 @@ func New(o Options) *Catalog {
 	events("deadletters", "delivery commands whose retries are exhausted; key: delivery id")
 	compacted("devices", "registered devices; key: tenant/recipient/device, partitioned by tenant/recipient", nil)
 	compacted("preferences", "per-user channel preferences and quiet hours; key: tenant/recipient", nil)
+	compacted("segments", "tenant-defined named sets of users (target kind segment); key: tenant/name", nil)
 	return c
 }
 
@@ -161,6 +162,7 @@ const (
 	DeadLetters = "deadletters"
 	Devices     = "devices"
 	Preferences = "preferences"
+	Segments    = "segments"
 )
 
 // Deliveries is the short name of a channel's delivery topic.

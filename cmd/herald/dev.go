@@ -106,7 +106,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	ch, err := chdb.Spawn(ctx, exe, chdb.ServeOptions{
 		Path: filepath.Join(c.stateDir, "clickhouse"), TCPPort: c.chTCPPort, HTTPPort: c.chHTTPPort,
-		LibPath: lib, StartTimeout: c.clickhouseStartTimeout, LogLevel: "error",
+		LibPath: lib, StartTimeout: c.clickhouseStartTimeout, LogLevel: "error", PortWait: 30 * time.Second,
 	})
 	if err != nil {
 		ln.Close()

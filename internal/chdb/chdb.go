@@ -141,6 +141,10 @@ type ServeOptions struct {
 	// StartTimeout bounds Spawn's wait for GET /ping to answer "Ok."
 	// (Spawn only). Default 60s.
 	StartTimeout time.Duration
+	// PortWait is how long Spawn waits for taken ports to be freed (Spawn
+	// only): a server whose parent just crashed is still shutting down and
+	// owns the data directory until it exits. 0 fails at once.
+	PortWait time.Duration
 	// Stderr, if set, receives the child's stdout and stderr (Spawn only).
 	// Spawn keeps the tail for its errors either way.
 	Stderr io.Writer

@@ -47,7 +47,7 @@ func Spawn(ctx context.Context, exe string, o ServeOptions) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chdb: data directory %s: %w", o.Path, err)
 	}
-	if err := awaitPortsFree(ctx, 30*time.Second, o.TCPPort, o.HTTPPort); err != nil {
+	if err := awaitPortsFree(ctx, o.PortWait, o.TCPPort, o.HTTPPort); err != nil {
 		return nil, err
 	}
 	args := []string{"clickhouse-server",
