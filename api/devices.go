@@ -75,27 +75,25 @@ func (s *Server) replicaReady(w http.ResponseWriter) bool {
 	return true
 }
 
-// writeOne commits one record (a device, preferences or a tombstone).
-func (s *Server) writeOne(w http.ResponseWriter, r *http.Request, rec *kgo.Record) bool {
+// put commits one record of a compacted topic under key: v, or a tombstone
+// when v is nil. On failure it answers the problem and returns false.
+func (s *Server) put(w http.ResponseWriter, r *http.Request, topic, key string, v schemas.Record) bool {
+	rec := &kgo.Record{Topic: topic, Key: []byte(key), Timestamp: time.Now()}
+	if v != nil {
+		b, err := schemas.Encode(v)
+		if err != nil {
+			writeProblem(w, invalid(err.Error()))
+			return false
+		}
+		rec.Value = b
+		rec.Headers = []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}
+	}
 	if err := s.w.write(r.Context(), []*kgo.Record{rec}); err != nil {
 		s.log.Warn("write failed", "topic", rec.Topic, "err", err)
 		writeProblem(w, unavailable("the change was not written; retry", 1))
 		return false
 	}
 	return true
-}
-
-func valueRecord(topic, key string, v schemas.Record, now time.Time) (*kgo.Record, error) {
-	rec := &kgo.Record{Topic: topic, Key: []byte(key), Timestamp: now}
-	if v != nil {
-		b, err := schemas.Encode(v)
-		if err != nil {
-			return nil, err
-		}
-		rec.Value = b
-		rec.Headers = []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}
-	}
-	return rec, nil
 }
 
 func deviceOut(d schemas.Device) sdk.Device {
@@ -234,12 +232,7 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 		d.CreatedAt = old.CreatedAt
 	}
 	key := schemas.DeviceKey(p.tenant, user, device)
-	rec, err := valueRecord(s.devicesT, key, d, now)
-	if err != nil {
-		writeProblem(w, invalid(err.Error()))
-		return
-	}
-	if !s.writeOne(w, r, rec) {
+	if !s.put(w, r, s.devicesT, key, d) {
 		return
 	}
 	s.rep.putDevice(key, &d)
@@ -260,8 +253,7 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, p principa
 		return
 	}
 	key := schemas.DeviceKey(p.tenant, user, device)
-	rec, _ := valueRecord(s.devicesT, key, nil, time.Now())
-	if !s.writeOne(w, r, rec) {
+	if !s.put(w, r, s.devicesT, key, nil) {
 		return
 	}
 	s.rep.putDevice(key, nil)
@@ -355,12 +347,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, p princi
 	now := time.Now()
 	pr.UpdatedAt = now.UnixMilli()
 	key := schemas.RecipientKey(p.tenant, user)
-	rec, err := valueRecord(s.prefsT, key, pr, now)
-	if err != nil {
-		writeProblem(w, invalid(err.Error()))
-		return
-	}
-	if !s.writeOne(w, r, rec) {
+	if !s.put(w, r, s.prefsT, key, pr) {
 		return
 	}
 	s.rep.putPreferences(key, &pr)
@@ -377,8 +364,7 @@ func (s *Server) deletePreferences(w http.ResponseWriter, r *http.Request, p pri
 		return
 	}
 	key := schemas.RecipientKey(p.tenant, user)
-	rec, _ := valueRecord(s.prefsT, key, nil, time.Now())
-	if !s.writeOne(w, r, rec) {
+	if !s.put(w, r, s.prefsT, key, nil) {
 		return
 	}
 	s.rep.putPreferences(key, nil)

@@ -83,12 +83,7 @@ func (s *Server) putSegment(w http.ResponseWriter, r *http.Request, p principal)
 	now := time.Now()
 	sg.UpdatedAt = now.UnixMilli()
 	key := schemas.RecipientKey(p.tenant, name)
-	rec, err := valueRecord(s.segmentsT, key, sg, now)
-	if err != nil {
-		writeProblem(w, invalid(err.Error()))
-		return
-	}
-	if !s.writeOne(w, r, rec) {
+	if !s.put(w, r, s.segmentsT, key, sg) {
 		return
 	}
 	s.rep.putSegment(key, &sg)
@@ -105,8 +100,7 @@ func (s *Server) deleteSegment(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	key := schemas.RecipientKey(p.tenant, name)
-	rec, _ := valueRecord(s.segmentsT, key, nil, time.Now())
-	if !s.writeOne(w, r, rec) {
+	if !s.put(w, r, s.segmentsT, key, nil) {
 		return
 	}
 	s.rep.putSegment(key, nil)
