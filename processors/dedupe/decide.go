@@ -33,6 +33,15 @@
 // tombstone once the partition's stream time (the newest record time seen)
 // passes their expiry; an entry found expired at lookup is treated as absent
 // whether or not its tombstone was written yet.
+//
+// Hazard: clocks. Stream time is the newest record time of the partition, so
+// a request stamped in the future expires every entry whose window ends
+// before that time, early. The API stamps records with its own clock; Kafka
+// 4 brokers refuse records more than log.message.timestamp.after.max.ms
+// (one hour by default) ahead of their clock, which bounds the damage. Keep
+// producer clocks synchronised, or set message.timestamp.type=LogAppendTime
+// on herald.requests when producers cannot be trusted (record time is then
+// the broker's, at the cost of replaying history with original times).
 package dedupe
 
 import (
