@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/topics"
+)
+
+// TestTopicsCreateThenVerifyOnTheRealBroker runs the commands an operator
+// runs: create, verify (no drift), then verify again after someone changed a
+// config by hand (drift reported, exit 1), and create --fix-configs.
+func TestTopicsCreateThenVerifyOnTheRealBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	prefix := fmt.Sprintf("t%08x.herald.", rand.Uint32())
+	adm := kadm.NewClient(testenv.Client(t, brokers))
+	testenv.DeleteCatalogOnCleanup(t, adm, topics.New(topics.Options{Prefix: prefix, Partitions: 2, Replication: 1}))
+	herald := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		args = append(args, "--brokers", brokers[0], "--topic-prefix", prefix, "--partitions", "2", "--replication", "1")
+		code := run(context.Background(), args, &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	steps := []struct {
+		name     string
+		args     []string
+		before   func()
+		wantCode int
+		want     string
+	}{
+		{name: "create makes every topic", args: []string{"topics", "create"}, want: "created " + prefix + "seen"},
+		{name: "verify finds no drift", args: []string{"topics", "verify"}, want: "topics match the catalog"},
+		{name: "verify reports a config changed by hand", args: []string{"topics", "verify"}, wantCode: 1,
+			before: func() {
+				v := "delete"
+				if _, err := adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &v}}, prefix+"seen"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: `drift ` + prefix + `seen: cleanup.policy is "delete", catalog wants "compact"`},
+		{name: "create --fix-configs sets it back", args: []string{"topics", "create", "--fix-configs"}, want: "topics match the catalog"},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if s.before != nil {
+				s.before()
+			}
+			var code int
+			var out string
+			for i := 0; i < 50; i++ { // configs propagate asynchronously
+				if code, out = herald(s.args...); code == s.wantCode && strings.Contains(out, s.want) {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("herald %v: exit %d, output:\n%s\nwant exit %d and %q", s.args, code, out, s.wantCode, s.want)
+		})
+	}
+}
