@@ -40,6 +40,13 @@ const HeaderSchema = "herald-schema"
 // Encode marshals r with its "schema" field set to r.SchemaName(), whatever
 // the Schema field holds when empty; a different non-empty one is an error.
 func Encode(r Record) ([]byte, error) {
+	// A pointer's empty Schema field is set in place, so the output needs no
+	// second copy; a value is spliced below.
+	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer && !v.IsNil() {
+		if f := v.Elem().Field(0); f.String() == "" {
+			f.SetString(r.SchemaName())
+		}
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("schemas: encode %s: %w", r.SchemaName(), err)
