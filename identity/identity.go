@@ -108,7 +108,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 
 	"github.com/google/uuid"
 )
@@ -249,18 +248,17 @@ func check(id string) error {
 }
 
 func derive(tag string, fields ...string) string {
-	h := sha256.New()
-	writeField(h, tag)
+	var stack [256]byte // the preimage of most ids fits: no allocation
+	b := appendField(stack[:0], tag)
 	for _, f := range fields {
-		writeField(h, f)
+		b = appendField(b, f)
 	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
-func writeField(h hash.Hash, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	h.Write(n[:])
-	h.Write([]byte(s))
+// appendField appends enc(s): the length of s as a big-endian uint64, then s.
+func appendField(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
 }
