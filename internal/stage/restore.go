@@ -11,8 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-func kerrFor(code int16) error { return kerr.ErrorForCode(code) }
-
 // readUntil consumes topic/p read_committed from its start until it has
 // passed offset end-1, feeding data records to t. Control records are kept
 // so the position is known even when the log ends with a transaction marker.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -389,7 +390,7 @@ func lastStableOffset(ctx context.Context, cl *kgo.Client, topic string, p int32
 	}
 	for _, t := range resp.Topics {
 		for _, rp := range t.Partitions {
-			if err := kerrFor(rp.ErrorCode); err != nil {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
 				return 0, fmt.Errorf("list offsets of %s/%d: %w", topic, p, err)
 			}
 			return rp.Offset, nil
