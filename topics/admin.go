@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -49,7 +50,42 @@ func (c *Catalog) Create(ctx context.Context, adm *kadm.Client) ([]string, error
 			return created, fmt.Errorf("topics: create %s: %w", t.Name, err)
 		}
 	}
-	return created, nil
+	return created, c.awaitVisible(ctx, adm, created)
+}
+
+// awaitVisible waits until the brokers' metadata shows every named topic
+// with all its partitions led, so a Verify right after Create does not
+// report topics that are still being set up.
+func (c *Catalog) awaitVisible(ctx context.Context, adm *kadm.Client, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		details, err := adm.ListTopics(ctx, names...)
+		ready := err == nil
+		for _, name := range names {
+			d, ok := details[name]
+			if !ok || d.Err != nil || int32(len(d.Partitions)) != c.opts.Partitions {
+				ready = false
+				break
+			}
+			for _, p := range d.Partitions {
+				if p.Leader < 0 || p.Err != nil {
+					ready = false
+				}
+			}
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics: created topics not visible yet: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Verify compares the cluster with the catalog: missing topics, partition
