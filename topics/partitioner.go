@@ -48,3 +48,11 @@ func (pp prefixPartitioner) Partition(r *kgo.Record, n int) int {
 	defer func() { r.Key = key }()
 	return pp.TopicPartitioner.Partition(r, n)
 }
+
+// PartitionOf returns the partition a key of a hashed topic lands in among n
+// partitions: what Partitioner does for a record with that key. Producers
+// in other languages can check their partitioner against it.
+func PartitionOf(key string, n int) int32 {
+	tp := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	return int32(tp.Partition(&kgo.Record{Key: []byte(key)}, n))
+}

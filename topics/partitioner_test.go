@@ -26,6 +26,9 @@ func TestPartitionerCoPartitionsKeysOfOneRecipient(t *testing.T) {
 			if got := part(cat.Name(topics.Preferences), schemas.RecipientKey("acme", recipient)); got != want {
 				t.Fatalf("preferences partition %d, accepted partition %d", got, want)
 			}
+			if got := int(topics.PartitionOf(schemas.RecipientKey("acme", recipient), 12)); got != want {
+				t.Fatalf("PartitionOf = %d, want %d", got, want)
+			}
 		})
 	}
 }
