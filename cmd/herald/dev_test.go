@@ -178,6 +178,18 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("retry answered %d (replayed %q) %s; want 202, replayed, and %s", code, h.Get("Idempotency-Replayed"), again, first)
 	}
 
+	// schemathesis (PyPI) against the running herald dev's /openapi.json: no
+	// 5xx, every answer as the document says.
+	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "schemathesis", "schemathesis"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := exec.Command(script, dev.http, "--seed", "4")
+	st.Env = append(os.Environ(), "HERALD_API_KEY="+api.DevAPIKey)
+	if out, err := st.CombinedOutput(); err != nil {
+		t.Fatalf("schemathesis against herald dev: %v\n%s", err, out)
+	}
+
 	dev.cmd.Process.Signal(syscall.SIGTERM)
 	if err := dev.cmd.Wait(); err != nil {
 		out, _ := os.ReadFile(dev.log)
