@@ -85,7 +85,14 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	defer k.Close()
 	brokers := k.Brokers()
 	cat := topics.New(embedded.CatalogOptions(max(c.policy.window, c.policy.ttl, maxTypeWindow(policy))))
-	if err := ensureTopics(ctx, brokers, cat); err != nil {
+	// One client serves topic set-up and every /healthz.
+	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, embedded.ClientOpts()...)...)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: kafka client: %w", err)
+	}
+	defer admin.Close()
+	if err := ensureTopics(ctx, admin, cat); err != nil {
 		ln.Close()
 		return err
 	}
@@ -181,7 +188,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", apiSrv)
 	mux.Handle("GET /metrics", metrics.Default.Handler())
-	mux.HandleFunc("GET /healthz", healthz(brokers, ch.HTTPAddr()))
+	mux.HandleFunc("GET /healthz", healthz(admin, ch.HTTPAddr()))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -209,12 +216,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 }
 
 // ensureTopics creates the catalog's topics and checks there is no drift.
-func ensureTopics(ctx context.Context, brokers []string, cat *topics.Catalog) error {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, embedded.ClientOpts()...)...)
-	if err != nil {
-		return fmt.Errorf("dev: kafka client: %w", err)
-	}
-	defer cl.Close()
+func ensureTopics(ctx context.Context, cl *kgo.Client, cat *topics.Catalog) error {
 	adm := kadm.NewClient(cl)
 	if _, err := cat.Create(ctx, adm); err != nil {
 		return fmt.Errorf("dev: %w", err)
@@ -231,12 +233,12 @@ func ensureTopics(ctx context.Context, brokers []string, cat *topics.Catalog) er
 
 // healthz answers 200 when Kafka answers a metadata request and ClickHouse
 // answers /ping, else 503 naming what failed.
-func healthz(brokers []string, chHTTP string) http.HandlerFunc {
+func healthz(kafka *kgo.Client, chHTTP string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		status, body := http.StatusOK, `{"status":"ok","kafka":"ok","clickhouse":"ok"}`
-		kafkaErr := pingKafka(ctx, brokers)
+		kafkaErr := kafka.Ping(ctx)
 		chErr := pingHTTP(ctx, "http://"+chHTTP+"/ping")
 		if kafkaErr != nil || chErr != nil {
 			status = http.StatusServiceUnavailable
@@ -253,15 +255,6 @@ func errText(err error) string {
 		return "ok"
 	}
 	return err.Error()
-}
-
-func pingKafka(ctx context.Context, brokers []string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	return cl.Ping(ctx)
 }
 
 func pingHTTP(ctx context.Context, url string) error {
