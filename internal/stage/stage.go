@@ -370,33 +370,49 @@ func RestorePartition(ctx context.Context, cl *kgo.Client, changelogs []string, 
 	return total, nil
 }
 
-// lastStableOffset lists a partition's end offset as a read_committed
+// lastStableOffset lists one partition's end offset as a read_committed
 // consumer sees it.
 func lastStableOffset(ctx context.Context, cl *kgo.Client, topic string, p int32) (int64, error) {
+	ends, err := LastStableOffsets(ctx, cl, topic, p)
+	if err != nil {
+		return 0, err
+	}
+	end, ok := ends[p]
+	if !ok {
+		return 0, fmt.Errorf("list offsets of %s/%d: empty response", topic, p)
+	}
+	return end, nil
+}
+
+// LastStableOffsets lists the end offsets of a topic's partitions as a
+// read_committed consumer sees them (the last stable offsets): records
+// below them are committed or aborted, none still open.
+func LastStableOffsets(ctx context.Context, cl *kgo.Client, topic string, partitions ...int32) (map[int32]int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	req.IsolationLevel = 1
 	rt := kmsg.NewListOffsetsRequestTopic()
 	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition = p
-	rp.Timestamp = -1
-	rp.CurrentLeaderEpoch = -1
-	rt.Partitions = append(rt.Partitions, rp)
+	for _, p := range partitions {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p, -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return 0, fmt.Errorf("list offsets of %s/%d: %w", topic, p, err)
+		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
 	}
+	ends := make(map[int32]int64, len(partitions))
 	for _, t := range resp.Topics {
 		for _, rp := range t.Partitions {
 			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return 0, fmt.Errorf("list offsets of %s/%d: %w", topic, p, err)
+				return nil, fmt.Errorf("list offsets of %s/%d: %w", topic, rp.Partition, err)
 			}
-			return rp.Offset, nil
+			ends[rp.Partition] = rp.Offset
 		}
 	}
-	return 0, fmt.Errorf("list offsets of %s/%d: empty response", topic, p)
+	return ends, nil
 }
 
 // Records returns what was emitted, for tests and replay.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -59,34 +59,13 @@ func ReadCommitted(t testing.TB, brokers []string, topic string, opts ...kgo.Opt
 
 func lastStable(ctx context.Context, t testing.TB, cl *kgo.Client, topic string) map[int32]int64 {
 	t.Helper()
-	adm := kadm.NewClient(cl)
-	td, err := adm.ListTopics(ctx, topic)
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	req.IsolationLevel = 1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	for _, p := range td[topic].Partitions.Numbers() {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p, -1, -1
-		rt.Partitions = append(rt.Partitions, rp)
-	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
+	ends, err := stage.LastStableOffsets(ctx, cl, topic, td[topic].Partitions.Numbers()...)
 	if err != nil {
-		t.Fatalf("list offsets of %s: %v", topic, err)
-	}
-	ends := map[int32]int64{}
-	for _, rt := range resp.Topics {
-		for _, rp := range rt.Partitions {
-			if rp.ErrorCode != 0 {
-				t.Fatalf("list offsets of %s/%d: error code %d", topic, rp.Partition, rp.ErrorCode)
-			}
-			ends[rp.Partition] = rp.Offset
-		}
+		t.Fatal(err)
 	}
 	return ends
 }
