@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/backoff"
 )
 
 // Client calls herald's HTTP API. Its zero value is not usable: set BaseURL
@@ -181,7 +181,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr h
 			if errors.As(last, &ae) {
 				ra = ae.RetryAfter
 			}
-			if err := sleep(ctx, c.backoff(attempt, ra)); err != nil {
+			if err := backoff.Sleep(ctx, c.backoff(attempt, ra)); err != nil {
 				return nil, fmt.Errorf("herald: %s %s: %w (last error: %w)", method, path, err, last)
 			}
 		}
@@ -260,28 +260,5 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, hdr
 // backoff is the wait before retry n (1-based): full jitter over an
 // exponentially growing cap, but never less than retryAfter.
 func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
-	lo, hi := c.MinBackoff, c.MaxBackoff
-	if lo <= 0 {
-		lo = 200 * time.Millisecond
-	}
-	if hi <= 0 {
-		hi = 10 * time.Second
-	}
-	ceiling := hi
-	if n < 30 && lo<<n < hi {
-		ceiling = lo << n
-	}
-	d := time.Duration(rand.Int64N(int64(ceiling) + 1))
-	return max(d, retryAfter)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return backoff.Policy{Min: c.MinBackoff, Max: c.MaxBackoff}.Delay(n, retryAfter)
 }
