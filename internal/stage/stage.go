@@ -79,6 +79,14 @@ type Config struct {
 	// TransactionTimeout bounds how long a crashed instance's open
 	// transaction can hold back readers.
 	TransactionTimeout time.Duration
+	// AfterCommit, when set, runs after every committed transaction, with
+	// rebalances still blocked: a sink calls its providers here for the
+	// intents the transaction just made durable. When it returns true the
+	// runtime runs one more transaction at once, with no new input (only
+	// Tick), so the results are committed before the partitions can move;
+	// the step ends when it returns false. It is called with a context that
+	// shutdown does not cancel: bound its work itself.
+	AfterCommit func(ctx context.Context) bool
 	// ClientOpts are appended to the runtime's client options (logging,
 	// kfake workarounds).
 	ClientOpts []kgo.Opt
@@ -200,7 +208,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// step runs one transaction: poll up to a batch, process, tick, commit.
+// step runs one transaction: poll up to a batch, process, tick, commit; then,
+// while AfterCommit asks for it, one more transaction without input.
 func (r *Runner) step(ctx context.Context) error {
 	defer r.sess.AllowRebalance()
 
@@ -230,7 +239,20 @@ func (r *Runner) step(ctx context.Context) error {
 	// From here the batch is finished even if ctx is cancelled (shutdown):
 	// a transaction left open would hold back every read_committed reader
 	// of the output topics until it times out.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.TransactionTimeout)
+	ctx = context.WithoutCancel(ctx)
+	for {
+		committed, err := r.transact(ctx, batch)
+		if err != nil || !committed || r.cfg.AfterCommit == nil || !r.cfg.AfterCommit(ctx) {
+			return err
+		}
+		batch = nil
+	}
+}
+
+// transact processes batch, ticks, and commits the outputs with the input
+// offsets in one transaction.
+func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.TransactionTimeout)
 	defer cancel()
 
 	// Tasks run before the transaction begins: they only fill out.
@@ -240,11 +262,11 @@ func (r *Runner) step(ctx context.Context) error {
 		t, ok := r.tasks[rec.Partition]
 		if !ok { // revoked between poll and now: cannot happen with blocked rebalances
 			r.mu.Unlock()
-			return fmt.Errorf("stage %s: record for unowned partition %d", r.cfg.Name, rec.Partition)
+			return false, fmt.Errorf("stage %s: record for unowned partition %d", r.cfg.Name, rec.Partition)
 		}
 		if err := t.Process(rec, &out); err != nil {
 			r.mu.Unlock()
-			return fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
+			return false, fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
 		}
 	}
 	for _, t := range r.tasks {
@@ -253,10 +275,10 @@ func (r *Runner) step(ctx context.Context) error {
 	r.mu.Unlock()
 
 	if len(batch) == 0 && out.Len() == 0 {
-		return nil // idle: no transaction at all
+		return false, nil // idle: no transaction at all
 	}
 	if err := r.sess.Begin(); err != nil {
-		return fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
+		return false, fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
 	}
 
 	var produceErr error
@@ -273,7 +295,7 @@ func (r *Runner) step(ctx context.Context) error {
 		})
 	}
 	if err := r.sess.Client().Flush(ctx); err != nil {
-		return fmt.Errorf("stage %s: flush: %w", r.cfg.Name, err)
+		return false, fmt.Errorf("stage %s: flush: %w", r.cfg.Name, err)
 	}
 	try := kgo.TryCommit
 	if produceErr != nil {
@@ -299,9 +321,9 @@ func (r *Runner) step(ctx context.Context) error {
 		r.log.Info("transaction aborted; input rewound to the last commit", "records", len(batch))
 	}
 	if err != nil {
-		return fmt.Errorf("stage %s: end transaction: %w", r.cfg.Name, err)
+		return false, fmt.Errorf("stage %s: end transaction: %w", r.cfg.Name, err)
 	}
-	return nil
+	return committed, nil
 }
 
 // assigned restores each new partition's task from the changelogs before

@@ -155,3 +155,109 @@ func sanitize(s string) string {
 	}
 	return fmt.Sprintf("%s-%d", b, time.Now().UnixNano()%1e9)
 }
+
+// caller is a task whose outputs need work after their transaction commits,
+// as a sink's provider calls do: Process emits an intent, AfterCommit does
+// the work, and Tick emits its result.
+type caller struct {
+	out            string
+	staged, toCall []string
+	results        []string
+	emitted        int
+	overtaken      *int // Process calls that found a result not yet committed
+}
+
+func (c *caller) Restore(*kgo.Record) error { return nil }
+func (c *caller) Process(r *kgo.Record, out *stage.Out) error {
+	if len(c.results) > 0 {
+		*c.overtaken++
+	}
+	c.staged = append(c.staged, string(r.Key))
+	out.Emit(&kgo.Record{Topic: c.out, Key: r.Key, Value: []byte("intent")})
+	return nil
+}
+func (c *caller) Tick(out *stage.Out) {
+	for _, k := range c.results {
+		out.Emit(&kgo.Record{Topic: c.out, Key: []byte(k), Value: []byte("result")})
+	}
+	c.emitted = len(c.results)
+}
+func (c *caller) Commit() {
+	c.toCall = append(c.toCall, c.staged...)
+	c.staged = nil
+	c.results = c.results[c.emitted:]
+	c.emitted = 0
+}
+func (c *caller) Abort() { c.staged, c.emitted = nil, 0 }
+
+func TestResultsOfWorkDoneAfterACommitAreCommittedBeforeMoreInputIsProcessed(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		ctx := context.Background()
+		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
+		in, out := sanitize("in-"+t.Name()), sanitize("out-"+t.Name())
+		for _, name := range []string{in, out} {
+			if _, err := adm.CreateTopic(ctx, 1, 1, nil, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		tasks := map[int32]*caller{}
+		overtaken := 0
+		r, err := stage.New(stage.Config{
+			Name: "caller", Brokers: brokers, Group: "g-" + in, TransactionalID: "tx-" + in, Input: in,
+			NewTask: func(p int32) stage.Task {
+				mu.Lock()
+				defer mu.Unlock()
+				tasks[p] = &caller{out: out, overtaken: &overtaken}
+				return tasks[p]
+			},
+			AfterCommit: func(context.Context) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				more := false
+				for _, c := range tasks {
+					c.results = append(c.results, c.toCall...)
+					more = more || len(c.toCall) > 0
+					c.toCall = nil
+				}
+				return more
+			},
+			BatchInterval: 10 * time.Millisecond, SessionTimeout: 6 * time.Second, ClientOpts: opts,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); r.Run(rctx) }()
+		cl := testenv.Client(t, brokers, opts...)
+		const n = 200
+		for i := range n {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(time.Minute)
+		for len(testenv.ReadCommitted(t, brokers, out, opts...)) < 2*n && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+
+		seen := map[string]int{}
+		for _, rec := range testenv.ReadCommitted(t, brokers, out, opts...) {
+			seen[string(rec.Key)+"/"+string(rec.Value)]++
+		}
+		for i := range n {
+			for _, v := range []string{"intent", "result"} {
+				if k := strconv.Itoa(i) + "/" + v; seen[k] != 1 {
+					t.Errorf("%s committed %d times, want once", k, seen[k])
+				}
+			}
+		}
+		if overtaken > 0 {
+			t.Errorf("%d records were processed while an earlier result was still uncommitted", overtaken)
+		}
+	})
+}
