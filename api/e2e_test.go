@@ -217,6 +217,38 @@ func TestTheAPIOnTheRealBroker(t *testing.T) {
 		}
 	})
 
+	t.Run("a body that differs only in its payload is a 422", func(t *testing.T) {
+		cases := []struct{ name, first, second string }{
+			{"a payload value changed", `{"orderId":"o_1","total":12}`, `{"orderId":"o_1","total":13}`},
+			{"an integer beyond 2^53 changed by one", `{"orderId":9007199254740993}`, `{"orderId":9007199254740992}`},
+		}
+		for i, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				key := fmt.Sprintf("payload-conflict-%d", i)
+				body := func(payload string) string {
+					return `{"type":"order.paid","recipientId":"u-payload-` + key + `","title":"Paid","body":"Thanks","payload":` + payload + `}`
+				}
+				first := p.call(t, "POST", "/v1/notifications", keyA, body(c.first), "Idempotency-Key", key)
+				if first.status != 202 {
+					t.Fatalf("first: %d %s", first.status, first.body)
+				}
+				orig := decode[sdk.SendResult](t, first)
+				same := p.call(t, "POST", "/v1/notifications", keyA, body(c.first), "Idempotency-Key", key)
+				if same.status != 202 || same.header.Get(headerReplayed) != "true" || !bytes.Equal(same.body, first.body) {
+					t.Fatalf("the same payload again: %d (replayed %q) %s", same.status, same.header.Get(headerReplayed), same.body)
+				}
+				a := p.call(t, "POST", "/v1/notifications", keyA, body(c.second), "Idempotency-Key", key)
+				if a.status != 422 {
+					t.Fatalf("payload %s after %s: %d %s, want 422", c.second, c.first, a.status, a.body)
+				}
+				var prob sdk.Problem
+				if err := json.Unmarshal(a.body, &prob); err != nil || prob.Type != probConflict || prob.OriginalRequestID != orig.RequestID {
+					t.Fatalf("conflict problem %s, want type %s and the original request id %s", a.body, probConflict, orig.RequestID)
+				}
+			})
+		}
+	})
+
 	t.Run("a retry after a timeout makes one notification", func(t *testing.T) {
 		// The first attempt reaches the API and is written, but its answer
 		// never reaches the client, which times out and retries.

@@ -1,9 +1,13 @@
 package schemas
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math/big"
+	"strconv"
+	"strings"
 )
 
 // Request is one producer call for one recipient, on herald.requests, keyed
@@ -47,7 +51,20 @@ func (Request) SchemaName() string { return RequestV1 }
 // ContentHash is the sha256 (hex) of what the request asks to send: type,
 // recipient, dedupe key, title, body, payload, locale and channels. Two
 // requests with one idempotency key and different content hashes conflict.
-// Producer, request id and times are not content.
+// Producer, request id and times are not content. The payload is hashed in
+// a canonical form (see compactJSON) that keeps every number's exact value.
+//
+// Upgrade. Seen-set entries store this hash. Versions before exact numbers
+// hashed payload numbers as float64; a payload whose numbers a float64
+// holds exactly (the usual case) hashes as it did then, so stored entries
+// keep matching. A payload with a number a float64 cannot hold (an integer
+// beyond 2^53 such as 9007199254740993, more significant digits than 17,
+// beyond float64's range) now hashes differently: a retry of such a request
+// decided before the upgrade, within its idempotency TTL, is answered as a
+// conflict (422, nothing sent) instead of a replay. `herald replay`, which
+// hashes with the new code throughout, reports as differences both those
+// conflicts and the decisions the old hash got wrong (such a number changed
+// in a retry, answered as a replay).
 func (r Request) ContentHash() string {
 	content := struct {
 		Type      string          `json:"type"`
@@ -65,18 +82,103 @@ func (r Request) ContentHash() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// compactJSON returns raw without insignificant white space, or JSON null
-// when raw is empty or not valid JSON (which Encode would reject anyway).
+// compactJSON returns the canonical form of a payload that ContentHash
+// hashes, or JSON null when raw is empty or not valid JSON (which Encode
+// would reject anyway). Object keys are sorted, insignificant white space
+// and key order are not content, and strings are re-escaped as
+// encoding/json escapes them. Numbers keep their value exactly (see
+// canonicalNumber): decoding them into float64 would make
+// 9007199254740993 and 9007199254740992 one number.
 func compactJSON(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 {
+	if len(raw) == 0 || !json.Valid(raw) {
 		return json.RawMessage("null")
 	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := dec.Decode(&v); err != nil {
 		return json.RawMessage("null")
 	}
-	b, _ := json.Marshal(v) // re-marshal sorts object keys: key order is not content
+	b, err := json.Marshal(canonicalNumbers(v)) // re-marshal sorts object keys
+	if err != nil {
+		return json.RawMessage("null") // cannot happen: canonical numbers are valid JSON numbers
+	}
 	return b
+}
+
+// canonicalNumbers replaces every json.Number in a decoded document by its
+// canonical text, in place.
+func canonicalNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return canonicalNumber(string(x))
+	case map[string]any:
+		for k, e := range x {
+			x[k] = canonicalNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = canonicalNumbers(e)
+		}
+	}
+	return v
+}
+
+// canonicalNumber returns one text per numeric value of a JSON number
+// (1, 1.0 and 1e0 are one value; 9007199254740993 and 9007199254740992 are
+// two). A number whose value is exactly the shortest decimal of its float64
+// (every number a float64 holds without loss, as producers almost always
+// send: 0.1, 42, 1e+23) keeps the text encoding/json gives that float64,
+// so its hash is the one herald computed before numbers were kept exact. Any
+// other number (more digits than a float64 holds, or out of its range) is
+// written exactly: its significant digits, then "e" and the exponent when
+// it is not an integer of at most 64 digits.
+func canonicalNumber(text string) json.Number {
+	neg, digits, exp := decimalOf(text)
+	if f, err := strconv.ParseFloat(text, 64); err == nil {
+		if fneg, fdigits, fexp := decimalOf(strconv.FormatFloat(f, 'e', -1, 64)); digits == "" ||
+			(fneg == neg && fdigits == digits && fexp.Cmp(exp) == 0) {
+			b, err := json.Marshal(f)
+			if err == nil {
+				return json.Number(b)
+			}
+		}
+	}
+	var sb strings.Builder
+	if neg {
+		sb.WriteByte('-')
+	}
+	sb.WriteString(digits)
+	if exp.Sign() >= 0 && exp.IsInt64() && int64(len(digits))+exp.Int64() <= 64 {
+		sb.WriteString(strings.Repeat("0", int(exp.Int64())))
+	} else {
+		sb.WriteByte('e')
+		sb.WriteString(exp.String())
+	}
+	return json.Number(sb.String())
+}
+
+// decimalOf reads a valid JSON number as sign, significant digits (no
+// leading or trailing zeros; empty for zero) and exponent: the value is
+// digits × 10^exp. The exponent is a big.Int, as JSON allows any.
+func decimalOf(text string) (neg bool, digits string, exp *big.Int) {
+	if strings.HasPrefix(text, "-") {
+		neg, text = true, text[1:]
+	}
+	mant, e, _ := strings.Cut(strings.ToLower(text), "e")
+	exp = new(big.Int)
+	if e != "" {
+		exp.SetString(strings.TrimPrefix(e, "+"), 10) // valid JSON: cannot fail
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	all := strings.TrimLeft(intPart+frac, "0")
+	exp.Sub(exp, big.NewInt(int64(len(frac))))
+	trimmed := strings.TrimRight(all, "0")
+	exp.Add(exp, big.NewInt(int64(len(all)-len(trimmed))))
+	if trimmed == "" {
+		return neg, "", new(big.Int)
+	}
+	return neg, trimmed, exp
 }
 
 // Outcome of a decision.
