@@ -191,6 +191,12 @@ const (
 	DecisionDigested            = "digested"
 	DecisionOptedOut            = "opted_out"
 	DecisionDeferred            = "deferred"
+	// DecisionRouted: the route stage emitted the notification's delivery
+	// commands now (and its feed item).
+	DecisionRouted = "routed"
+	// DecisionNoTarget: no enabled device on any push channel asked for;
+	// Detail says whether the type's fallback channel was used.
+	DecisionNoTarget = "no_target"
 	// DecisionRejected marks a request the stage could not read (bad
 	// schema, missing fields); Detail says why. Nothing is sent.
 	DecisionRejected = "rejected"
@@ -203,7 +209,7 @@ type Decision struct {
 	// DecisionID is unique per decision: stage, source partition and offset.
 	DecisionID string `json:"decisionId"`
 	Stage      string `json:"stage" jsonschema:"enum=dedupe,enum=route"`
-	Outcome    string `json:"outcome" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=rejected"`
+	Outcome    string `json:"outcome" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected"`
 	// Detail explains a rejection or a conflict in words.
 	Detail         string `json:"detail,omitempty"`
 	RequestID      string `json:"requestId"`
@@ -454,7 +460,60 @@ type Segment struct {
 // SchemaName implements Record.
 func (Segment) SchemaName() string { return SegmentV1 }
 
+// RouteKind names the three kinds of route-stage state.
+type RouteKind string
+
+// Route state kinds.
+const (
+	// RouteRate is a rate-limit counter of one recipient and type in one
+	// fixed window.
+	RouteRate RouteKind = "rate"
+	// RouteDigest is an open digest buffer of one recipient and digest key.
+	RouteDigest RouteKind = "digest"
+	// RouteDeferred holds push deliveries deferred by quiet hours.
+	RouteDeferred RouteKind = "deferred"
+)
+
+// DigestItem is one notification buffered in a digest.
+type DigestItem struct {
+	NotificationID string `json:"notificationId"`
+	RequestID      string `json:"requestId"`
+	Title          string `json:"title"`
+	At             int64  `json:"at"`
+}
+
+// RouteEntry is one key of the route stage's state, on the compacted topic
+// herald.route (a changelog co-partitioned with herald.accepted), keyed by
+// kind/tenant/recipient/...; a tombstone removes it once DueAt has passed
+// (rate counters) or its timer fired (digests, deferrals).
+type RouteEntry struct {
+	Schema    string    `json:"schema"`
+	Kind      RouteKind `json:"kind" jsonschema:"enum=rate,enum=digest,enum=deferred"`
+	Tenant    string    `json:"tenant"`
+	Recipient string    `json:"recipient"`
+	Type      string    `json:"type"`
+	// DueAt is when the entry's timer fires (ms, record time): the end of
+	// the rate window (the counter is then deleted), of the digest window
+	// (the digest is sent) or of the quiet hours (the deferred deliveries
+	// are released).
+	DueAt int64 `json:"dueAt"`
+	// WindowStart and Count: the rate window and how many notifications it
+	// let through; for a digest, when its window opened.
+	WindowStart int64 `json:"windowStart,omitempty"`
+	Count       int   `json:"count,omitempty"`
+	// DigestKey and Items: an open digest.
+	DigestKey string       `json:"digestKey,omitempty"`
+	Items     []DigestItem `json:"items,omitempty"`
+	// NotificationID and Commands: the deferred deliveries of one
+	// notification, released as they are at DueAt.
+	NotificationID string            `json:"notificationId,omitempty"`
+	Commands       []DeliveryCommand `json:"commands,omitempty"`
+}
+
+// SchemaName implements Record.
+func (RouteEntry) SchemaName() string { return RouteEntryV1 }
+
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}}
 }

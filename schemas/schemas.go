@@ -28,6 +28,7 @@ const (
 	DeviceV1          = "herald.device/v1"
 	PreferencesV1     = "herald.preferences/v1"
 	SegmentV1         = "herald.segment/v1"
+	RouteEntryV1      = "herald.route/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

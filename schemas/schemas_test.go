@@ -50,6 +50,9 @@ func samples() []schemas.Record {
 		&schemas.Preferences{Tenant: "acme", Recipient: "u", Channels: map[string]bool{"apns": false}, OptedOutTypes: []string{"promo"},
 			QuietHours: &schemas.QuietHours{Start: "22:00", End: "07:00", TimeZone: "Europe/Paris"}, UpdatedAt: 3},
 		&schemas.Segment{Tenant: "acme", Name: "beta-testers", Members: []string{"u_1", "u_2"}, UpdatedAt: 4},
+		&schemas.RouteEntry{Kind: schemas.RouteDigest, Tenant: "acme", Recipient: "u", Type: "comment.added", DueAt: 10, WindowStart: 5, Count: 2,
+			DigestKey: "comment.added", Items: []schemas.DigestItem{{NotificationID: "n1", RequestID: "r1", Title: "T", At: 5}},
+			NotificationID: "n1", Commands: []schemas.DeliveryCommand{{DeliveryID: "d1", NotificationID: "n1", Channel: "apns", NotBefore: 10}}},
 	}
 }
 

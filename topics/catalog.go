@@ -4,8 +4,9 @@
 //
 // Hazards. Partition counts of keyed topics are part of herald's
 // correctness: the dedupe stage's seen-set (herald.seen) is a changelog
-// co-partitioned with herald.requests, and devices and preferences are
-// co-partitioned with herald.accepted. Those groups must keep equal partition
+// co-partitioned with herald.requests, and devices, preferences and the
+// route stage's changelog (herald.route) are co-partitioned with
+// herald.accepted. Those groups must keep equal partition
 // counts, and a partition count must never change on a live cluster (keys
 // would move to other partitions, away from their state). Verify reports
 // such drift; nothing here repartitions.
@@ -115,6 +116,14 @@ func New(o Options) *Catalog {
 		compacted("seen", seenDoc, map[string]string{"delete.retention.ms": strconv.FormatInt(o.SeenTombstoneRetentionMs, 10)})
 	}
 	events("accepted", "notifications accepted by the dedupe stage; key: tenant/recipient")
+	// The route stage's state is written in transactions like the seen-set,
+	// so it takes the seen-set's cleanup policy (kfake's defect 3).
+	const routeDoc = "the route stage's state changelog (rate counters, digest buffers, deferred deliveries), co-partitioned with accepted; key: kind/tenant/recipient/...; tombstone when done"
+	if o.SeenCleanupPolicy == "delete" {
+		c.add("route", routeDoc, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(o.SeenRetentionMs, 10)})
+	} else {
+		compacted("route", routeDoc, map[string]string{"delete.retention.ms": strconv.FormatInt(o.SeenTombstoneRetentionMs, 10)})
+	}
 	for _, ch := range Channels {
 		events("deliveries."+ch, "delivery commands for the "+ch+" sink; key: delivery id")
 	}
@@ -157,6 +166,7 @@ const (
 	Decisions   = "decisions"
 	Seen        = "seen"
 	Accepted    = "accepted"
+	Route       = "route"
 	Attempts    = "attempts"
 	Outcomes    = "outcomes"
 	DeadLetters = "deadletters"

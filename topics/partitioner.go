@@ -8,7 +8,7 @@ import (
 
 // Partitioner returns the partitioner every herald producer uses, so a key
 // lands where the stage that owns it reads:
-//   - changelog topics (the seen-set) are written to the partition set on the
+//   - changelog topics (the seen-set, the route state) are written to the partition set on the
 //     record (the partition of the input record that produced the change);
 //   - devices are hashed by their recipient prefix, co-partitioning them
 //     with preferences and accepted notifications;
@@ -16,7 +16,7 @@ import (
 //     default of the Java client, so producers in other languages agree.
 func (c *Catalog) Partitioner() kgo.Partitioner {
 	return &partitioner{
-		manual:  map[string]bool{c.Name(Seen): true},
+		manual:  map[string]bool{c.Name(Seen): true, c.Name(Route): true},
 		devices: c.Name(Devices),
 		hash:    kgo.StickyKeyPartitioner(nil),
 	}

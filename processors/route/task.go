@@ -1,0 +1,262 @@
+package route
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Topics names the topics the stage reads and writes.
+type Topics struct {
+	Accepted, Decisions, Route, Devices, Preferences string
+	// Deliveries by channel.
+	Deliveries map[string]string
+}
+
+// TopicsOf returns the route stage's topics in a catalog.
+func TopicsOf(c *topics.Catalog) Topics {
+	t := Topics{
+		Accepted:    c.Name(topics.Accepted),
+		Decisions:   c.Name(topics.Decisions),
+		Route:       c.Name(topics.Route),
+		Devices:     c.Name(topics.Devices),
+		Preferences: c.Name(topics.Preferences),
+		Deliveries:  map[string]string{},
+	}
+	for _, ch := range topics.Channels {
+		t.Deliveries[ch] = c.Name(topics.Deliveries(ch))
+	}
+	return t
+}
+
+// Task is the route stage's state for one herald.accepted partition: the
+// committed state, the changes of the open transaction and a timer queue.
+//
+// Timers fire inside the transaction that emits what they release, and the
+// tombstone of their entry is part of it: a crash before the commit loses
+// nothing (the entry is restored and fires again), after it doubles nothing
+// (the entry is gone).
+type Task struct {
+	policy    Policy
+	topics    Topics
+	partition int32
+	dir       Directory
+	// now is the wall-clock part of the timer clock (ms); nil fires timers
+	// on stream time only (replay, tests).
+	now func() int64
+
+	state   map[string]schemas.RouteEntry
+	pending map[string]*schemas.RouteEntry // nil: deleted in this transaction
+	timers  timerQueue
+	popped  []timer // popped in this transaction, re-queued on abort
+	synced  bool    // dir synced in this transaction
+
+	streamTime, pendingStreamTime int64
+}
+
+var _ stage.Task = (*Task)(nil)
+
+// NewTask returns the empty task of one partition. now, when not nil, is
+// the wall clock minus the grace period (see the package doc).
+func NewTask(p Policy, t Topics, partition int32, dir Directory, now func() int64) *Task {
+	return &Task{policy: p, topics: t, partition: partition, dir: dir, now: now,
+		state: map[string]schemas.RouteEntry{}, pending: map[string]*schemas.RouteEntry{}}
+}
+
+// Len is the number of committed state entries.
+func (t *Task) Len() int { return len(t.state) }
+
+// Entry returns the state under key as the task sees it (pending changes
+// included), for the API's explain and tests.
+func (t *Task) Entry(key string) (schemas.RouteEntry, bool) { return t.lookup(key) }
+
+// Restore implements stage.Task.
+func (t *Task) Restore(r *kgo.Record) error {
+	key := string(r.Key)
+	if r.Value == nil {
+		delete(t.state, key)
+		return nil
+	}
+	var e schemas.RouteEntry
+	if err := schemas.Decode(r.Value, &e); err != nil {
+		return fmt.Errorf("route: restore state key %q: %w", key, err)
+	}
+	t.state[key] = e
+	heap.Push(&t.timers, timer{key: key, at: e.DueAt})
+	return nil
+}
+
+func (t *Task) lookup(key string) (schemas.RouteEntry, bool) {
+	if e, ok := t.pending[key]; ok {
+		if e == nil {
+			return schemas.RouteEntry{}, false
+		}
+		return *e, true
+	}
+	e, ok := t.state[key]
+	return e, ok
+}
+
+// Process implements stage.Task.
+func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
+	at := r.Timestamp.UnixMilli()
+	src := Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	var n schemas.Accepted
+	if err := schemas.Decode(r.Value, &n); err != nil {
+		d := decision(schemas.Accepted{}, at, src, "route/"+src.Topic+"/"+fmt.Sprint(src.Partition)+"/"+fmt.Sprint(src.Offset))
+		d.Outcome, d.Detail = schemas.DecisionRejected, err.Error()
+		return t.emit(Result{Decisions: []schemas.Decision{d}}, at, out)
+	}
+	if !t.synced {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := t.dir.Sync(ctx, t.partition)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("route: partition %d: %w", t.partition, err)
+		}
+		t.synced = true
+	}
+	t.pendingStreamTime = max(t.pendingStreamTime, at)
+	if err := t.fire(t.pendingStreamTime, out); err != nil {
+		return err
+	}
+	res := t.policy.Decide(n, at, src, t.lookup, t.dir.Recipient(n.Tenant, n.Recipient))
+	return t.emit(res, at, out)
+}
+
+// Tick implements stage.Task: timers due on the task's clock fire.
+func (t *Task) Tick(out *stage.Out) {
+	clock := t.pendingStreamTime
+	if t.now != nil {
+		clock = max(clock, t.now())
+	}
+	// Tick cannot fail the stage; an encoding error cannot happen for
+	// records built from decoded ones.
+	_ = t.fire(clock, out)
+}
+
+// fire releases every timer due at or before clock.
+func (t *Task) fire(clock int64, out *stage.Out) error {
+	for t.timers.Len() > 0 && t.timers[0].at <= clock {
+		it := heap.Pop(&t.timers).(timer)
+		t.popped = append(t.popped, it)
+		e, ok := t.lookup(it.key)
+		if !ok || e.DueAt != it.at {
+			continue // replaced or already deleted: a newer item covers it
+		}
+		var who Recipient
+		if e.Kind == schemas.RouteDigest {
+			who = t.dir.Recipient(e.Tenant, e.Recipient)
+		}
+		if err := t.emit(t.policy.Fire(it.key, e, who), e.DueAt, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Task) emit(res Result, at int64, out *stage.Out) error {
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		r, err := record(t.topics.Decisions, d.NotificationID, d, at)
+		if err != nil {
+			return err
+		}
+		out.Emit(r)
+	}
+	for _, c := range res.State {
+		prev, had := t.lookup(c.Key)
+		r := &kgo.Record{Topic: t.topics.Route, Key: []byte(c.Key), Partition: t.partition, Timestamp: time.UnixMilli(at)}
+		if c.Entry != nil {
+			var err error
+			if r, err = record(t.topics.Route, c.Key, c.Entry, at); err != nil {
+				return err
+			}
+			r.Partition = t.partition
+			if !had || prev.DueAt != c.Entry.DueAt {
+				// Queued now so it can fire within this transaction; an
+				// abort leaves a stale item that fire skips.
+				heap.Push(&t.timers, timer{key: c.Key, at: c.Entry.DueAt})
+			}
+		}
+		out.Emit(r)
+		t.pending[c.Key] = c.Entry
+	}
+	for i := range res.Commands {
+		c := &res.Commands[i]
+		topic, ok := t.topics.Deliveries[c.Channel]
+		if !ok {
+			return fmt.Errorf("route: no delivery topic for channel %q", c.Channel)
+		}
+		r, err := record(topic, c.DeliveryID, c, at)
+		if err != nil {
+			return err
+		}
+		out.Emit(r)
+	}
+	return nil
+}
+
+// Commit implements stage.Task.
+func (t *Task) Commit() {
+	for k, e := range t.pending {
+		if e == nil {
+			delete(t.state, k)
+			continue
+		}
+		t.state[k] = *e
+	}
+	clear(t.pending)
+	t.popped = t.popped[:0]
+	t.streamTime = t.pendingStreamTime
+	t.synced = false
+}
+
+// Abort implements stage.Task.
+func (t *Task) Abort() {
+	clear(t.pending)
+	for _, it := range t.popped {
+		heap.Push(&t.timers, it)
+	}
+	t.popped = t.popped[:0]
+	t.pendingStreamTime = t.streamTime
+	t.synced = false
+}
+
+func record(topic, key string, v schemas.Record, at int64) (*kgo.Record, error) {
+	b, err := schemas.Encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("route: %w", err)
+	}
+	return &kgo.Record{
+		Topic: topic, Key: []byte(key), Value: b, Timestamp: time.UnixMilli(at),
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}},
+	}, nil
+}
+
+type timer struct {
+	key string
+	at  int64
+}
+
+type timerQueue []timer
+
+func (q timerQueue) Len() int           { return len(q) }
+func (q timerQueue) Less(i, j int) bool { // by due time, then key: firing order is deterministic
+	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].key < q[j].key
+}
+func (q timerQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *timerQueue) Push(x any)        { *q = append(*q, x.(timer)) }
+func (q *timerQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
+}

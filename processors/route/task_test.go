@@ -1,0 +1,111 @@
+package route
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
+)
+
+func acceptedRecord(t *testing.T, n schemas.Accepted, off int64, at time.Duration) *kgo.Record {
+	t.Helper()
+	b, err := schemas.Encode(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: "accepted", Value: b, Offset: off, Timestamp: base.Add(at)}
+}
+
+func count(out *stage.Out, topic string) int {
+	n := 0
+	for _, r := range out.Records() {
+		if r.Topic == topic {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAbortDropsPendingState(t *testing.T) {
+	quiet := Recipient{Devices: fourDevices[:1], Prefs: &schemas.Preferences{QuietHours: &schemas.QuietHours{Start: "22:00", End: "07:00", TimeZone: "UTC"}}}
+	limit := Policy{Rates: map[string]RateLimit{"x": {Max: 1, WindowMs: 3600_000}}}
+	t.Run("a notification processed again after an abort is counted once", func(t *testing.T) {
+		h := newHarness(t, limit, quiet)
+		rec := acceptedRecord(t, note("x", "1"), 0, 0)
+		var out stage.Out
+		if err := h.task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+		h.task.Abort()
+		out = stage.Out{}
+		if err := h.task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+		h.task.Commit()
+		h.collect(&out)
+		if got := h.outcomes(); got != "routed" {
+			t.Fatalf("decisions %q after an abort and a retry, want routed", got)
+		}
+	})
+	t.Run("a timer fired in an aborted transaction fires again", func(t *testing.T) {
+		h := newHarness(t, limit, quiet)
+		h.send(note("x", "1"), 11*time.Hour) // 23:00 UTC: deferred
+		h.clock = base.Add(19 * time.Hour).UnixMilli()
+		var out stage.Out
+		h.task.Tick(&out)
+		if count(&out, "d.apns") != 1 {
+			t.Fatalf("the release emitted %d apns commands, want 1", count(&out, "d.apns"))
+		}
+		h.task.Abort()
+		h.tick(19 * time.Hour)
+		h.tick(20 * time.Hour)
+		if got := h.outcomes(); got != "deferred routed" || h.deliveries() != "apns/ios-a feed/feed" {
+			t.Fatalf("decisions %q, deliveries %q; want the release once after the abort", got, h.deliveries())
+		}
+	})
+}
+
+func TestRestoredStateContinuesCountsAndTimersExactly(t *testing.T) {
+	p := Policy{Rates: map[string]RateLimit{"x": {Max: 2, WindowMs: 3600_000}}, Digests: map[string]Digest{"c": {WindowMs: 600_000}}}
+	who := Recipient{Devices: fourDevices[:1], Prefs: &schemas.Preferences{QuietHours: &schemas.QuietHours{Start: "22:00", End: "07:00", TimeZone: "UTC"}}}
+	run := func(t *testing.T, restartAfter int) string {
+		h := newHarness(t, p, who)
+		sends := []send{{note("x", "1"), 11 * time.Hour}, {note("c", "1"), 11 * time.Hour}, {note("x", "2"), 11*time.Hour + time.Minute},
+			{note("c", "2"), 11*time.Hour + time.Minute}, {note("x", "3"), 11*time.Hour + 2*time.Minute}}
+		for i, s := range sends {
+			if i == restartAfter {
+				// A new task restored from the compacted changelog alone.
+				fresh := NewTask(p, testTopics, 0, h.task.dir, h.task.now)
+				keys := make([]string, 0, len(h.state))
+				for k := range h.state {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				for _, k := range keys {
+					if err := fresh.Restore(&kgo.Record{Topic: "route", Key: []byte(k), Value: h.state[k]}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				h.task = fresh
+			}
+			h.send(s.n, s.at)
+		}
+		h.tick(20 * time.Hour)
+		return h.outcomes() + " | " + h.deliveries()
+	}
+	want := run(t, -1)
+	if want != "deferred digested deferred digested rate_limited deferred routed routed routed | apns/ios-a apns/ios-a apns/ios-a feed/feed feed/feed feed/feed" {
+		t.Fatalf("without a restart: %s", want)
+	}
+	for i := 1; i < 5; i++ {
+		t.Run("a restart after "+string(rune('0'+i))+" notifications changes nothing", func(t *testing.T) {
+			if got := run(t, i); got != want {
+				t.Fatalf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
