@@ -248,12 +248,12 @@ type timer struct {
 
 type timerQueue []timer
 
-func (q timerQueue) Len() int           { return len(q) }
+func (q timerQueue) Len() int { return len(q) }
 func (q timerQueue) Less(i, j int) bool { // by due time, then key: firing order is deterministic
 	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].key < q[j].key
 }
-func (q timerQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *timerQueue) Push(x any)        { *q = append(*q, x.(timer)) }
+func (q timerQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *timerQueue) Push(x any)   { *q = append(*q, x.(timer)) }
 func (q *timerQueue) Pop() any {
 	old := *q
 	it := old[len(old)-1]
