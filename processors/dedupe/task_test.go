@@ -1,0 +1,322 @@
+package dedupe
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
+)
+
+// These tests drive a Task the way the stage runtime does: many records in
+// one transaction (production commits up to 2,000 at a time), then Commit or
+// Abort, and a fresh Task restored from the seen-set changelog.
+
+var taskBase = time.UnixMilli(1_764_500_000_000)
+
+// txn is the output of one transaction of a Task.
+type txn struct {
+	outcomes   []string
+	accepted   []string
+	seen       []*kgo.Record // changelog records, tombstones included
+	tombstones []string      // keys
+}
+
+// feed processes reqs, in order, as one transaction starting at offset
+// first, each at its record time, and returns what the transaction emits.
+// It neither commits nor aborts.
+func feed(t *testing.T, task *Task, first int64, reqs []sent) txn {
+	t.Helper()
+	var out stage.Out
+	for i, s := range reqs {
+		b, err := schemas.Encode(s.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: "requests", Key: []byte(s.r.NotificationID), Value: b, Offset: first + int64(i), Timestamp: taskBase.Add(s.at)}
+		if err := task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var x txn
+	for _, o := range outRecords(&out) {
+		switch o.Topic {
+		case "decisions":
+			var d schemas.Decision
+			if err := schemas.Decode(o.Value, &d); err != nil {
+				t.Fatal(err)
+			}
+			x.outcomes = append(x.outcomes, d.Outcome)
+		case "accepted":
+			var a schemas.Accepted
+			if err := schemas.Decode(o.Value, &a); err != nil {
+				t.Fatal(err)
+			}
+			x.accepted = append(x.accepted, a.NotificationID)
+		case "seen":
+			x.seen = append(x.seen, o)
+			if o.Value == nil {
+				x.tombstones = append(x.tombstones, string(o.Key))
+			}
+		}
+	}
+	return x
+}
+
+func TestRepeatsInsideOneTransactionAreCaughtBeforeItCommits(t *testing.T) {
+	webhook := req("paid", "", "evt_1")
+	otherPayload := webhook
+	otherPayload.Payload = json.RawMessage(`{"amount":2}`)
+	twoPaths := req("paid", "inv_7", "")
+	both := req("paid", "inv_9", "evt_9")
+	bothOtherCall := req("paid", "inv_9", "evt_10")
+	cases := []struct {
+		name string
+		reqs []sent
+		want []string
+	}{
+		{"an idempotency key sent twice in one transaction is replayed the second time",
+			[]sent{{webhook, 0}, {webhook, time.Second}}, []string{"accepted", "idempotent_replay"}},
+		{"an idempotency key reused with another payload in one transaction is a conflict",
+			[]sent{{webhook, 0}, {otherPayload, time.Second}}, []string{"accepted", "idempotency_conflict"}},
+		{"a dedupe key sent twice in one transaction is a duplicate the second time",
+			[]sent{{twoPaths, 0}, {req("paid again", "inv_7", ""), time.Second}}, []string{"accepted", "duplicate"}},
+		{"a duplicate's own idempotency key replays as a duplicate within the same transaction",
+			[]sent{{both, 0}, {bothOtherCall, time.Second}, {bothOtherCall, 2 * time.Second}},
+			[]string{"accepted", "duplicate", "idempotent_replay"}},
+		{"a dedupe key whose window ended inside the transaction is new again",
+			[]sent{{twoPaths, 0}, {twoPaths, time.Minute}}, []string{"accepted", "accepted"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			task := NewTask(seedPolicy, testTopics, 0)
+			x := feed(t, task, 0, c.reqs)
+			if fmt.Sprint(x.outcomes) != fmt.Sprint(c.want) {
+				t.Fatalf("outcomes in one transaction = %v, want %v", x.outcomes, c.want)
+			}
+			// Committed at once or one by one, the decisions are the same.
+			got, _, _ := runTask(t, seedPolicy, c.reqs)
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("outcomes committed one by one = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestAnAbortedTransactionIsReplayedAgainstTheCommittedState(t *testing.T) {
+	p := Policy{DefaultWindowMs: 1000, IdempotencyTTLMs: 5000}
+	task := NewTask(p, testTopics, 0)
+	k1 := req("a", "k1", "i1")
+	feed(t, task, 0, []sent{{k1, 0}})
+	task.Commit()
+	committed := task.Len()
+
+	// One transaction: a repeat of k1 inside its window, a new key, then a
+	// record past k1's window that tombstones it.
+	batch := []sent{{k1, 500 * time.Millisecond}, {req("b", "k2", ""), 600 * time.Millisecond}, {req("c", "k3", ""), 1000 * time.Millisecond}}
+	first := feed(t, task, 1, batch)
+	task.Abort()
+	if task.Len() != committed {
+		t.Fatalf("after abort %d entries, want the %d committed", task.Len(), committed)
+	}
+	// The session rewinds the input: the same records come again and must
+	// produce the same transaction, tombstones included.
+	again := feed(t, task, 1, batch)
+	if fmt.Sprint(again.outcomes) != fmt.Sprint(first.outcomes) || fmt.Sprint(again.tombstones) != fmt.Sprint(first.tombstones) {
+		t.Fatalf("replayed after abort: outcomes %v tombstones %v; first attempt: outcomes %v tombstones %v",
+			again.outcomes, again.tombstones, first.outcomes, first.tombstones)
+	}
+	if want := []string{"idempotent_replay", "accepted", "accepted"}; fmt.Sprint(again.outcomes) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", again.outcomes, want)
+	}
+	if len(again.tombstones) != 1 {
+		t.Fatalf("tombstones %v, want k1's dedupe entry", again.tombstones)
+	}
+	task.Commit()
+	if task.Len() != 3 { // i1, k2, k3
+		t.Fatalf("after commit %d entries, want 3 (i1, k2, k3)", task.Len())
+	}
+}
+
+func TestAnAbortRewindsStreamTime(t *testing.T) {
+	p := Policy{DefaultWindowMs: 1000, IdempotencyTTLMs: 1000}
+	task := NewTask(p, testTopics, 0)
+	feed(t, task, 0, []sent{{req("a", "k1", ""), 0}})
+	task.Commit()
+	// A record far in the future is aborted: its stream time must not
+	// expire k1 for the records that follow.
+	feed(t, task, 1, []sent{{req("b", "k2", ""), time.Hour}})
+	task.Abort()
+	x := feed(t, task, 1, []sent{{req("a", "k1", ""), 500 * time.Millisecond}})
+	if fmt.Sprint(x.outcomes) != "[duplicate]" || len(x.tombstones) != 0 {
+		t.Fatalf("after the abort: outcomes %v tombstones %v, want k1 still a duplicate and nothing expired", x.outcomes, x.tombstones)
+	}
+}
+
+// restored builds a fresh task from the changelog records of others.
+func restored(t *testing.T, p Policy, logs ...[]*kgo.Record) *Task {
+	t.Helper()
+	task := NewTask(p, testTopics, 0)
+	for _, log := range logs {
+		for _, r := range log {
+			if err := task.Restore(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return task
+}
+
+func TestARestoredTaskDecidesLikeTheLiveOne(t *testing.T) {
+	p := Policy{DefaultWindowMs: 1000, IdempotencyTTLMs: 3000}
+	history := []sent{
+		{req("a", "k1", "i1"), 0},
+		{req("b", "k2", ""), 200 * time.Millisecond},
+		{req("c", "k3", "i3"), 1500 * time.Millisecond}, // expires k1 (tombstone)
+	}
+	live := NewTask(p, testTopics, 0)
+	var log []*kgo.Record
+	for i, s := range history {
+		x := feed(t, live, int64(i), []sent{s})
+		live.Commit()
+		log = append(log, x.seen...)
+	}
+	rest := restored(t, p, log)
+	if rest.Len() != live.Len() {
+		t.Fatalf("restored %d entries, live task has %d", rest.Len(), live.Len())
+	}
+	next := []sent{
+		{req("a", "k1", "i1"), 1600 * time.Millisecond},   // k1 expired, i1 live: a replay
+		{req("b", "k2", ""), 1700 * time.Millisecond},     // k2 expired by stream time: new
+		{req("c", "k3", "i3b"), 1800 * time.Millisecond},  // k3 live: a duplicate
+		{req("d", "k4", "i1"), 3100 * time.Millisecond},   // i1 expired: new
+		{req("c", "k3", "i3"), 3200 * time.Millisecond},   // k3 expired, i3 live: a replay
+		{req("e", "", "i3"), 4600 * time.Millisecond},     // i3 expired: a new notification
+		{req("b", "k2", ""), 4700 * time.Millisecond},     // k2 (from 1700) expired: new
+		{req("after", "k5", ""), 4700 * time.Millisecond}, // new
+		{req("after", "k5", ""), 5699 * time.Millisecond}, // inside k5's window
+		{req("later", "k5", ""), 5700 * time.Millisecond}, // at its end
+	}
+	for i, s := range next {
+		l := feed(t, live, int64(len(history)+i), []sent{s})
+		r := feed(t, rest, int64(len(history)+i), []sent{s})
+		live.Commit()
+		rest.Commit()
+		if fmt.Sprint(l.outcomes, l.tombstones) != fmt.Sprint(r.outcomes, r.tombstones) {
+			t.Fatalf("request %d (%s at %v): restored task gave %v tombstones %v, live task %v tombstones %v",
+				i, s.r.Title, s.at, r.outcomes, r.tombstones, l.outcomes, l.tombstones)
+		}
+	}
+	want := []string{"idempotent_replay", "accepted", "duplicate", "accepted", "idempotent_replay", "accepted", "accepted", "accepted", "duplicate", "accepted"}
+	var got []string
+	rest2 := restored(t, p, log)
+	for i, s := range next {
+		x := feed(t, rest2, int64(len(history)+i), []sent{s})
+		rest2.Commit()
+		got = append(got, x.outcomes...)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("restored task outcomes %v, want %v", got, want)
+	}
+}
+
+func TestRestoreAppliesTombstonesAndKeepsTheLatestEntry(t *testing.T) {
+	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}
+	live := NewTask(p, testTopics, 0)
+	x := feed(t, live, 0, []sent{{req("a", "k1", ""), 0}, {req("b", "k2", ""), 0}})
+	if len(x.seen) != 2 {
+		t.Fatalf("changelog %d records, want 2", len(x.seen))
+	}
+	k1 := x.seen[0]
+	tomb := &kgo.Record{Topic: "seen", Key: k1.Key}
+
+	t.Run("a tombstone deletes the entry it follows", func(t *testing.T) {
+		task := restored(t, p, x.seen, []*kgo.Record{tomb})
+		if task.Len() != 1 {
+			t.Fatalf("restored %d entries, want 1 (k2)", task.Len())
+		}
+		y := feed(t, task, 2, []sent{{req("a", "k1", ""), time.Second}, {req("b", "k2", ""), time.Second}})
+		if fmt.Sprint(y.outcomes) != "[accepted duplicate]" {
+			t.Fatalf("outcomes %v, want k1 new again (deleted) and k2 a duplicate", y.outcomes)
+		}
+	})
+	t.Run("an entry written again after its tombstone is live", func(t *testing.T) {
+		task := restored(t, p, x.seen, []*kgo.Record{tomb, k1})
+		if task.Len() != 2 {
+			t.Fatalf("restored %d entries, want 2", task.Len())
+		}
+		y := feed(t, task, 2, []sent{{req("a", "k1", ""), time.Second}})
+		if fmt.Sprint(y.outcomes) != "[duplicate]" {
+			t.Fatalf("outcomes %v, want k1 a duplicate", y.outcomes)
+		}
+	})
+	t.Run("a record that is not a seen entry fails the restore", func(t *testing.T) {
+		task := NewTask(p, testTopics, 0)
+		if err := task.Restore(&kgo.Record{Key: []byte("dedupe:x"), Value: []byte("{")}); err == nil {
+			t.Fatal("restore accepted a corrupt record")
+		}
+	})
+	t.Run("restored entries expire on the stream time that follows", func(t *testing.T) {
+		task := restored(t, p, x.seen)
+		y := feed(t, task, 2, []sent{{req("c", "k3", ""), time.Minute}})
+		slices.Sort(y.tombstones)
+		want := []string{string(x.seen[0].Key), string(x.seen[1].Key)}
+		slices.Sort(want)
+		if fmt.Sprint(y.tombstones) != fmt.Sprint(want) {
+			t.Fatalf("tombstones %v, want both restored entries %v", y.tombstones, want)
+		}
+	})
+}
+
+// canonical builds a request whose id is the canonical id of (type,
+// recipient, key), as the SDK does for a send with a key and no dedupeKey.
+func canonical(t *testing.T, tenant, title string, key string) schemas.Request {
+	t.Helper()
+	r := req(title, "", "")
+	r.Tenant = tenant
+	id, err := identity.NotificationIDFromJSON(r.Type, r.Recipient, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.IDSource, r.NotificationID, r.Key = "key", id, json.RawMessage(key)
+	return r
+}
+
+func TestTheCanonicalIDDeduplicatesPerTenant(t *testing.T) {
+	cases := []struct {
+		name string
+		reqs []schemas.Request
+		want []string
+	}{
+		{"a second send with the same key is a duplicate",
+			[]schemas.Request{canonical(t, "acme", "a", `{"invoice":7}`), canonical(t, "acme", "b", `{"invoice":7}`)},
+			[]string{"accepted", "duplicate"}},
+		{"another key is another notification",
+			[]schemas.Request{canonical(t, "acme", "a", `{"invoice":7}`), canonical(t, "acme", "a", `{"invoice":8}`)},
+			[]string{"accepted", "accepted"}},
+		{"the same key in another tenant is another notification",
+			[]schemas.Request{canonical(t, "acme", "a", `{"invoice":7}`), canonical(t, "globex", "a", `{"invoice":7}`)},
+			[]string{"accepted", "accepted"}},
+		{"random ids never deduplicate",
+			[]schemas.Request{req("a", "", ""), req("a", "", "")},
+			[]string{"accepted", "accepted"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var reqs []sent
+			for i, r := range c.reqs {
+				reqs = append(reqs, sent{r, time.Duration(i) * time.Second})
+			}
+			got, _, _ := runTask(t, DefaultPolicy(), reqs)
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("outcomes %v, want %v", got, c.want)
+			}
+		})
+	}
+}
