@@ -326,6 +326,10 @@ type DeliveryCommand struct {
 	CreatedAt      int64                `json:"createdAt"`
 	// NotBefore defers the send (quiet hours); 0 means now.
 	NotBefore int64 `json:"notBefore,omitempty"`
+	// ExpiresAt (ms) is when the push stops being worth sending: the sink
+	// gives up retrying then (outcome expired) and APNs gets it as
+	// apns-expiration. 0: the sink's default maximum age after CreatedAt.
+	ExpiresAt int64 `json:"expiresAt,omitempty"`
 }
 
 // SchemaName implements Record.
@@ -372,6 +376,11 @@ const (
 	OutcomeDelivered     = "delivered"
 	OutcomeDeadLettered  = "dead_lettered"
 	OutcomeDeviceRetired = "device_retired"
+	// OutcomeFailed: a permanent provider error, or retries exhausted; the
+	// command is also on herald.deadletters.
+	OutcomeFailed = "failed"
+	// OutcomeExpired: the notification expired before a send succeeded.
+	OutcomeExpired = "expired"
 )
 
 // Outcome is the final state of one delivery, on herald.outcomes, keyed by
@@ -385,7 +394,7 @@ type Outcome struct {
 	Recipient      string `json:"recipient"`
 	DeviceID       string `json:"deviceId"`
 	Channel        string `json:"channel"`
-	Status         string `json:"status" jsonschema:"enum=delivered,enum=dead_lettered,enum=device_retired"`
+	Status         string `json:"status" jsonschema:"enum=delivered,enum=dead_lettered,enum=device_retired,enum=failed,enum=expired"`
 	Reason         string `json:"reason,omitempty"`
 	Attempts       int    `json:"attempts"`
 	At             int64  `json:"at"`
@@ -513,7 +522,39 @@ type RouteEntry struct {
 // SchemaName implements Record.
 func (RouteEntry) SchemaName() string { return RouteEntryV1 }
 
+// Sink entry states.
+const (
+	SinkPending = "pending"
+	SinkParked  = "parked"
+	SinkFinal   = "final"
+)
+
+// SinkEntry is one delivery's state in a sink, on the compacted topic
+// herald.sinkstate.<channel>, keyed by delivery id and written to the
+// partition of the delivery command (co-partitioned with
+// herald.deliveries.<channel>). Final entries are the sent-set; a pending
+// entry is the write-ahead intent of a provider call, committed before the
+// call; a parked entry waits for NotBefore to be retried.
+type SinkEntry struct {
+	Schema     string `json:"schema"`
+	DeliveryID string `json:"deliveryId"`
+	Status     string `json:"status" jsonschema:"enum=pending,enum=parked,enum=final"`
+	// Attempt is the number of the call in flight (pending), or of the
+	// last call made (parked, final).
+	Attempt   int   `json:"attempt"`
+	NotBefore int64 `json:"notBefore,omitempty"`
+	ExpiresAt int64 `json:"expiresAt,omitempty"`
+	// Outcome is the final status (an Outcome status).
+	Outcome string `json:"outcome,omitempty"`
+	// Command is kept while the delivery is not final.
+	Command   *DeliveryCommand `json:"command,omitempty"`
+	UpdatedAt int64            `json:"updatedAt"`
+}
+
+// SchemaName implements Record.
+func (SinkEntry) SchemaName() string { return SinkEntryV1 }
+
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}}
 }

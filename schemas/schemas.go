@@ -29,6 +29,7 @@ const (
 	PreferencesV1     = "herald.preferences/v1"
 	SegmentV1         = "herald.segment/v1"
 	RouteEntryV1      = "herald.route/v1"
+	SinkEntryV1       = "herald.sinkentry/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

@@ -127,6 +127,9 @@ func New(o Options) *Catalog {
 	for _, ch := range Channels {
 		events("deliveries."+ch, "delivery commands for the "+ch+" sink; key: delivery id")
 	}
+	for _, ch := range Channels {
+		compacted(SinkState(ch), "the "+ch+" sink's state: sent-set, write-ahead intents, parked retries; key: delivery id, co-partitioned with deliveries."+ch, nil)
+	}
 	events("attempts", "every provider call and its classified result; key: delivery id")
 	events("outcomes", "the final state of every delivery; key: delivery id")
 	events("deadletters", "delivery commands whose retries are exhausted; key: delivery id")
@@ -177,3 +180,6 @@ const (
 
 // Deliveries is the short name of a channel's delivery topic.
 func Deliveries(channel string) string { return "deliveries." + channel }
+
+// SinkState is the short name of a channel's sink state changelog.
+func SinkState(channel string) string { return "sinkstate." + channel }

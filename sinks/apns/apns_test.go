@@ -1,0 +1,175 @@
+package apns_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/apns"
+	"github.com/heraldhq/herald/sinks/apns/emulator"
+)
+
+func command(token string) *schemas.DeliveryCommand {
+	nid := "52f364d9288c640b306b566e509104bd"
+	return &schemas.DeliveryCommand{
+		DeliveryID: identity.DeliveryID(nid, "d1"), NotificationID: nid, Tenant: "acme", Type: "invoice.paid",
+		Recipient: "u1", DeviceID: "d1", Channel: "apns", Token: token, CollapseID: nid, APNsID: identity.APNsID(nid),
+		Title: "Paid", Body: "Invoice inv_2201 is paid", ExpiresAt: time.Now().Add(time.Hour).UnixMilli(),
+	}
+}
+
+func start(t *testing.T) (*emulator.Emulator, *apns.Provider) {
+	t.Helper()
+	em, err := emulator.Start(emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	p, err := apns.New(apns.Config{Host: em.URL(), RootCAs: em.RootCAs(), Topic: "com.example.app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.CloseIdleConnections)
+	return em, p
+}
+
+func TestEachAPNsAnswerIsClassifiedAsThePackageTableSays(t *testing.T) {
+	em, p := start(t)
+	cases := []struct {
+		name   string
+		rule   emulator.Rule
+		class  sinks.Class
+		rule_  string
+		retire bool
+		after  time.Duration
+	}{
+		{"200 is a success", emulator.Rule{Status: 200}, sinks.Success, "accepted", false, 0},
+		{"400 BadDeviceToken is permanent and retires the device", emulator.Rule{Status: 400, Reason: "BadDeviceToken"}, sinks.Permanent, "bad_device_token", true, 0},
+		{"400 PayloadEmpty is permanent", emulator.Rule{Status: 400, Reason: "PayloadEmpty"}, sinks.Permanent, "bad_request", false, 0},
+		{"403 ExpiredProviderToken is permanent", emulator.Rule{Status: 403, Reason: "ExpiredProviderToken"}, sinks.Permanent, "auth", false, 0},
+		{"410 Unregistered is permanent and retires the device", emulator.Rule{Status: 410, Reason: "Unregistered"}, sinks.Permanent, "unregistered", true, 0},
+		{"413 PayloadTooLarge is permanent", emulator.Rule{Status: 413, Reason: "PayloadTooLarge"}, sinks.Permanent, "payload_too_large", false, 0},
+		{"429 TooManyRequests is retryable with its Retry-After", emulator.Rule{Status: 429, Reason: "TooManyRequests", RetryAfter: 7 * time.Second}, sinks.Retryable, "too_many_requests", false, 7 * time.Second},
+		{"500 is retryable", emulator.Rule{Status: 500, Reason: "InternalServerError"}, sinks.Retryable, "server_error", false, 0},
+		{"503 is retryable", emulator.Rule{Status: 503, Reason: "ServiceUnavailable"}, sinks.Retryable, "unavailable", false, 0},
+		{"a reset after the request was read is ambiguous", emulator.Rule{Reset: true}, sinks.Ambiguous, "no_answer", false, 0},
+		{"an answer slower than the call's deadline is ambiguous", emulator.Rule{Delay: time.Hour}, sinks.Ambiguous, "no_answer", false, 0},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			token := "tok" + strconv.Itoa(i)
+			tc.rule.Token, tc.rule.Times = token, 1
+			em.AddRule(tc.rule)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			res := p.Send(ctx, command(token))
+			if res.Class != tc.class || res.Rule != tc.rule_ || res.RetireDevice != tc.retire || res.RetryAfter != tc.after {
+				t.Fatalf("got class %v rule %q retire %v retry-after %v (err %v), want %v %q %v %v",
+					res.Class, res.Rule, res.RetireDevice, res.RetryAfter, res.Err, tc.class, tc.rule_, tc.retire, tc.after)
+			}
+			if tc.rule.Status != 0 && res.Status != tc.rule.Status {
+				t.Fatalf("status %d, want %d", res.Status, tc.rule.Status)
+			}
+		})
+	}
+}
+
+func TestACallThatNeverReachedAPNsIsRetryable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connection refused
+	p, err := apns.New(apns.Config{Host: "https://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := p.Send(context.Background(), command("tok"))
+	if res.Class != sinks.Retryable || res.Rule != "not_sent" {
+		t.Fatalf("got %v %q (%v), want retryable not_sent", res.Class, res.Rule, res.Err)
+	}
+}
+
+func TestEveryAttemptCarriesTheNotificationsIdsOverHTTP2(t *testing.T) {
+	em, p := start(t)
+	cmd := command("tok-ids")
+	for range 2 {
+		if res := p.Send(context.Background(), cmd); res.Class != sinks.Success {
+			t.Fatalf("send: %v %v", res.Class, res.Err)
+		}
+	}
+	got := em.Received()
+	if len(got) != 2 {
+		t.Fatalf("emulator read %d pushes, want 2", len(got))
+	}
+	for _, push := range got {
+		want := emulator.Push{
+			Token: "tok-ids", APNsID: identity.APNsID(cmd.NotificationID), CollapseID: cmd.NotificationID,
+			PushType: "alert", Topic: "com.example.app", Priority: "10", Expiration: strconv.FormatInt(cmd.ExpiresAt/1000, 10),
+			NotificationID: cmd.NotificationID, DeliveryID: cmd.DeliveryID, Title: "Paid", Answer: "200",
+		}
+		push.At = time.Time{}
+		if push != want {
+			t.Fatalf("push\n%+v\nwant\n%+v", push, want)
+		}
+	}
+}
+
+func TestTheEmulatorAnswersLikeAPNs(t *testing.T) {
+	em, _ := start(t)
+	cl := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: tlsConfig(em)}}
+	cases := []struct {
+		name, method, path, apnsID string
+		status                     int
+		proto                      string
+	}{
+		{"a push is accepted over HTTP/2", "POST", "/3/device/abc", "", 200, "HTTP/2.0"},
+		{"a GET is not allowed", "GET", "/3/device/abc", "", 405, "HTTP/2.0"},
+		{"another path is BadPath", "POST", "/2/device/abc", "", 404, "HTTP/2.0"},
+		{"a malformed apns-id is BadMessageId", "POST", "/3/device/abc", "not-a-uuid", 400, "HTTP/2.0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, em.URL()+tc.path, stringsReader(`{"aps":{}}`))
+			if tc.apnsID != "" {
+				req.Header.Set("apns-id", tc.apnsID)
+			}
+			resp, err := cl.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || resp.Proto != tc.proto {
+				t.Fatalf("%d %s, want %d %s", resp.StatusCode, resp.Proto, tc.status, tc.proto)
+			}
+		})
+	}
+}
+
+func TestRetryAfterIsReadAsSecondsOrADate(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name, v string
+		want    time.Duration
+	}{
+		{"absent is zero", "", 0},
+		{"seconds", "30", 30 * time.Second},
+		{"an HTTP date", now.Add(time.Minute).Format(http.TimeFormat), time.Minute},
+		{"a past date is zero", now.Add(-time.Minute).Format(http.TimeFormat), 0},
+		{"garbage is zero", "soon", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := apns.ParseRetryAfter(tc.v, now); got != tc.want {
+				t.Fatalf("ParseRetryAfter(%q) = %v, want %v", tc.v, got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,379 @@
+// Package emulator owns herald's local APNs: an HTTP/2-over-TLS server that
+// answers POST /3/device/{token} as Apple's provider API documents
+// (200; 400 BadDeviceToken, BadCollapseId, BadMessageId, BadPriority,
+// PayloadEmpty; 403 MissingProviderToken; 405; 410 Unregistered with its
+// timestamp; 413 PayloadTooLarge; 429 TooManyRequests; 500; 503), with
+// scripted answers per token, injected faults (slow answers past the
+// client's timeout, a stream reset after the request was read) and a record
+// of every push it read. `herald dev` and `herald emulate apns` run it; the
+// sink's tests send to it.
+//
+// A push counts as received once its request is read, whatever the answer:
+// a device could have shown it. So a reset or a slow answer is a push that
+// arrived while the sender cannot know it.
+package emulator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure an emulator.
+type Options struct {
+	// Addr to listen on; "127.0.0.1:0" by default.
+	Addr string
+	// Latency delays every answer (e.g. 20 ms, like the real service).
+	Latency time.Duration
+	// RequireAuth answers 403 MissingProviderToken to a request with
+	// neither a bearer token nor a client certificate.
+	RequireAuth bool
+	// MaxRecords keeps only the last MaxRecords pushes (0: all of them).
+	MaxRecords int
+	// Logger logs each push at debug level (ids only).
+	Logger *slog.Logger
+}
+
+// Rule scripts the answer to pushes for one token ("" for every token).
+type Rule struct {
+	Token      string
+	Status     int
+	Reason     string
+	RetryAfter time.Duration
+	// Times the rule applies, then it is dropped (0: forever).
+	Times int
+	// Delay answers after this long (a slow answer); Reset resets the
+	// stream after the request was read, with no answer.
+	Delay time.Duration
+	Reset bool
+}
+
+// Faults are injected at random into answers no rule scripts.
+type Faults struct {
+	// ResetRate is the share of pushes answered by a stream reset;
+	// SlowRate the share answered after SlowDelay.
+	ResetRate, SlowRate float64
+	SlowDelay           time.Duration
+}
+
+// Push is one request the emulator read.
+type Push struct {
+	At             time.Time `json:"at"`
+	Token          string    `json:"token"`
+	APNsID         string    `json:"apnsId"`
+	CollapseID     string    `json:"collapseId"`
+	PushType       string    `json:"pushType"`
+	Topic          string    `json:"topic"`
+	Priority       string    `json:"priority"`
+	Expiration     string    `json:"expiration"`
+	NotificationID string    `json:"notificationId"`
+	DeliveryID     string    `json:"deliveryId"`
+	Title          string    `json:"title"`
+	// Answer is the status and reason sent, "reset" or "slow".
+	Answer string `json:"answer"`
+}
+
+// Emulator is a running local APNs.
+type Emulator struct {
+	o       Options
+	ln      net.Listener
+	srv     *http.Server
+	certPEM []byte
+	pool    *x509.CertPool
+
+	mu     sync.Mutex
+	rules  []*Rule
+	faults Faults
+	pushes []Push
+	total  int
+}
+
+// Start listens and serves until Close.
+func Start(o Options) (*Emulator, error) {
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:0"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	cert, certPEM, err := selfSigned()
+	if err != nil {
+		return nil, fmt.Errorf("apns emulator: certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("apns emulator: listen on %s: %w", o.Addr, err)
+	}
+	e := &Emulator{o: o, ln: ln, certPEM: certPEM, pool: pool}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/3/device/", e.device)
+	mux.HandleFunc("GET /emulator/pushes", e.list)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusNotFound, "BadPath", 0) })
+	e.srv = &http.Server{
+		Handler:   mux,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12},
+		HTTP2:     &http.HTTP2Config{MaxConcurrentStreams: 1000},
+		ErrorLog:  slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+	}
+	go e.srv.ServeTLS(ln, "", "")
+	return e, nil
+}
+
+// URL is the base URL to give the APNs client (https://host:port).
+func (e *Emulator) URL() string { return "https://" + e.ln.Addr().String() }
+
+// RootCAs trusts the emulator's self-signed certificate.
+func (e *Emulator) RootCAs() *x509.CertPool { return e.pool }
+
+// CertPEM is the emulator's certificate, for clients in other processes.
+func (e *Emulator) CertPEM() []byte { return e.certPEM }
+
+// AddRule scripts answers; rules are matched in the order added.
+func (e *Emulator) AddRule(r Rule) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rules = append(e.rules, &r)
+}
+
+// SetFaults sets the random faults.
+func (e *Emulator) SetFaults(f Faults) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.faults = f
+}
+
+// Received returns the pushes read so far, oldest first.
+func (e *Emulator) Received() []Push {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]Push(nil), e.pushes...)
+}
+
+// Total is the number of pushes read since Start.
+func (e *Emulator) Total() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.total
+}
+
+// Close stops the server and drops its connections.
+func (e *Emulator) Close() error { return e.srv.Close() }
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+func (e *Emulator) device(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		answer(w, http.StatusMethodNotAllowed, "MethodNotAllowed", 0)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return // the client went away mid-request: nothing was read
+	}
+	token := strings.TrimPrefix(r.URL.Path, "/3/device/")
+	p := Push{
+		At: time.Now(), Token: token, APNsID: r.Header.Get("apns-id"), CollapseID: r.Header.Get("apns-collapse-id"),
+		PushType: r.Header.Get("apns-push-type"), Topic: r.Header.Get("apns-topic"),
+		Priority: r.Header.Get("apns-priority"), Expiration: r.Header.Get("apns-expiration"),
+	}
+	var payload struct {
+		APS struct {
+			Alert struct {
+				Title string `json:"title"`
+			} `json:"alert"`
+		} `json:"aps"`
+		Herald struct {
+			ID         string `json:"id"`
+			DeliveryID string `json:"deliveryId"`
+		} `json:"herald"`
+	}
+	jsonErr := json.Unmarshal(body, &payload)
+	p.NotificationID, p.DeliveryID, p.Title = payload.Herald.ID, payload.Herald.DeliveryID, payload.APS.Alert.Title
+
+	// Apple's request checks, in its documented order of precedence.
+	status, reason := http.StatusOK, ""
+	switch {
+	case e.o.RequireAuth && r.Header.Get("authorization") == "" && (r.TLS == nil || len(r.TLS.PeerCertificates) == 0):
+		status, reason = http.StatusForbidden, "MissingProviderToken"
+	case token == "" || strings.Contains(token, "/"):
+		status, reason = http.StatusBadRequest, "MissingDeviceToken"
+	case p.APNsID != "" && !uuidRE.MatchString(p.APNsID):
+		status, reason = http.StatusBadRequest, "BadMessageId"
+	case len(p.CollapseID) > 64:
+		status, reason = http.StatusBadRequest, "BadCollapseId"
+	case p.Priority != "" && p.Priority != "5" && p.Priority != "10" && p.Priority != "1":
+		status, reason = http.StatusBadRequest, "BadPriority"
+	case len(body) == 0:
+		status, reason = http.StatusBadRequest, "PayloadEmpty"
+	case len(body) > 4096:
+		status, reason = http.StatusRequestEntityTooLarge, "PayloadTooLarge"
+	case jsonErr != nil:
+		status, reason = http.StatusBadRequest, "BadPayload"
+	}
+	var retryAfter, delay time.Duration
+	reset := false
+	if status == http.StatusOK {
+		if rule := e.match(token); rule != nil {
+			status, reason, retryAfter, delay, reset = rule.Status, rule.Reason, rule.RetryAfter, rule.Delay, rule.Reset
+			if status == 0 {
+				status = http.StatusOK
+			}
+		} else {
+			e.mu.Lock()
+			f := e.faults
+			e.mu.Unlock()
+			switch x := mrand.Float64(); {
+			case x < f.ResetRate:
+				reset = true
+			case x < f.ResetRate+f.SlowRate:
+				delay = f.SlowDelay
+			}
+		}
+	}
+	switch {
+	case reset:
+		p.Answer = "reset"
+	case delay > 0:
+		p.Answer = "slow"
+	default:
+		p.Answer = strings.TrimSpace(strconv.Itoa(status) + " " + reason)
+	}
+	e.record(p)
+	if reset {
+		panic(http.ErrAbortHandler) // RST_STREAM after the request was read
+	}
+	if wait := e.o.Latency + delay; wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if p.APNsID == "" {
+		p.APNsID = newUUID()
+	}
+	w.Header().Set("apns-id", p.APNsID)
+	answer(w, status, reason, retryAfter)
+}
+
+func (e *Emulator) match(token string) *Rule {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, r := range e.rules {
+		if r.Token != "" && r.Token != token {
+			continue
+		}
+		if r.Times > 0 {
+			if r.Times--; r.Times == 0 {
+				e.rules = append(e.rules[:i:i], e.rules[i+1:]...)
+			}
+		}
+		return r
+	}
+	return nil
+}
+
+func (e *Emulator) record(p Push) {
+	e.o.Logger.Debug("apns emulator received a push", "apns_id", p.APNsID, "notification", p.NotificationID, "answer", p.Answer)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.total++
+	e.pushes = append(e.pushes, p)
+	if e.o.MaxRecords > 0 && len(e.pushes) > e.o.MaxRecords {
+		e.pushes = append(e.pushes[:0:0], e.pushes[len(e.pushes)-e.o.MaxRecords:]...)
+	}
+}
+
+// list serves the record as JSON (GET /emulator/pushes).
+func (e *Emulator) list(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(struct {
+		Total  int    `json:"total"`
+		Pushes []Push `json:"pushes"`
+	}{e.Total(), e.Received()})
+}
+
+// answer writes an APNs answer: an empty 200, or {"reason": ...} (with
+// the time the token became invalid for 410).
+func answer(w http.ResponseWriter, status int, reason string, retryAfter time.Duration) {
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
+	}
+	if status == http.StatusOK {
+		w.WriteHeader(status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	body := map[string]any{"reason": reason}
+	if status == http.StatusGone {
+		body["timestamp"] = time.Now().UnixMilli()
+	}
+	json.NewEncoder(w).Encode(body)
+}
+
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%X-%X-%X-%X-%X", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// selfSigned makes a certificate for 127.0.0.1, ::1 and localhost.
+func selfSigned() (tls.Certificate, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "herald apns emulator"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:         true, BasicConstraintsValid: true,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		DNSNames:    []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	return cert, certPEM, err
+}
+
+// Shutdown stops accepting and waits for answers in progress until ctx.
+func (e *Emulator) Shutdown(ctx context.Context) error {
+	if err := e.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,332 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Class is what one provider call amounted to.
+type Class uint8
+
+// Classes of a call's result.
+const (
+	Success Class = iota + 1
+	Retryable
+	Permanent
+	Ambiguous
+)
+
+// String is the Attempt.Result name of c.
+func (c Class) String() string {
+	switch c {
+	case Success:
+		return schemas.AttemptSent
+	case Retryable:
+		return schemas.AttemptRetryable
+	case Permanent:
+		return schemas.AttemptPermanent
+	case Ambiguous:
+		return schemas.AttemptAmbiguous
+	}
+	return "unknown"
+}
+
+// Result is one provider call's classified result.
+type Result struct {
+	Class Class
+	// Rule names the row of the adapter's classification table that
+	// matched ("unregistered", "timeout_after_write"): Attempt.Classification.
+	Rule string
+	// Status and Reason are the provider's HTTP status and reason code
+	// (empty for a transport error).
+	Status int
+	Reason string
+	// MessageID is the provider's id for the message, when it returns one.
+	MessageID string
+	// RetryAfter is the provider's Retry-After, 0 if none.
+	RetryAfter time.Duration
+	// RetireDevice marks a permanent error that invalidates the device's
+	// token: the device is retired.
+	RetireDevice bool
+	// Err is the transport error, for logs (never secrets).
+	Err error
+}
+
+// Provider is one channel's adapter: one call, classified. Send must use
+// only the command's ids (CollapseID, APNsID, Topic, NotificationID) so a
+// retry is identical to the first attempt, must return when ctx is done,
+// and is called from many goroutines at once.
+type Provider interface {
+	Send(ctx context.Context, cmd *schemas.DeliveryCommand) Result
+}
+
+// Policy bounds retries.
+type Policy struct {
+	// MaxAttempts is the most calls per delivery (8 by default); then the
+	// delivery fails and is dead-lettered.
+	MaxAttempts int
+	// Backoff spaces retries (1 s … 5 min by default).
+	Backoff backoff.Policy
+	// MaxAge is the expiry of a command without ExpiresAt, after its
+	// CreatedAt (24 h by default).
+	MaxAge time.Duration
+}
+
+func (p *Policy) defaults() {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 8
+	}
+	if p.Backoff.Min <= 0 {
+		p.Backoff.Min = time.Second
+	}
+	if p.Backoff.Max <= 0 {
+		p.Backoff.Max = 5 * time.Minute
+	}
+	if p.MaxAge <= 0 {
+		p.MaxAge = 24 * time.Hour
+	}
+}
+
+// Options configure one sink instance.
+type Options struct {
+	Channel  string
+	Provider Provider
+	Brokers  []string
+	Catalog  *topics.Catalog
+	// Group is the consumer group; "herald-sink-<channel>" by default.
+	Group string
+	// InstanceID names this instance, stable across its restarts (its
+	// transactional id is Group + "-" + InstanceID).
+	InstanceID string
+	Policy     Policy
+	// MaxInFlight bounds concurrent provider calls (1000 by default).
+	MaxInFlight int
+	// CallTimeout bounds one provider call (10 s by default).
+	CallTimeout time.Duration
+	// MaxBatchRecords and BatchInterval bound one transaction.
+	MaxBatchRecords int
+	BatchInterval   time.Duration
+	// TransactionTimeout: 10 s by default.
+	TransactionTimeout time.Duration
+	SessionTimeout     time.Duration
+	// Now is the clock (time.Now by default).
+	Now        func() time.Time
+	ClientOpts []kgo.Opt
+	Logger     *slog.Logger
+	Metrics    *metrics.Registry
+}
+
+// Topics are the topics a sink reads and writes.
+type Topics struct {
+	Deliveries, State, Attempts, Outcomes, DeadLetters, Devices string
+}
+
+// TopicsOf returns the channel's sink topics in a catalog.
+func TopicsOf(c *topics.Catalog, channel string) Topics {
+	return Topics{
+		Deliveries:  c.Name(topics.Deliveries(channel)),
+		State:       c.Name(topics.SinkState(channel)),
+		Attempts:    c.Name(topics.Attempts),
+		Outcomes:    c.Name(topics.Outcomes),
+		DeadLetters: c.Name(topics.DeadLetters),
+		Devices:     c.Name(topics.Devices),
+	}
+}
+
+// runtime is what every partition's task of one sink instance shares, and
+// the provider calls made after each commit.
+type runtime struct {
+	channel     string
+	provider    Provider
+	topics      Topics
+	policy      Policy
+	maxInFlight int
+	callTimeout time.Duration
+	now         func() time.Time
+	log         *slog.Logger
+
+	mu    sync.Mutex
+	tasks map[int32]*task
+	// resultsRound is set while the runtime's follow-up transaction (the
+	// results of the calls just made) is being built: its Tick starts no
+	// new calls.
+	resultsRound bool
+
+	calls, duplicates, outcomes *metrics.Counter
+	byClass                     map[Class]*metrics.Counter
+	inFlight                    *metrics.Gauge
+}
+
+// New builds one sink instance on the stage runtime.
+func New(o Options) (*stage.Runner, error) {
+	if o.Channel == "" || o.Provider == nil || o.Catalog == nil || o.InstanceID == "" {
+		return nil, errors.New("sinks: Channel, Provider, Catalog and InstanceID are required")
+	}
+	if o.Group == "" {
+		o.Group = "herald-sink-" + o.Channel
+	}
+	o.Policy.defaults()
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 1000
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 10 * time.Second
+	}
+	if o.MaxBatchRecords <= 0 {
+		o.MaxBatchRecords = 2 * o.MaxInFlight
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
+	}
+	rt := newRuntime(o)
+	return stage.New(stage.Config{
+		Name:               "sink-" + o.Channel,
+		Brokers:            o.Brokers,
+		Group:              o.Group,
+		TransactionalID:    o.Group + "-" + o.InstanceID,
+		GroupInstanceID:    o.InstanceID,
+		SessionTimeout:     o.SessionTimeout,
+		Input:              rt.topics.Deliveries,
+		Changelogs:         []string{rt.topics.State},
+		NewTask:            func(p int32) stage.Task { return rt.newTask(p) },
+		AfterCommit:        rt.afterCommit,
+		Partitioner:        o.Catalog.Partitioner(),
+		MaxBatchRecords:    o.MaxBatchRecords,
+		BatchInterval:      o.BatchInterval,
+		TransactionTimeout: o.TransactionTimeout,
+		ClientOpts:         o.ClientOpts,
+		Logger:             o.Logger,
+		Metrics:            o.Metrics,
+	})
+}
+
+// Run runs one sink instance until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	r, err := New(o)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+func newRuntime(o Options) *runtime {
+	m := o.Metrics
+	rt := &runtime{
+		channel: o.Channel, provider: o.Provider, topics: TopicsOf(o.Catalog, o.Channel), policy: o.Policy,
+		maxInFlight: o.MaxInFlight, callTimeout: o.CallTimeout, now: o.Now,
+		log:        o.Logger.With("sink", o.Channel),
+		tasks:      map[int32]*task{},
+		calls:      m.Counter("herald_sink_calls_total", "provider calls made", "channel", o.Channel),
+		duplicates: m.Counter("herald_sink_duplicates_total", "delivery commands not sent because the delivery is final or in progress", "channel", o.Channel),
+		outcomes:   m.Counter("herald_sink_outcomes_total", "deliveries that reached a final outcome", "channel", o.Channel),
+		inFlight:   m.Gauge("herald_sink_in_flight", "provider calls in flight", "channel", o.Channel),
+		byClass:    map[Class]*metrics.Counter{},
+	}
+	for _, c := range []Class{Success, Retryable, Permanent, Ambiguous} {
+		rt.byClass[c] = m.Counter("herald_sink_results_total", "provider call results by class", "channel", o.Channel, "class", c.String())
+	}
+	return rt
+}
+
+func (rt *runtime) newTask(p int32) *task {
+	t := newTask(rt, p)
+	rt.mu.Lock()
+	rt.tasks[p] = t
+	rt.mu.Unlock()
+	return t
+}
+
+// call is one provider call to make: the intent is committed.
+type call struct {
+	cmd     *schemas.DeliveryCommand
+	attempt int
+}
+
+// done is a call with its result.
+type done struct {
+	call
+	res     Result
+	latency time.Duration
+	at      time.Time
+}
+
+// afterCommit makes every call whose intent the last transaction
+// committed, and hands the results to their tasks; it asks for a follow-up
+// transaction when there are results to commit.
+func (rt *runtime) afterCommit(ctx context.Context) bool {
+	rt.mu.Lock()
+	type job struct {
+		t *task
+		c call
+	}
+	var jobs []job
+	for _, t := range rt.tasks {
+		for _, c := range t.toCall {
+			jobs = append(jobs, job{t, c})
+		}
+		t.toCall = nil
+	}
+	rt.resultsRound = len(jobs) > 0
+	rt.mu.Unlock()
+	if len(jobs) == 0 {
+		return false
+	}
+
+	results := make([]done, len(jobs))
+	sem := make(chan struct{}, rt.maxInFlight)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		rt.inFlight.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done(); rt.inFlight.Add(-1) }()
+			cctx, cancel := context.WithTimeout(ctx, rt.callTimeout)
+			start := time.Now()
+			res := rt.provider.Send(cctx, j.c.cmd)
+			cancel()
+			results[i] = done{call: j.c, res: res, latency: time.Since(start), at: rt.now()}
+		}()
+	}
+	wg.Wait()
+	rt.calls.Add(int64(len(jobs)))
+
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for i, j := range jobs {
+		r := results[i]
+		if r.res.Class < Success || r.res.Class > Ambiguous {
+			r.res = Result{Class: Ambiguous, Rule: "unclassified", Err: fmt.Errorf("sinks: provider returned class %d", r.res.Class)}
+		}
+		rt.byClass[r.res.Class].Inc()
+		if r.res.Err != nil {
+			rt.log.Debug("provider call failed", "delivery", r.cmd.DeliveryID, "attempt", r.attempt, "class", r.res.Class.String(), "rule", r.res.Rule, "err", r.res.Err)
+		}
+		j.t.results = append(j.t.results, r)
+	}
+	return true
+}
+
+func (rt *runtime) inResultsRound() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.resultsRound
+}

@@ -1,0 +1,278 @@
+package sinks
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
+)
+
+// task is one input partition's state: the committed entries, and what the
+// current transaction changes.
+type task struct {
+	rt *runtime
+	p  int32
+
+	// Committed state: final entries (the sent-set) keep only their
+	// outcome; open ones (pending, parked) their whole entry.
+	final map[string]string
+	open  map[string]*schemas.SinkEntry
+
+	// staged are this transaction's changes (applied on Commit).
+	staged map[string]*schemas.SinkEntry
+	// calls are the intents this transaction writes; toCall the committed
+	// intents waiting for the provider (taken by runtime.afterCommit).
+	calls, toCall []call
+	// results wait to be written; emitted of them are in the current
+	// transaction. interrupted are restored intents without a result,
+	// resolved the same way.
+	results          []done
+	emitted          int
+	interrupted      []*schemas.SinkEntry
+	interruptEmitted int
+	// restored is set once the restored intents were collected.
+	restored bool
+}
+
+func newTask(rt *runtime, p int32) *task {
+	return &task{rt: rt, p: p, final: map[string]string{}, open: map[string]*schemas.SinkEntry{}, staged: map[string]*schemas.SinkEntry{}}
+}
+
+// Restore implements stage.Task.
+func (t *task) Restore(r *kgo.Record) error {
+	id := string(r.Key)
+	if r.Value == nil {
+		delete(t.final, id)
+		delete(t.open, id)
+		return nil
+	}
+	var e schemas.SinkEntry
+	if err := schemas.Decode(r.Value, &e); err != nil {
+		return fmt.Errorf("sinks: restore %s: %w", id, err)
+	}
+	t.apply(id, &e)
+	return nil
+}
+
+func (t *task) apply(id string, e *schemas.SinkEntry) {
+	if e.Status == schemas.SinkFinal {
+		delete(t.open, id)
+		t.final[id] = e.Outcome
+		return
+	}
+	delete(t.final, id)
+	t.open[id] = e
+}
+
+// lookup returns the delivery's current status ("" if unknown).
+func (t *task) lookup(id string) string {
+	if e, ok := t.staged[id]; ok {
+		return e.Status
+	}
+	if _, ok := t.final[id]; ok {
+		return schemas.SinkFinal
+	}
+	if e, ok := t.open[id]; ok {
+		return e.Status
+	}
+	return ""
+}
+
+// Process implements stage.Task: a new delivery becomes an intent (or is
+// parked, or expires); a known one is not sent again.
+func (t *task) Process(r *kgo.Record, out *stage.Out) error {
+	var cmd schemas.DeliveryCommand
+	if err := schemas.Decode(r.Value, &cmd); err != nil || cmd.DeliveryID == "" {
+		t.rt.log.Warn("unreadable delivery command dead-lettered", "partition", r.Partition, "offset", r.Offset, "err", err)
+		out.Emit(&kgo.Record{Topic: t.rt.topics.DeadLetters, Key: r.Key, Value: r.Value, Headers: []kgo.RecordHeader{
+			{Key: "herald-reason", Value: []byte(fmt.Sprintf("unreadable delivery command: %v", err))},
+			{Key: "herald-source", Value: []byte(fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset))},
+		}})
+		return nil
+	}
+	if st := t.lookup(cmd.DeliveryID); st != "" {
+		t.rt.duplicates.Inc()
+		t.rt.log.Info("delivery command repeated; not sent again", "delivery", cmd.DeliveryID, "state", st, "offset", r.Offset)
+		return nil
+	}
+	now := t.rt.now()
+	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, ExpiresAt: t.expiresAt(&cmd), Command: &cmd}
+	switch {
+	case now.UnixMilli() >= e.ExpiresAt:
+		t.finish(out, e, schemas.OutcomeExpired, "expired before the first attempt", now)
+	case cmd.NotBefore > now.UnixMilli():
+		e.Status, e.NotBefore = schemas.SinkParked, cmd.NotBefore
+		t.put(out, e, now)
+	default:
+		t.intend(out, e, 1, now)
+	}
+	return nil
+}
+
+func (t *task) expiresAt(cmd *schemas.DeliveryCommand) int64 {
+	if cmd.ExpiresAt > 0 {
+		return cmd.ExpiresAt
+	}
+	created := cmd.CreatedAt
+	if created <= 0 {
+		created = t.rt.now().UnixMilli()
+	}
+	return created + t.rt.policy.MaxAge.Milliseconds()
+}
+
+// intend writes the intent of attempt n and schedules the call for after
+// the commit.
+func (t *task) intend(out *stage.Out, e *schemas.SinkEntry, n int, now time.Time) {
+	e.Status, e.Attempt, e.NotBefore = schemas.SinkPending, n, 0
+	t.put(out, e, now)
+	t.calls = append(t.calls, call{cmd: e.Command, attempt: n})
+}
+
+// put stages e and emits it to the state topic.
+func (t *task) put(out *stage.Out, e *schemas.SinkEntry, now time.Time) {
+	e.UpdatedAt = now.UnixMilli()
+	t.staged[e.DeliveryID] = e
+	out.Emit(t.record(t.rt.topics.State, e.DeliveryID, e))
+}
+
+func (t *task) record(topic, key string, v schemas.Record) *kgo.Record {
+	b, err := schemas.Encode(v)
+	if err != nil { // only herald's own types with valid fields: cannot fail
+		panic(err)
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b, Partition: t.p,
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}}
+}
+
+// finish makes e final with an outcome.
+func (t *task) finish(out *stage.Out, e *schemas.SinkEntry, status, reason string, now time.Time) {
+	cmd := e.Command
+	out.Emit(t.record(t.rt.topics.Outcomes, cmd.DeliveryID, &schemas.Outcome{
+		DeliveryID: cmd.DeliveryID, NotificationID: cmd.NotificationID, Tenant: cmd.Tenant, Type: cmd.Type,
+		Recipient: cmd.Recipient, DeviceID: cmd.DeviceID, Channel: t.rt.channel, Status: status, Reason: reason,
+		Attempts: e.Attempt, At: now.UnixMilli(),
+	}))
+	t.put(out, &schemas.SinkEntry{DeliveryID: e.DeliveryID, Status: schemas.SinkFinal, Attempt: e.Attempt, ExpiresAt: e.ExpiresAt, Outcome: status}, now)
+	t.rt.outcomes.Inc()
+}
+
+// Tick implements stage.Task: it writes the results of the calls made
+// after the last commit and of interrupted intents, and, outside the
+// runtime's results round, promotes parked deliveries that are due.
+func (t *task) Tick(out *stage.Out) {
+	now := t.rt.now()
+	if !t.restored {
+		// The first Tick after assignment: every pending entry is an
+		// intent a previous owner committed and never resolved.
+		t.restored = true
+		for _, e := range t.open {
+			if e.Status == schemas.SinkPending {
+				t.interrupted = append(t.interrupted, e)
+			}
+		}
+	}
+	for _, e := range t.interrupted[t.interruptEmitted:] {
+		if t.lookup(e.DeliveryID) != schemas.SinkPending {
+			continue // superseded
+		}
+		t.resolve(out, done{call: call{cmd: e.Command, attempt: e.Attempt}, at: now,
+			res: Result{Class: Ambiguous, Rule: "interrupted", Reason: "intent without a result: the sink stopped during the call or before committing its result"}})
+	}
+	t.interruptEmitted = len(t.interrupted)
+	for _, d := range t.results[t.emitted:] {
+		t.resolve(out, d)
+	}
+	t.emitted = len(t.results)
+	if t.rt.inResultsRound() {
+		return
+	}
+	for id, e := range t.open {
+		if e.Status != schemas.SinkParked || e.NotBefore > now.UnixMilli() {
+			continue
+		}
+		if _, changed := t.staged[id]; changed {
+			continue
+		}
+		next := *e
+		if now.UnixMilli() >= e.ExpiresAt {
+			t.finish(out, &next, schemas.OutcomeExpired, "expired while waiting to be retried", now)
+			continue
+		}
+		t.intend(out, &next, e.Attempt+1, now)
+	}
+}
+
+// resolve writes one call's Attempt and the delivery's next state.
+func (t *task) resolve(out *stage.Out, d done) {
+	cmd, res, now := d.cmd, d.res, d.at
+	a := &schemas.Attempt{
+		AttemptID: cmd.DeliveryID + "." + strconv.Itoa(d.attempt), DeliveryID: cmd.DeliveryID, NotificationID: cmd.NotificationID,
+		Tenant: cmd.Tenant, Type: cmd.Type, Recipient: cmd.Recipient, DeviceID: cmd.DeviceID, Channel: t.rt.channel,
+		Attempt: d.attempt, Result: res.Class.String(), Classification: res.Rule, ProviderStatus: res.Status,
+		ProviderReason: res.Reason, ProviderMessageID: res.MessageID, CollapseID: cmd.CollapseID, APNsID: cmd.APNsID,
+		Locale: cmd.Locale, LatencyMs: d.latency.Milliseconds(), RetryAfterMs: res.RetryAfter.Milliseconds(), At: now.UnixMilli(),
+	}
+	out.Emit(t.record(t.rt.topics.Attempts, cmd.DeliveryID, a))
+
+	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, Attempt: d.attempt, ExpiresAt: t.expiresAt(cmd), Command: cmd}
+	v := decide(t.rt.policy, res, d.attempt, e.ExpiresAt, now)
+	switch v.status {
+	case "":
+		e.Status, e.NotBefore = schemas.SinkParked, v.notBefore
+		t.put(out, e, now)
+		return
+	case schemas.OutcomeDeviceRetired:
+		out.Emit(t.record(t.rt.topics.Devices, schemas.DeviceKey(cmd.Tenant, cmd.Recipient, cmd.DeviceID), &schemas.Device{
+			Tenant: cmd.Tenant, Recipient: cmd.Recipient, DeviceID: cmd.DeviceID, Platform: platformOf(t.rt.channel),
+			Token: cmd.Token, WebPush: cmd.WebPush, Locale: cmd.Locale, Enabled: false, RetiredReason: v.reason,
+			CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(),
+		}))
+	case schemas.OutcomeFailed:
+		rec := t.record(t.rt.topics.DeadLetters, cmd.DeliveryID, cmd)
+		rec.Headers = append(rec.Headers,
+			kgo.RecordHeader{Key: "herald-reason", Value: []byte(v.reason)},
+			kgo.RecordHeader{Key: "herald-attempts", Value: []byte(strconv.Itoa(d.attempt))},
+			kgo.RecordHeader{Key: "herald-source", Value: []byte("sink." + t.rt.channel)})
+		out.Emit(rec)
+	}
+	t.finish(out, e, v.status, v.reason, now)
+}
+
+func platformOf(channel string) string {
+	switch channel {
+	case "apns":
+		return "ios"
+	case "fcm":
+		return "android"
+	case "webpush":
+		return "web"
+	}
+	return channel
+}
+
+// Commit implements stage.Task.
+func (t *task) Commit() {
+	for id, e := range t.staged {
+		t.apply(id, e)
+	}
+	clear(t.staged)
+	t.toCall = append(t.toCall, t.calls...)
+	t.calls = nil
+	t.results = t.results[t.emitted:]
+	t.emitted = 0
+	t.interrupted = t.interrupted[t.interruptEmitted:]
+	t.interruptEmitted = 0
+}
+
+// Abort implements stage.Task: staged changes and intents are dropped (the
+// input is processed again); results stay, to be written next time.
+func (t *task) Abort() {
+	clear(t.staged)
+	t.calls = nil
+	t.emitted = 0
+	t.interruptEmitted = 0
+}

@@ -1,0 +1,296 @@
+package sinks
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// scripted answers each call with the next result scripted for its
+// delivery (success once the script is used up) and counts the calls.
+type scripted struct {
+	mu      sync.Mutex
+	results map[string][]Result
+	calls   map[string]int
+}
+
+func (s *scripted) Send(_ context.Context, cmd *schemas.DeliveryCommand) Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[cmd.DeliveryID]++
+	if rs := s.results[cmd.DeliveryID]; len(rs) > 0 {
+		s.results[cmd.DeliveryID] = rs[1:]
+		return rs[0]
+	}
+	return Result{Class: Success, Rule: "accepted", Status: 200}
+}
+
+type harness struct {
+	t    *testing.T
+	rt   *runtime
+	task *task
+	prov *scripted
+	now  time.Time
+	out  []*kgo.Record // everything committed so far
+}
+
+func newHarness(t *testing.T, p Policy) *harness {
+	h := &harness{t: t, prov: &scripted{results: map[string][]Result{}, calls: map[string]int{}}, now: time.UnixMilli(1_800_000_000_000)}
+	p.defaults()
+	h.rt = newRuntime(Options{Channel: "apns", Provider: h.prov, Catalog: topics.New(topics.Options{}), Policy: p,
+		MaxInFlight: 4, CallTimeout: time.Second, Now: func() time.Time { return h.now }, Logger: testLogger(t), Metrics: metrics.NewRegistry()})
+	h.task = h.rt.newTask(0)
+	return h
+}
+
+func testLogger(t *testing.T) *slogLogger { return newTestLogger(t) }
+
+func cmd(id string) *schemas.DeliveryCommand {
+	return &schemas.DeliveryCommand{DeliveryID: id, NotificationID: "n-" + id, Tenant: "acme", Type: "t", Recipient: "u1",
+		DeviceID: "dev-" + id, Channel: "apns", Token: "tok-" + id, CollapseID: "n-" + id, APNsID: "uuid-" + id}
+}
+
+// step runs one stage step as the runtime does: process the input, tick,
+// commit, call, and commit the results.
+func (h *harness) step(input ...*schemas.DeliveryCommand) {
+	h.t.Helper()
+	var out stage.Out
+	for _, c := range input {
+		b, err := schemas.Encode(c)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if err := h.task.Process(&kgo.Record{Key: []byte(c.DeliveryID), Value: b}, &out); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	h.task.Tick(&out)
+	h.task.Commit()
+	h.out = append(h.out, out.Records()...)
+	for h.rt.afterCommit(context.Background()) {
+		var more stage.Out
+		h.task.Tick(&more)
+		h.task.Commit()
+		h.out = append(h.out, more.Records()...)
+	}
+}
+
+// on returns the committed records of one topic, decoded by their schema
+// header, as "key:summary" strings.
+func (h *harness) on(topic string) []string {
+	var got []string
+	for _, r := range h.out {
+		if r.Topic != topic {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(topic, "attempts"):
+			var a schemas.Attempt
+			must(h.t, schemas.Decode(r.Value, &a))
+			got = append(got, a.DeliveryID+":"+a.Result+"#"+itoa(a.Attempt)+"/"+a.Classification)
+		case strings.HasSuffix(topic, "outcomes"):
+			var o schemas.Outcome
+			must(h.t, schemas.Decode(r.Value, &o))
+			got = append(got, o.DeliveryID+":"+o.Status)
+		case strings.Contains(topic, "sinkstate"):
+			var e schemas.SinkEntry
+			must(h.t, schemas.Decode(r.Value, &e))
+			got = append(got, e.DeliveryID+":"+e.Status+"#"+itoa(e.Attempt))
+		case strings.HasSuffix(topic, "devices"):
+			var d schemas.Device
+			must(h.t, schemas.Decode(r.Value, &d))
+			got = append(got, string(r.Key)+":enabled="+map[bool]string{true: "true", false: "false"}[d.Enabled]+"/"+d.RetiredReason)
+		default:
+			got = append(got, string(r.Key))
+		}
+	}
+	return got
+}
+
+func TestTheRuntimeWritesIntentsBeforeCallingAndResultsAfter(t *testing.T) {
+	day := Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: time.Second, Max: 4 * time.Second}, MaxAge: 24 * time.Hour}
+	cases := []struct {
+		name                                            string
+		policy                                          Policy
+		script                                          []Result
+		steps                                           int           // steps after the first, each after advancing the clock
+		advance                                         time.Duration // clock advance per step
+		attempts, outcomes, state, deadletters, devices []string
+		calls                                           int
+	}{
+		{
+			name: "a success is one intent, one call, one attempt and a delivered outcome", policy: day,
+			attempts: []string{"d:sent#1/accepted"}, outcomes: []string{"d:delivered"},
+			state: []string{"d:pending#1", "d:final#1"}, calls: 1,
+		},
+		{
+			name: "a retryable error parks the delivery and retries it with the same command once due", policy: day,
+			script: []Result{{Class: Retryable, Rule: "server_error", Status: 500}}, steps: 1, advance: 5 * time.Second,
+			attempts: []string{"d:retryable#1/server_error", "d:sent#2/accepted"}, outcomes: []string{"d:delivered"},
+			state: []string{"d:pending#1", "d:parked#1", "d:pending#2", "d:final#2"}, calls: 2,
+		},
+		{
+			name: "a parked delivery is not retried before its Retry-After", policy: day,
+			script: []Result{{Class: Retryable, Rule: "too_many_requests", Status: 429, RetryAfter: time.Hour}}, steps: 1, advance: 59 * time.Minute,
+			attempts: []string{"d:retryable#1/too_many_requests"}, state: []string{"d:pending#1", "d:parked#1"}, calls: 1,
+		},
+		{
+			name: "retries stop at MaxAttempts: outcome failed and a dead letter", policy: day,
+			script: []Result{{Class: Ambiguous, Rule: "no_answer"}, {Class: Retryable, Rule: "not_sent"}, {Class: Retryable, Rule: "not_sent"}},
+			steps:  3, advance: 5 * time.Second,
+			attempts:    []string{"d:ambiguous#1/no_answer", "d:retryable#2/not_sent", "d:retryable#3/not_sent"},
+			outcomes:    []string{"d:failed"},
+			state:       []string{"d:pending#1", "d:parked#1", "d:pending#2", "d:parked#2", "d:pending#3", "d:final#3"},
+			deadletters: []string{"d"}, calls: 3,
+		},
+		{
+			name:     "a retry that would start after the expiry ends the delivery as expired",
+			policy:   Policy{MaxAttempts: 5, Backoff: backoff.Policy{Min: time.Second, Max: time.Second}, MaxAge: time.Second},
+			script:   []Result{{Class: Retryable, Rule: "too_many_requests", RetryAfter: time.Minute}},
+			attempts: []string{"d:retryable#1/too_many_requests"}, outcomes: []string{"d:expired"},
+			state: []string{"d:pending#1", "d:final#1"}, calls: 1,
+		},
+		{
+			name: "an invalid token retires the device", policy: day,
+			script:   []Result{{Class: Permanent, Rule: "unregistered", Status: 410, Reason: "Unregistered", RetireDevice: true}},
+			attempts: []string{"d:permanent#1/unregistered"}, outcomes: []string{"d:device_retired"},
+			state: []string{"d:pending#1", "d:final#1"}, devices: []string{"acme/u1/dev-d:enabled=false/Unregistered"}, calls: 1,
+		},
+		{
+			name: "another permanent error fails the delivery and dead-letters it", policy: day,
+			script:   []Result{{Class: Permanent, Rule: "payload_too_large", Status: 413, Reason: "PayloadTooLarge"}},
+			attempts: []string{"d:permanent#1/payload_too_large"}, outcomes: []string{"d:failed"},
+			state: []string{"d:pending#1", "d:final#1"}, deadletters: []string{"d"}, calls: 1,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.policy)
+			h.prov.results["d"] = tc.script
+			c := cmd("d")
+			c.CreatedAt = h.now.UnixMilli()
+			h.step(c)
+			for range tc.steps {
+				h.now = h.now.Add(tc.advance)
+				h.step()
+			}
+			tp := h.rt.topics
+			check(t, "attempts", h.on(tp.Attempts), tc.attempts)
+			check(t, "outcomes", h.on(tp.Outcomes), tc.outcomes)
+			check(t, "state", h.on(tp.State), tc.state)
+			check(t, "dead letters", h.on(tp.DeadLetters), tc.deadletters)
+			check(t, "devices", h.on(tp.Devices), tc.devices)
+			if h.prov.calls["d"] != tc.calls {
+				t.Errorf("%d calls, want %d", h.prov.calls["d"], tc.calls)
+			}
+		})
+	}
+}
+
+func TestADeliveryAlreadyFinalOrInProgressIsNotSentAgain(t *testing.T) {
+	h := newHarness(t, Policy{})
+	h.prov.results["parked"] = []Result{{Class: Retryable, Rule: "server_error"}}
+	h.step(cmd("done"), cmd("parked"))
+	h.step(cmd("done"), cmd("parked"), cmd("done"))
+	if h.prov.calls["done"] != 1 || h.prov.calls["parked"] != 1 {
+		t.Fatalf("calls %v, want one each", h.prov.calls)
+	}
+	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"done:delivered"})
+}
+
+func TestAnIntentRestoredWithoutAResultIsAuditedAmbiguousAndRetriedWithTheSameIDs(t *testing.T) {
+	h := newHarness(t, Policy{Backoff: backoff.Policy{Min: time.Millisecond, Max: time.Millisecond}})
+	c := cmd("d")
+	c.CreatedAt = h.now.UnixMilli()
+	b, _ := schemas.Encode(&schemas.SinkEntry{DeliveryID: "d", Status: schemas.SinkPending, Attempt: 2, ExpiresAt: h.now.Add(time.Hour).UnixMilli(), Command: c})
+	final, _ := schemas.Encode(&schemas.SinkEntry{DeliveryID: "f", Status: schemas.SinkFinal, Attempt: 1, Outcome: schemas.OutcomeDelivered})
+	for _, r := range []*kgo.Record{{Key: []byte("d"), Value: b}, {Key: []byte("f"), Value: final}} {
+		must(t, h.task.Restore(r))
+	}
+	h.step(cmd("f")) // a redelivered command of a final delivery
+	h.now = h.now.Add(time.Second)
+	h.step()
+	check(t, "attempts", h.on(h.rt.topics.Attempts), []string{"d:ambiguous#2/interrupted", "d:sent#3/accepted"})
+	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"d:delivered"})
+	if h.prov.calls["f"] != 0 {
+		t.Fatalf("the final delivery was sent again")
+	}
+}
+
+func TestAnAbortedResultIsWrittenAgainAndItsIntentsAreNotCalled(t *testing.T) {
+	h := newHarness(t, Policy{})
+	var out stage.Out
+	b, _ := schemas.Encode(cmd("d"))
+	must(t, h.task.Process(&kgo.Record{Key: []byte("d"), Value: b}, &out))
+	h.task.Tick(&out)
+	h.task.Abort() // the intent's transaction aborted: the input is processed again
+	if h.rt.afterCommit(context.Background()) {
+		t.Fatal("an aborted intent was called")
+	}
+	h.step(cmd("d"))
+	check(t, "attempts", h.on(h.rt.topics.Attempts), []string{"d:sent#1/accepted"})
+}
+
+func TestDecideBoundsRetriesByAttemptsAndExpiry(t *testing.T) {
+	p := Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: time.Second, Max: 10 * time.Second}}
+	now := time.UnixMilli(1_000_000)
+	far := now.Add(time.Hour).UnixMilli()
+	cases := []struct {
+		name    string
+		res     Result
+		attempt int
+		expires int64
+		status  string
+		lo, hi  time.Duration // the retry's delay bounds when status is ""
+	}{
+		{"success is delivered", Result{Class: Success}, 1, far, schemas.OutcomeDelivered, 0, 0},
+		{"a token error retires the device", Result{Class: Permanent, RetireDevice: true}, 1, far, schemas.OutcomeDeviceRetired, 0, 0},
+		{"another permanent error fails", Result{Class: Permanent}, 1, far, schemas.OutcomeFailed, 0, 0},
+		{"the first retry waits up to twice the minimum", Result{Class: Retryable}, 1, far, "", 0, 2 * time.Second},
+		{"an ambiguous call is retried", Result{Class: Ambiguous}, 2, far, "", 0, 4 * time.Second},
+		{"Retry-After is a floor", Result{Class: Retryable, RetryAfter: 30 * time.Second}, 1, far, "", 30 * time.Second, 30 * time.Second},
+		{"the last attempt fails", Result{Class: Retryable}, 3, far, schemas.OutcomeFailed, 0, 0},
+		{"a retry past the expiry expires", Result{Class: Retryable, RetryAfter: time.Minute}, 1, now.Add(time.Second).UnixMilli(), schemas.OutcomeExpired, 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 100 {
+				v := decide(p, tc.res, tc.attempt, tc.expires, now)
+				if v.status != tc.status {
+					t.Fatalf("status %q, want %q", v.status, tc.status)
+				}
+				if tc.status == "" {
+					if d := time.Duration(v.notBefore-now.UnixMilli()) * time.Millisecond; d < tc.lo || d > tc.hi {
+						t.Fatalf("retry after %v, want within [%v, %v]", d, tc.lo, tc.hi)
+					}
+				}
+			}
+		})
+	}
+}
+
+func check(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("%s:\n got %v\nwant %v", what, got, want)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func itoa(n int) string { return strconvItoa(n) }
