@@ -39,7 +39,7 @@ func samples() []schemas.Record {
 			IdempotencyKey: "i", Producer: "billing", RequestedAt: 1, AcceptedAt: 2},
 		&schemas.DeliveryCommand{DeliveryID: "d1", NotificationID: "n1", Tenant: "acme", Type: "t", Recipient: "u", DeviceID: "dev1",
 			Channel: "webpush", Token: "tok", WebPush: sub, CollapseID: "n1", APNsID: "6ba7b810-9dad-51d1-80b4-00c04fd430c8", Topic: "UvNk2SiMZAsw",
-			Title: "T", Body: "B", Payload: payload, Locale: "de", CreatedAt: 5, NotBefore: 6},
+			Title: "T", Body: "B", Payload: payload, Locale: "de", CreatedAt: 5, NotBefore: 6, ExpiresAt: 7},
 		&schemas.Attempt{AttemptID: "d1/1", DeliveryID: "d1", NotificationID: "n1", Tenant: "acme", Type: "t", Recipient: "u", DeviceID: "dev1",
 			Channel: "apns", Attempt: 1, Result: schemas.AttemptRetryable, Classification: "throttled", ProviderStatus: 429,
 			ProviderReason: "TooManyRequests", ProviderMessageID: "m1", CollapseID: "n1", APNsID: "x", Locale: "en", LatencyMs: 12, RetryAfterMs: 1000, At: 7},
@@ -53,6 +53,8 @@ func samples() []schemas.Record {
 		&schemas.RouteEntry{Kind: schemas.RouteDigest, Tenant: "acme", Recipient: "u", Type: "comment.added", DueAt: 10, WindowStart: 5, Count: 2,
 			DigestKey: "comment.added", Items: []schemas.DigestItem{{NotificationID: "n1", RequestID: "r1", Title: "T", At: 5}},
 			NotificationID: "n1", Commands: []schemas.DeliveryCommand{{DeliveryID: "d1", NotificationID: "n1", Channel: "apns", NotBefore: 10}}},
+		&schemas.SinkEntry{DeliveryID: "d1", Status: schemas.SinkParked, Attempt: 2, NotBefore: 11, ExpiresAt: 12, Outcome: schemas.OutcomeDelivered,
+			Command: &schemas.DeliveryCommand{DeliveryID: "d1", NotificationID: "n1", Channel: "apns"}, UpdatedAt: 13},
 	}
 }
 
