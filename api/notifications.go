@@ -311,7 +311,7 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 		writeProblem(w, unavailable("the server is not connected to Kafka", 1))
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	reqs, prob := s.requests(snd, p, now)
 	if prob != nil {
 		writeProblem(w, prob)
@@ -469,7 +469,7 @@ func (s *Server) postExplain(w http.ResponseWriter, r *http.Request, p principal
 		writeProblem(w, unavailable("the seen-set replica is still loading; retry shortly", 1))
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	reqs, prob := s.requests(snd, p, now)
 	if prob != nil {
 		writeProblem(w, prob)

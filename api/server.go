@@ -57,6 +57,10 @@ type Config struct {
 	// MaxBatchRecords, the most records grouped in one transaction (5000).
 	TransactionTimeout time.Duration
 	MaxBatchRecords    int
+	// Now is the clock of sends and explain: a request's record time, the
+	// time explain evaluates at, the quota window. time.Now when nil; tests
+	// set it to stand exactly at the end of a window.
+	Now func() time.Time
 	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger
@@ -86,6 +90,9 @@ func (c *Config) defaults() error {
 	setDefault(&c.MaxBatchRecords, 5000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return nil
 }
