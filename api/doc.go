@@ -29,11 +29,20 @@
 // sinks' attempts (channel, device, result, classification, the provider's
 // reason) and each delivery's outcome (status, reason), in time order.
 // Attempts and outcomes are keyed by delivery id on their topics and carry
-// the notification id and the tenant, which place them. A send waits for its records' dedupe
-// decisions when it asks (Prefer: wait=N, capped by MaxWait) and always
-// when it carries an idempotency key (bounded by IdempotencyWait): the
-// dedupe stage's decision is the authoritative idempotency check. A waiter
-// is registered before the write, so no decision can be missed. The answer
+// the notification id and the tenant, which place them. After a restart
+// the read model shows a notification only once it has read up to it.
+//
+// A send waits for its records' dedupe decisions when it asks (Prefer:
+// wait=N, capped by MaxWait) and always when it carries an idempotency key
+// (bounded by IdempotencyWait): the dedupe stage's decision is the
+// authoritative idempotency check. Those decisions come from a second
+// read_committed consumer of herald.decisions that starts at the end
+// offsets listed before Start returns, so it never reads history: a freshly
+// started API answers a replay and a conflict as soon as the stage has
+// decided, however long the read model's catch-up takes, and until Start
+// has listed those offsets sends answer 503. A waiter is registered before
+// the write, and every decision about it is committed after Start's
+// listing, so no decision can be missed. The answer
 // (202) lists each notification with its status, plus NotifyKit's
 // deliveries[] (empty until the route stage and sinks exist) and
 // skipped[{reason}]. If the wait ends first, the undecided notifications

@@ -30,6 +30,7 @@ import (
 type pipeline struct {
 	brokers []string
 	cat     *topics.Catalog
+	cfg     Config
 	srv     *Server
 	url     string
 }
@@ -82,7 +83,7 @@ func startPipelineWith(t *testing.T, withStage bool, mod func(*Config)) *pipelin
 	t.Cleanup(func() { srv.Close() })
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	p := &pipeline{brokers: brokers, cat: cat, srv: srv, url: hs.URL}
+	p := &pipeline{brokers: brokers, cat: cat, cfg: cfg, srv: srv, url: hs.URL}
 	p.eventually(t, "the replica is ready", func() bool { return srv.rep.ready.Load() })
 	return p
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/identity"
@@ -64,6 +65,11 @@ type Config struct {
 	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger
+
+	// holdReadModel, in tests, holds the read model's consumer back until
+	// it is closed: answers that must not wait for its catch-up are
+	// checked while it has read nothing.
+	holdReadModel <-chan struct{}
 }
 
 func (c *Config) defaults() error {
@@ -248,8 +254,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 }
 
 // Start connects to Kafka and starts the producer and the read models. It
-// returns once the clients exist; the replica becomes ready (explain,
-// devices) once it has caught up.
+// returns once the clients exist and the live decisions consumer is
+// positioned at the end of herald.decisions, so sends (idempotent replays
+// and conflicts included) are answered correctly at once; the replica
+// becomes ready (explain, devices) once it has caught up, and the read
+// model (GET /v1/notifications/{id}) shows history once it has read it.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -278,14 +287,28 @@ func (s *Server) Start(ctx context.Context) error {
 		repCl.Close()
 		return fmt.Errorf("api: reach Kafka: %w", err)
 	}
+	liveCl, err := s.liveDecisionsClient(ctx, repCl, base)
+	if err != nil {
+		trCl.Close()
+		repCl.Close()
+		return err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.clients = []*kgo.Client{trCl, repCl}
+	s.clients = []*kgo.Client{trCl, repCl, liveCl}
 	s.started = true
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.w.run(runCtx) }()
+	go func() { defer s.wg.Done(); s.tr.consumeLive(runCtx, liveCl, s.log) }()
 	go func() {
 		defer s.wg.Done()
+		if s.cfg.holdReadModel != nil {
+			select {
+			case <-s.cfg.holdReadModel:
+			case <-runCtx.Done():
+				return
+			}
+		}
 		s.tr.consume(runCtx, trCl, trackerTopics{s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT}, s.log)
 	}()
 	go func() {
@@ -296,6 +319,35 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 	s.log.Info("api started", "instance", s.cfg.InstanceID, "requests", s.requestsT)
 	return nil
+}
+
+// liveDecisionsClient lists the end offsets of herald.decisions and returns
+// a read_committed consumer of every partition from there (see
+// tracker.consumeLive). Listed before Start returns, so before any send:
+// every decision about a record this server writes is committed after the
+// listing, at or above those offsets, and reaches its waiter.
+func (s *Server) liveDecisionsClient(ctx context.Context, cl *kgo.Client, base []kgo.Opt) (*kgo.Client, error) {
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.decisionsT)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("api: list end offsets of %s: %w", s.decisionsT, err)
+	}
+	from := map[int32]kgo.Offset{}
+	s.tr.liveFrom = map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		from[o.Partition] = kgo.NewOffset().At(o.Offset)
+		s.tr.liveFrom[o.Partition] = o.Offset
+	})
+	if len(from) == 0 {
+		return nil, fmt.Errorf("api: topic %s has no partitions (run herald topics create)", s.decisionsT)
+	}
+	liveCl, err := kgo.NewClient(append(base, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.decisionsT: from}))...)
+	if err != nil {
+		return nil, fmt.Errorf("api: live decisions client: %w", err)
+	}
+	return liveCl, nil
 }
 
 // newProducer makes the transactional producer: acks=all and idempotent

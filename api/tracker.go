@@ -20,10 +20,13 @@ import (
 // herald.attempts and herald.outcomes, consumed read_committed from Lookback
 // ago: each notification's first request and its timeline (GET
 // /v1/notifications/{id}: requests, decisions, the sinks' attempts and the
-// deliveries' outcomes), the decisions that callers wait for (Prefer: wait,
-// idempotency keys), and the accepted count per tenant (quotas). It is
+// deliveries' outcomes) and the accepted count per tenant (quotas). It is
 // eventually consistent: a request the API has just written appears once
-// the consumer reads it back.
+// the consumer reads it back, and a freshly started API shows a
+// notification only once the consumer has read up to it. The decisions
+// that callers wait for (Prefer: wait, idempotency keys) come from a second
+// consumer of herald.decisions that starts at its end (consumeLive), so
+// they never wait for that catch-up.
 type tracker struct {
 	max    int
 	quotaW int64 // quota window in ms; 0 without a quota
@@ -36,6 +39,10 @@ type tracker struct {
 	// window that holds the newest decision time seen.
 	accepted map[string]int64
 	window   int64
+	// liveFrom is where the live decisions consumer starts, per partition
+	// of herald.decisions; set before either consumer starts, read-only
+	// after.
+	liveFrom map[int32]int64
 }
 
 // noteKey scopes a notification id by tenant: canonical ids do not contain
@@ -152,7 +159,10 @@ func (t *tracker) addOutcome(o schemas.Outcome) {
 		Channel: o.Channel, DeviceID: o.DeviceID, Status: o.Status, Attempts: o.Attempts, Reason: o.Reason})
 }
 
-func (t *tracker) addDecision(d schemas.Decision) {
+// addDecision adds a decision to the read model, and counts it against the
+// quota when countQuota (decisions below the live consumer's start, which
+// counts the rest: see addLive).
+func (t *tracker) addDecision(d schemas.Decision, countQuota bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if d.Tenant != "" {
@@ -164,6 +174,14 @@ func (t *tracker) addDecision(d schemas.Decision) {
 		n.timeline = append(n.timeline, sdk.TimelineEvent{At: d.At, Kind: sdk.EventDecision, RequestID: d.RequestID, Stage: d.Stage,
 			Outcome: d.Outcome, Detail: d.Detail, OriginalRequestID: d.OriginalRequestID, Producer: d.Producer})
 	}
+	if countQuota {
+		t.countAccepted(d)
+	}
+}
+
+// countAccepted counts an accepted dedupe decision in its quota window.
+// Call it with t.mu held.
+func (t *tracker) countAccepted(d schemas.Decision) {
 	if d.Stage == "dedupe" && d.Outcome == schemas.DecisionAccepted && t.quotaW > 0 {
 		switch w := d.At / t.quotaW; {
 		case w > t.window:
@@ -174,6 +192,18 @@ func (t *tracker) addDecision(d schemas.Decision) {
 			t.accepted[d.Tenant]++
 		}
 	}
+}
+
+// addLive counts a decision the live consumer read against the quota and
+// hands it to the call waiting for it, if any, in that order: a call's
+// answer implies its accepted notifications count. Only the live decisions
+// consumer (consumeLive) calls it: the read model's consumer starts
+// Lookback ago and reaches new decisions only once it has read the history
+// before them.
+func (t *tracker) addLive(d schemas.Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.countAccepted(d)
 	if w := t.waiters[d.RequestID]; w != nil && d.Stage == "dedupe" && w.want[d.NotificationID] {
 		if _, dup := w.got[d.NotificationID]; !dup {
 			w.got[d.NotificationID] = d
@@ -238,7 +268,35 @@ var kindOrder = map[string]int{sdk.EventRequested: 0, sdk.EventDecision: 1, sdk.
 // trackerTopics names the topics the read model consumes.
 type trackerTopics struct{ requests, decisions, attempts, outcomes string }
 
-// consume reads requests, decisions, attempts and outcomes until ctx ends.
+// consumeLive reads herald.decisions from where cl was positioned (the end
+// offsets listed when the server started, see Server.Start) until ctx ends,
+// and hands each decision to its waiter. It never reads history, so a call
+// waiting for a decision is answered as soon as the decision is committed,
+// however much the read model still has to catch up.
+func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, log *slog.Logger) {
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				log.Warn("live decisions fetch error", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			var d schemas.Decision
+			if err := schemas.Decode(r.Value, &d); err != nil {
+				log.Debug("live decisions: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			t.addLive(d)
+		})
+	}
+}
+
+// consume reads requests, decisions, attempts and outcomes into the read
+// model until ctx ends.
 func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, log *slog.Logger) {
 	for {
 		fs := cl.PollFetches(ctx)
@@ -265,7 +323,7 @@ func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics,
 					log.Debug("read model: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
 					return
 				}
-				t.addDecision(d)
+				t.addDecision(d, r.Offset < t.liveFrom[r.Partition])
 			case tp.attempts:
 				var a schemas.Attempt
 				if err := schemas.Decode(r.Value, &a); err != nil {

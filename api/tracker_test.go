@@ -12,7 +12,7 @@ func TestTheTimelinePlacesAttemptsAndOutcomesByTenantAndNotification(t *testing.
 	tr := newTracker(100, time.Minute)
 	const id = "52f364d9288c640b306b566e509104bd"
 	tr.addRequest(schemas.Request{RequestID: "r1", Tenant: "ta", Type: "t", Recipient: "u", NotificationID: id, Title: "x", Body: "y"}, 10)
-	tr.addDecision(schemas.Decision{Stage: "dedupe", Outcome: schemas.DecisionAccepted, RequestID: "r1", Tenant: "ta", NotificationID: id, At: 10})
+	tr.addDecision(schemas.Decision{Stage: "dedupe", Outcome: schemas.DecisionAccepted, RequestID: "r1", Tenant: "ta", NotificationID: id, At: 10}, true)
 	tr.addOutcome(schemas.Outcome{DeliveryID: "d1", NotificationID: id, Tenant: "ta", DeviceID: "phone", Channel: "apns",
 		Status: schemas.OutcomeDelivered, Attempts: 2, At: 30})
 	tr.addAttempt(schemas.Attempt{DeliveryID: "d1", NotificationID: id, Tenant: "ta", DeviceID: "phone", Channel: "apns", Attempt: 2,
