@@ -112,16 +112,18 @@ func TestVerifyReportsMissingTopicsAndPartitionDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Until the new topic's metadata propagates, it is reported missing
-		// too, which also makes len(cat.Topics()) drifts: wait for it.
+		// too, which also makes len(cat.Topics())+1 drifts: wait for it.
+		// Once present, requests drifts in its partitions and in the one
+		// config whose broker default differs from the catalog's.
 		var drift []topics.Drift
 		for i := 0; i < 100; i++ {
-			drift = verifyEventually(t, cat, adm, len(cat.Topics()))
+			drift = verifyEventually(t, cat, adm, len(cat.Topics())+1)
 			if !slices.ContainsFunc(drift, func(d topics.Drift) bool { return d.Topic == requests && d.Field == "topic" }) {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		var missing, partitions int
+		var missing, partitions, configs int
 		for _, d := range drift {
 			switch {
 			case d.Field == "topic":
@@ -131,10 +133,12 @@ func TestVerifyReportsMissingTopicsAndPartitionDrift(t *testing.T) {
 				if d.Want != "3" || d.Got != "1" {
 					t.Errorf("partition drift = %v", d)
 				}
+			case d.Topic == requests && d.Field == "message.timestamp.after.max.ms":
+				configs++
 			}
 		}
-		if missing != len(cat.Topics())-1 || partitions != 1 {
-			t.Fatalf("missing=%d partitions=%d in %v", missing, partitions, drift)
+		if missing != len(cat.Topics())-1 || partitions != 1 || configs != 1 {
+			t.Fatalf("missing=%d partitions=%d configs=%d in %v", missing, partitions, configs, drift)
 		}
 	})
 }

@@ -51,7 +51,16 @@ type Options struct {
 	// compaction is unsafe with transactions (kfake, see internal/embedded).
 	SeenCleanupPolicy string
 	SeenRetentionMs   int64
+	// MaxFutureTimestampMs is herald.requests' message.timestamp.after.max.ms:
+	// a Kafka broker refuses a request stamped further ahead of its own
+	// clock, which bounds how early a skewed producer clock can expire
+	// the dedupe stage's seen entries (see processors/dedupe, "Hazard:
+	// clocks"; its SkewAllowanceMs must be at least this).
+	MaxFutureTimestampMs int64
 }
+
+// DefaultMaxFutureTimestampMs is five minutes.
+const DefaultMaxFutureTimestampMs = 5 * 60_000
 
 // DefaultOptions are production defaults: 12 partitions, replication 3,
 // seven days of retention.
@@ -62,6 +71,7 @@ func DefaultOptions() Options {
 		Replication:              3,
 		RetentionMs:              7 * 24 * 3600 * 1000,
 		SeenTombstoneRetentionMs: 24 * 3600 * 1000,
+		MaxFutureTimestampMs:     DefaultMaxFutureTimestampMs,
 	}
 }
 
@@ -89,12 +99,21 @@ func New(o Options) *Catalog {
 	if o.SeenTombstoneRetentionMs == 0 {
 		o.SeenTombstoneRetentionMs = d.SeenTombstoneRetentionMs
 	}
+	if o.MaxFutureTimestampMs <= 0 {
+		o.MaxFutureTimestampMs = d.MaxFutureTimestampMs
+	}
 	c := &Catalog{opts: o}
-	events := func(name, doc string) {
-		c.add(name, doc, map[string]string{
+	events := func(name, doc string, extra ...map[string]string) {
+		cfg := map[string]string{
 			"cleanup.policy": "delete",
 			"retention.ms":   strconv.FormatInt(o.RetentionMs, 10),
-		})
+		}
+		for _, m := range extra {
+			for k, v := range m {
+				cfg[k] = v
+			}
+		}
+		c.add(name, doc, cfg)
 	}
 	compacted := func(name, doc string, extra map[string]string) {
 		cfg := map[string]string{
@@ -107,7 +126,8 @@ func New(o Options) *Catalog {
 		}
 		c.add(name, doc, cfg)
 	}
-	events("requests", "producer requests, one per recipient; key: notification id")
+	events("requests", "producer requests, one per recipient; key: notification id; records stamped more than MaxFutureTimestampMs ahead of the broker's clock are refused",
+		map[string]string{"message.timestamp.after.max.ms": strconv.FormatInt(o.MaxFutureTimestampMs, 10)})
 	events("decisions", "every stage decision (accepted, duplicate, replay, conflict, limits); key: notification id")
 	const seenDoc = "the dedupe stage's seen-set changelog, co-partitioned with requests; key: kind/scope; tombstone on expiry"
 	if o.SeenCleanupPolicy == "delete" {

@@ -15,6 +15,7 @@ import (
 type policyFlags struct {
 	window, ttl time.Duration
 	typeWindows string
+	skew        time.Duration
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
@@ -22,6 +23,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.window, "dedupe-window", time.Duration(d.DefaultWindowMs)*time.Millisecond, "default dedupe window (the same for herald dedupe, api and replay)")
 	fs.StringVar(&p.typeWindows, "type-windows", "", "per-type dedupe windows, e.g. 'invoice.paid=24h,chat.message=30s'")
 	fs.DurationVar(&p.ttl, "idempotency-ttl", time.Duration(d.IdempotencyTTLMs)*time.Millisecond, "idempotency key TTL")
+	fs.DurationVar(&p.skew, "clock-skew-allowance", time.Duration(d.SkewAllowanceMs)*time.Millisecond,
+		"how far ahead a request may be stamped without expiring other keys early; at least herald.requests' message.timestamp.after.max.ms")
 }
 
 func (p *policyFlags) policy() (dedupe.Policy, error) {
@@ -31,11 +34,15 @@ func (p *policyFlags) policy() (dedupe.Policy, error) {
 	if p.ttl <= 0 {
 		return dedupe.Policy{}, fmt.Errorf("%w: --idempotency-ttl must be positive, got %v", errUsage, p.ttl)
 	}
+	if p.skew < 0 {
+		return dedupe.Policy{}, fmt.Errorf("%w: --clock-skew-allowance must not be negative, got %v", errUsage, p.skew)
+	}
 	tw, err := parseTypeWindows(p.typeWindows)
 	if err != nil {
 		return dedupe.Policy{}, err
 	}
-	return dedupe.Policy{DefaultWindowMs: p.window.Milliseconds(), TypeWindowMs: tw, IdempotencyTTLMs: p.ttl.Milliseconds()}, nil
+	return dedupe.Policy{DefaultWindowMs: p.window.Milliseconds(), TypeWindowMs: tw, IdempotencyTTLMs: p.ttl.Milliseconds(),
+		SkewAllowanceMs: p.skew.Milliseconds()}, nil
 }
 
 func parseTypeWindows(s string) (map[string]int64, error) {

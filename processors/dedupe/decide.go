@@ -29,19 +29,43 @@
 //
 // Determinism. Decisions depend only on the records and their timestamps
 // (record time, never the wall clock), so replaying herald.requests through
-// Decide reproduces every decision. Expired seen entries are deleted with a
-// tombstone once the partition's stream time (the newest record time seen)
-// passes their expiry; an entry found expired at lookup is treated as absent
+// Decide (with the same Policy, SkewAllowanceMs included) reproduces every
+// decision. An entry is live for a request stamped before its expiry.
+// Expired entries are deleted with a tombstone once the partition's stream
+// time (the newest record time seen) passes their expiry plus
+// SkewAllowanceMs; an entry found expired at lookup is treated as absent
 // whether or not its tombstone was written yet.
 //
-// Hazard: clocks. Stream time is the newest record time of the partition, so
-// a request stamped in the future expires every entry whose window ends
-// before that time, early. The API stamps records with its own clock; Kafka
-// 4 brokers refuse records more than log.message.timestamp.after.max.ms
-// (one hour by default) ahead of their clock, which bounds the damage. Keep
-// producer clocks synchronised, or set message.timestamp.type=LogAppendTime
-// on herald.requests when producers cannot be trusted (record time is then
-// the broker's, at the cost of replaying history with original times).
+// Hazard: clocks. Record time is the producer's clock (the API's, or an SDK
+// producer's: herald.requests keeps CreateTime). A request stamped Δ ahead
+// of the others moves stream time Δ ahead, and would tombstone every entry
+// whose window ends before that, early, so that honest repeats inside
+// their window were accepted again. Two bounds, both in code:
+//   - The stage tombstones an entry only once stream time is
+//     SkewAllowanceMs (5 minutes by default) past its expiry. A record
+//     stamped at most SkewAllowanceMs ahead cuts no other key's window
+//     short; one stamped Δ further ahead cuts them short by at most
+//     Δ − SkewAllowanceMs. The cost: expired entries stay in memory and in
+//     herald.seen SkewAllowanceMs longer.
+//   - The topic catalog sets message.timestamp.after.max.ms on
+//     herald.requests to the same 5 minutes (topics.Options
+//     MaxFutureTimestampMs), so a Kafka broker refuses a record stamped
+//     further ahead of its own clock (the producer gets INVALID_TIMESTAMP;
+//     the API answers 503). With SkewAllowanceMs at least that value, no
+//     window is cut short relative to the broker's clock: the record that
+//     moves stream time to S was appended when the broker's clock read at
+//     least S − allowance, so every entry it tombstones had expired by the
+//     broker's clock. kfake (herald dev's embedded broker) ignores that
+//     config: there only the first bound holds.
+//
+// Still assumed: producers whose clocks lag (a record stamped in the past)
+// see entries live that the others see expired, so their repeats can be
+// duplicates a little longer; and the broker's clock is right. Broker
+// append time (LogAppendTime) on herald.requests was not chosen: it would
+// also remove producer skew, but then the SDK's and the tests' event times
+// are overwritten on append, requests copied to another cluster get new
+// times (decisions there would not reproduce the audit), and the window
+// would start at arrival, not at the producer's send.
 package dedupe
 
 import (
@@ -49,6 +73,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
 )
 
 // Policy holds the stage's configurable windows.
@@ -59,11 +84,24 @@ type Policy struct {
 	TypeWindowMs    map[string]int64
 	// IdempotencyTTLMs applies to requests without idempotencyTtlMs.
 	IdempotencyTTLMs int64
+	// SkewAllowanceMs is how far ahead of the other producers' clocks a
+	// record may be stamped without expiring anyone else's seen entry
+	// early: an entry is tombstoned only once stream time has passed its
+	// expiry by this much (see "Hazard: clocks"). Keep it at least the
+	// message.timestamp.after.max.ms of herald.requests
+	// (topics.Options.MaxFutureTimestampMs); 0 gives no allowance.
+	SkewAllowanceMs int64
 }
 
-// DefaultPolicy: a one hour dedupe window, a 24 hour idempotency TTL.
+// DefaultSkewAllowanceMs is five minutes (the clock skew Kerberos
+// tolerates), the topic catalog's default message.timestamp.after.max.ms
+// of herald.requests.
+const DefaultSkewAllowanceMs = topics.DefaultMaxFutureTimestampMs
+
+// DefaultPolicy: a one hour dedupe window, a 24 hour idempotency TTL, a
+// five minute skew allowance.
 func DefaultPolicy() Policy {
-	return Policy{DefaultWindowMs: 3600_000, IdempotencyTTLMs: 24 * 3600_000}
+	return Policy{DefaultWindowMs: 3600_000, IdempotencyTTLMs: 24 * 3600_000, SkewAllowanceMs: DefaultSkewAllowanceMs}
 }
 
 // Source locates the request being decided.

@@ -132,9 +132,10 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 func (t *Task) Tick(*stage.Out) {}
 
 // expire tombstones entries whose expiry the partition's stream time (the
-// newest record time so far, this record's included) has reached.
+// newest record time so far, this record's included) has passed by the
+// policy's skew allowance.
 func (t *Task) expire(out *stage.Out) {
-	now := t.pendingStreamTime
+	now := t.pendingStreamTime - t.policy.SkewAllowanceMs
 	for t.expiry.Len() > 0 && t.expiry[0].at <= now {
 		it := heap.Pop(&t.expiry).(expiryItem)
 		t.popped = append(t.popped, it)
