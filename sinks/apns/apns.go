@@ -45,8 +45,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptrace"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -207,16 +205,12 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 	if err != nil {
 		return sinks.Result{Class: sinks.Permanent, Rule: "bad_request", Reason: "unencodable", Err: err}
 	}
-	var wrote atomic.Bool
 	var ra retryAfterHolder
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
+	ctx, wrote := sinks.TraceWrite(ctx)
 	ctx = context.WithValue(ctx, retryAfterKey{}, &ra)
 	resp, err := p.cl.PushWithContext(ctx, n)
 	if err != nil {
-		if wrote.Load() {
-			return sinks.Result{Class: sinks.Ambiguous, Rule: "no_answer", Err: err}
-		}
-		return sinks.Result{Class: sinks.Retryable, Rule: "not_sent", Err: err}
+		return sinks.NoAnswer(err, wrote.Load())
 	}
 	res := Classify(resp.StatusCode, resp.Reason)
 	res.MessageID = resp.ApnsID
@@ -266,25 +260,10 @@ func (t *retryAfter) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
 		if h, ok := req.Context().Value(retryAfterKey{}).(*retryAfterHolder); ok {
-			h.v.Store(int64(ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())))
+			h.v.Store(int64(sinks.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())))
 		}
 	}
 	return resp, err
-}
-
-// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP date
-// (0 when absent, malformed or past).
-func ParseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil {
-		return max(0, time.Duration(s)*time.Second)
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(0, t.Sub(now))
-	}
-	return 0
 }
 
 // CloseIdleConnections closes the client's idle connections.

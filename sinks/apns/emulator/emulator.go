@@ -28,14 +28,14 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/heraldhq/herald/sinks/emulate"
 )
 
 // Options configure an emulator.
@@ -53,27 +53,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Rule scripts the answer to pushes for one token ("" for every token).
-type Rule struct {
-	Token      string
-	Status     int
-	Reason     string
-	RetryAfter time.Duration
-	// Times the rule applies, then it is dropped (0: forever).
-	Times int
-	// Delay answers after this long (a slow answer); Reset resets the
-	// stream after the request was read, with no answer.
-	Delay time.Duration
-	Reset bool
-}
+// Rule scripts the answer to pushes for one token ("" for every token);
+// Reason is Apple's reason.
+type Rule = emulate.Rule
 
 // Faults are injected at random into answers no rule scripts.
-type Faults struct {
-	// ResetRate is the share of pushes answered by a stream reset;
-	// SlowRate the share answered after SlowDelay.
-	ResetRate, SlowRate float64
-	SlowDelay           time.Duration
-}
+type Faults = emulate.Faults
 
 // Push is one request the emulator read.
 type Push struct {
@@ -100,11 +85,8 @@ type Emulator struct {
 	certPEM []byte
 	pool    *x509.CertPool
 
-	mu     sync.Mutex
-	rules  []*Rule
-	faults Faults
-	pushes []Push
-	total  int
+	script emulate.Script
+	pushes *emulate.Log[Push]
 }
 
 // Start listens and serves until Close.
@@ -125,7 +107,7 @@ func Start(o Options) (*Emulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apns emulator: listen on %s: %w", o.Addr, err)
 	}
-	e := &Emulator{o: o, ln: ln, certPEM: certPEM, pool: pool}
+	e := &Emulator{o: o, ln: ln, certPEM: certPEM, pool: pool, pushes: emulate.NewLog[Push](o.MaxRecords)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/3/device/", e.device)
 	mux.HandleFunc("GET /emulator/pushes", e.list)
@@ -150,32 +132,16 @@ func (e *Emulator) RootCAs() *x509.CertPool { return e.pool }
 func (e *Emulator) CertPEM() []byte { return e.certPEM }
 
 // AddRule scripts answers; rules are matched in the order added.
-func (e *Emulator) AddRule(r Rule) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.rules = append(e.rules, &r)
-}
+func (e *Emulator) AddRule(r Rule) { e.script.AddRule(r) }
 
 // SetFaults sets the random faults.
-func (e *Emulator) SetFaults(f Faults) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.faults = f
-}
+func (e *Emulator) SetFaults(f Faults) { e.script.SetFaults(f) }
 
 // Received returns the pushes read so far, oldest first.
-func (e *Emulator) Received() []Push {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]Push(nil), e.pushes...)
-}
+func (e *Emulator) Received() []Push { return e.pushes.Items() }
 
 // Total is the number of pushes read since Start.
-func (e *Emulator) Total() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.total
-}
+func (e *Emulator) Total() int { return e.pushes.Total() }
 
 // Close stops the server and drops its connections.
 func (e *Emulator) Close() error { return e.srv.Close() }
@@ -231,78 +197,31 @@ func (e *Emulator) device(w http.ResponseWriter, r *http.Request) {
 	case jsonErr != nil:
 		status, reason = http.StatusBadRequest, "BadPayload"
 	}
-	var retryAfter, delay time.Duration
-	reset := false
+	var rule Rule
 	if status == http.StatusOK {
-		if rule := e.match(token); rule != nil {
-			status, reason, retryAfter, delay, reset = rule.Status, rule.Reason, rule.RetryAfter, rule.Delay, rule.Reset
+		var scripted bool
+		if rule, scripted = e.script.Answer(token); scripted {
+			status, reason = rule.Status, rule.Reason
 			if status == 0 {
 				status = http.StatusOK
 			}
-		} else {
-			e.mu.Lock()
-			f := e.faults
-			e.mu.Unlock()
-			switch x := mrand.Float64(); {
-			case x < f.ResetRate:
-				reset = true
-			case x < f.ResetRate+f.SlowRate:
-				delay = f.SlowDelay
-			}
 		}
 	}
-	switch {
-	case reset:
-		p.Answer = "reset"
-	case delay > 0:
-		p.Answer = "slow"
-	default:
-		p.Answer = strings.TrimSpace(strconv.Itoa(status) + " " + reason)
-	}
+	p.Answer = rule.Label(status, reason)
 	e.record(p)
-	if reset {
-		panic(http.ErrAbortHandler) // RST_STREAM after the request was read
-	}
-	if wait := e.o.Latency + delay; wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-r.Context().Done():
-			return
-		}
+	if !emulate.Hold(r, rule, e.o.Latency) {
+		return
 	}
 	if p.APNsID == "" {
 		p.APNsID = newUUID()
 	}
 	w.Header().Set("apns-id", p.APNsID)
-	answer(w, status, reason, retryAfter)
-}
-
-func (e *Emulator) match(token string) *Rule {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i, r := range e.rules {
-		if r.Token != "" && r.Token != token {
-			continue
-		}
-		if r.Times > 0 {
-			if r.Times--; r.Times == 0 {
-				e.rules = append(e.rules[:i:i], e.rules[i+1:]...)
-			}
-		}
-		return r
-	}
-	return nil
+	answer(w, status, reason, rule.RetryAfter)
 }
 
 func (e *Emulator) record(p Push) {
 	e.o.Logger.Debug("apns emulator received a push", "apns_id", p.APNsID, "notification", p.NotificationID, "answer", p.Answer)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.total++
-	e.pushes = append(e.pushes, p)
-	if e.o.MaxRecords > 0 && len(e.pushes) > e.o.MaxRecords {
-		e.pushes = append(e.pushes[:0:0], e.pushes[len(e.pushes)-e.o.MaxRecords:]...)
-	}
+	e.pushes.Add(p)
 }
 
 // list serves the record as JSON (GET /emulator/pushes).
