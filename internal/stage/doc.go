@@ -6,9 +6,52 @@
 //
 // A stage is a Task per input partition: a function of (state, record) →
 // (outputs, state changes) with no Kafka in it, so it is tested and replayed
-// without a broker. The runtime owns everything else.
+// without a broker. The runtime owns everything else. Tasks of different
+// partitions restore concurrently: they must not share mutable state.
 //
-// Exactly-once, and its hazards:
+// What the runtime does, each shown by a test on the real broker
+// (stage_test.go, hardening_test.go):
+//   - A restarted instance continues from its committed state: outputs of
+//     committed transactions are neither repeated nor lost.
+//   - Before reading, Run refuses a changelog whose partition count differs
+//     from the input's, naming both topics and counts.
+//   - Run fences a crashed predecessor with the same TransactionalID before
+//     the first poll (it asks for the producer id, which aborts the
+//     predecessor's open transaction), so its pending offsets become stable
+//     at once, not after its transaction timeout.
+//   - Restore waits, per partition, until the group's offsets are stable
+//     and then until the changelog's last stable offset reaches the high
+//     watermark it had then, and reads up to it. Kafka writes a
+//     transaction's markers to each partition separately after EndTxn
+//     returns and does not order them across partitions: stable offsets do
+//     not mean the changelog's marker is written. The end of a changelog is
+//     known exactly (control records are read), never guessed from idle
+//     polls.
+//   - Partitions restore in parallel (RestoreParallelism), inside the
+//     assignment; Ready is false, and Restoring true, until every assigned
+//     partition has restored.
+//   - A partition with no committed group offset whose changelog holds
+//     committed state (the group's offsets were lost: expired after
+//     offsets.retention.minutes with no member, or deleted) stops the
+//     stage with an error unless ResetOffsets says where to start
+//     ("earliest" or "latest"); replaying the input from the start would
+//     decide it again against state that has moved on.
+//   - A transaction closes when the fetch is drained or the batch is full:
+//     a lone record is committed at once, however long BatchInterval (which
+//     only bounds how long an idle poll waits, so timers fire at least that
+//     often).
+//   - An input record whose output can never be written (MESSAGE_TOO_LARGE,
+//     INVALID_RECORD and the like) is written to DeadLetterTopic as a
+//     DeadLetter (reason and position, not the payload) in a transaction
+//     with its offset, without being processed; its state changes are
+//     dropped and the partition moves on. A batch that fails that way is
+//     aborted and reprocessed one record per transaction until the culprit
+//     is found, since the broker fails a whole produce batch for one record.
+//     Other produce errors abort the batch, which is retried from the
+//     committed offsets after a bounded, jittered exponential backoff
+//     (internal/backoff).
+//
+// Hazards and their bounds:
 //   - State changes made while processing a batch are pending until the
 //     transaction commits. A task must keep them apart from its committed
 //     state and apply them on Commit or drop them on Abort: after an abort the
@@ -16,13 +59,26 @@
 //     records are processed again against the committed state.
 //   - Rebalances are blocked while a batch is processed (BlockRebalanceOnPoll)
 //     and allowed between transactions, so a revoke never interrupts a batch:
-//     the batch commits or aborts first. Keep batches short (BatchInterval) so
-//     a rebalance is never held longer than the group's rebalance timeout.
-//   - Restoring reads the changelog read_committed up to its last stable
-//     offset. A crashed instance's open transaction holds that offset back
-//     until the transaction is fenced (same TransactionalID restarting) or
-//     times out (TransactionTimeout): keep TransactionalID stable per
-//     instance, and the timeout short.
+//     the batch commits or aborts first. Keep batches short (MaxBatchRecords)
+//     so a rebalance is never held longer than the group's rebalance timeout.
+//   - Restore runs inside the assignment callback: a member restoring when
+//     the next rebalance begins rejoins only when its restore ends, and
+//     partitions it already owned pause meanwhile. Size RebalanceTimeout
+//     above the longest restore (see Config.RebalanceTimeout).
+//   - Restore waits for transactions open on a changelog and for pending
+//     offset commits. A crashed instance's transaction is ended at once
+//     when an instance with the same TransactionalID restarts (keep it
+//     stable per instance), otherwise by TransactionTimeout: that bounds
+//     the wait.
+//   - Lost offsets are recognised by committed data or commit markers in
+//     the changelog. A changelog whose every record, tombstone and marker
+//     has been compacted away looks empty; that takes a partition idle for
+//     longer than the changelog's delete.retention.ms and an empty group
+//     for longer than offsets.retention.minutes, by which time the input's
+//     retention has removed most of what a replay would re-decide.
+//   - A timer's output (from Tick) that can never be written is not
+//     dead-lettered: the batch is retried with backoff and the error
+//     logged, so such a timer stalls its stage until fixed.
 //   - Changelog records must be written to the input record's partition
 //     (set Record.Partition and use a partitioner that honours it for
 //     changelog topics, such as topics.Catalog.Partitioner).

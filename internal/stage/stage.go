@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/metrics"
 )
 
@@ -77,8 +79,37 @@ type Config struct {
 	MaxBatchRecords int
 	BatchInterval   time.Duration
 	// TransactionTimeout bounds how long a crashed instance's open
-	// transaction can hold back readers.
+	// transaction can hold back readers when no instance with the same
+	// TransactionalID restarts to fence it.
 	TransactionTimeout time.Duration
+	// RebalanceTimeout is how long the group waits for members to rejoin
+	// once a rebalance begins (60 s by default). Partitions are restored
+	// inside the assignment, so a member restoring when the next rebalance
+	// begins rejoins only when its restore ends: size it above the longest
+	// restore, which is (records in the largest changelog partition) ×
+	// ceil(partitions per member / RestoreParallelism) ÷ (restore rate).
+	// The rate is logged per partition ("partition restored",
+	// records_per_s).
+	RebalanceTimeout time.Duration
+	// RestoreParallelism bounds how many partitions restore at once
+	// (4 by default).
+	RestoreParallelism int
+	// ResetOffsets is where a partition starts when the group has no
+	// committed offset for it: "" (the default) starts at the beginning
+	// but refuses to start a partition whose changelog already holds
+	// committed state, since the group's offsets were then lost (expired
+	// or deleted) and replaying the input would decide it again against
+	// state that has moved on; "earliest" or "latest" is the operator's
+	// explicit choice for that case.
+	ResetOffsets string
+	// DeadLetterTopic receives, in place of its outputs, an input record
+	// whose outputs can never be written (too large, invalid), with the
+	// reason and the record's position, in a transaction with its offset.
+	// Empty: such a record stops the stage with an error.
+	DeadLetterTopic string
+	// Backoff spaces the retries of a batch whose produce failed with a
+	// retriable error (backoff.Default when zero).
+	Backoff backoff.Policy
 	// AfterCommit, when set, runs after every committed transaction, with
 	// rebalances still blocked: a sink calls its providers here for the
 	// intents the transaction just made durable. When it returns true the
@@ -110,6 +141,17 @@ func (c *Config) defaults() error {
 	if c.SessionTimeout <= 0 {
 		c.SessionTimeout = 10 * time.Second
 	}
+	if c.RebalanceTimeout <= 0 {
+		c.RebalanceTimeout = time.Minute
+	}
+	if c.RestoreParallelism <= 0 {
+		c.RestoreParallelism = 4
+	}
+	switch c.ResetOffsets {
+	case "", ResetEarliest, ResetLatest:
+	default:
+		return fmt.Errorf("stage: ResetOffsets %q: want %q, %q or empty", c.ResetOffsets, ResetEarliest, ResetLatest)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -119,21 +161,52 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// Explicit choices for Config.ResetOffsets.
+const (
+	ResetEarliest = "earliest"
+	ResetLatest   = "latest"
+)
+
 // Runner runs one stage instance.
 type Runner struct {
 	cfg  Config
+	opts []kgo.Opt
 	sess *kgo.GroupTransactSession
 	log  *slog.Logger
 
-	// tasks is touched by the loop and by rebalance callbacks; rebalances
-	// are blocked while the loop processes, but the lock documents and
-	// enforces it.
+	// mu guards tasks, poison and isolate, which the loop and the
+	// rebalance callbacks touch; rebalances are blocked while the loop
+	// processes, but the lock documents and enforces it.
 	mu    sync.Mutex
 	tasks map[int32]Task
+	// poison holds input records whose outputs can never be written, with
+	// the reason: the next transaction that sees one dead-letters it.
+	poison map[position]string
+	// isolate holds, per partition, the last input offset of a batch that
+	// failed with an output that can never be written: up to it, records
+	// are processed one per transaction, to learn which one it was.
+	isolate map[int32]int64
+	// retries counts consecutive transactions aborted by a retriable
+	// produce error, for the backoff. Only the loop touches it.
+	retries int
 
-	records, committed, aborted, restoredRecs *metrics.Counter
-	partitions                                *metrics.Gauge
-	restoreErr                                chan error
+	assignedOnce atomic.Bool
+	restoring    atomic.Int32
+
+	records, committed, aborted, restoredRecs, deadLettered *metrics.Counter
+	partitions                                              *metrics.Gauge
+
+	failMu  sync.Mutex
+	failErr error
+	// runCtx is Run's context and cancel stops it; both are set before
+	// the session exists, so its callbacks see them.
+	runCtx context.Context
+	cancel context.CancelFunc
+}
+
+type position struct {
+	partition int32
+	offset    int64
 }
 
 // New prepares a runner; Run starts it.
@@ -142,19 +215,25 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{
-		cfg:        cfg,
-		log:        cfg.Logger.With("stage", cfg.Name, "txn_id", cfg.TransactionalID),
-		tasks:      map[int32]Task{},
-		restoreErr: make(chan error, 1),
+		cfg:     cfg,
+		log:     cfg.Logger.With("stage", cfg.Name, "txn_id", cfg.TransactionalID),
+		tasks:   map[int32]Task{},
+		poison:  map[position]string{},
+		isolate: map[int32]int64{},
 	}
 	m := cfg.Metrics
 	r.records = m.Counter("herald_stage_records_total", "input records processed in committed transactions", "stage", cfg.Name)
 	r.committed = m.Counter("herald_stage_transactions_total", "transactions ended", "stage", cfg.Name, "result", "committed")
 	r.aborted = m.Counter("herald_stage_transactions_total", "transactions ended", "stage", cfg.Name, "result", "aborted")
 	r.restoredRecs = m.Counter("herald_stage_restored_records_total", "changelog records restored", "stage", cfg.Name)
+	r.deadLettered = m.Counter("herald_stage_dead_letters_total", "input records dead-lettered because their outputs can never be written", "stage", cfg.Name)
 	r.partitions = m.Gauge("herald_stage_partitions", "input partitions owned", "stage", cfg.Name)
 
-	opts := []kgo.Opt{
+	reset := kgo.NewOffset().AtStart()
+	if cfg.ResetOffsets == ResetLatest {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	r.opts = []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Input),
@@ -163,64 +242,158 @@ func New(cfg Config) (*Runner, error) {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumeResetOffset(reset),
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.revoked),
 		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 	}
 	if cfg.GroupInstanceID != "" {
-		opts = append(opts, kgo.InstanceID(cfg.GroupInstanceID))
+		r.opts = append(r.opts, kgo.InstanceID(cfg.GroupInstanceID))
 	}
 	if cfg.Partitioner != nil {
-		opts = append(opts, kgo.RecordPartitioner(cfg.Partitioner))
+		r.opts = append(r.opts, kgo.RecordPartitioner(cfg.Partitioner))
 	}
-	opts = append(opts, cfg.ClientOpts...)
-	sess, err := kgo.NewGroupTransactSession(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("stage %s: client: %w", cfg.Name, err)
-	}
-	r.sess = sess
+	r.opts = append(r.opts, cfg.ClientOpts...)
 	return r, nil
 }
 
+// Ready reports whether the instance is running, has received its first
+// assignment, and no assigned partition is restoring: whether it processes
+// its input now. A /readyz endpoint answers with it.
+func (r *Runner) Ready() bool {
+	return r.assignedOnce.Load() && r.restoring.Load() == 0
+}
+
+// Restoring reports whether any assigned partition is restoring its state.
+func (r *Runner) Restoring() bool { return r.restoring.Load() > 0 }
+
+// fail records the first fatal error of a rebalance callback and stops Run.
+func (r *Runner) fail(err error) {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	if r.failErr == nil {
+		r.failErr = err
+		r.log.Error("stage failing", "err", err)
+		r.cancel()
+	}
+}
+
+func (r *Runner) failure() error {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	return r.failErr
+}
+
 // Run processes until ctx is done or a fatal error, then leaves the group
-// cleanly: the open transaction is committed or aborted first.
+// cleanly: the open transaction is committed or aborted first. It refuses
+// to start when a changelog is not co-partitioned with the input, and
+// (from the restore) when the group lost its offsets; it fences a crashed
+// predecessor with the same TransactionalID before the first poll.
 func (r *Runner) Run(ctx context.Context) error {
-	defer r.sess.Close()
+	if err := r.checkCoPartitioned(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.runCtx, r.cancel = ctx, cancel // before the session: its callbacks use them
+	sess, err := kgo.NewGroupTransactSession(r.opts...)
+	if err != nil {
+		return fmt.Errorf("stage %s: client: %w", r.cfg.Name, err)
+	}
+	r.sess = sess
+	defer sess.Close()
+	defer r.assignedOnce.Store(false)
 	r.log.Info("stage starting", "input", r.cfg.Input, "changelogs", r.cfg.Changelogs)
+
+	// franz-go asks for a producer id lazily, at the first produce; a
+	// predecessor that crashed with a transaction open would hold its
+	// offsets unstable (and this instance's restore waiting) until the
+	// transaction times out. Asking now fences it: the coordinator aborts
+	// its transaction.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		if f := r.failure(); f != nil {
+			return f
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("stage %s: fence the previous transaction of %s: %w", r.cfg.Name, r.cfg.TransactionalID, err)
+	}
 	for {
-		if err := ctx.Err(); err != nil {
+		if f := r.failure(); f != nil {
+			return f
+		}
+		if ctx.Err() != nil {
 			r.log.Info("stage stopping")
 			return nil
 		}
-		select {
-		case err := <-r.restoreErr:
-			return err
-		default:
-		}
-		if err := r.step(ctx); err != nil {
+		wait, err := r.step(ctx)
+		if err != nil {
+			if f := r.failure(); f != nil {
+				return f
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		if wait > 0 {
+			backoff.Sleep(ctx, wait) // rebalances are allowed meanwhile
+		}
 	}
 }
 
-// step runs one transaction: poll up to a batch, process, tick, commit; then,
-// while AfterCommit asks for it, one more transaction without input.
-func (r *Runner) step(ctx context.Context) error {
-	defer r.sess.AllowRebalance()
+// checkCoPartitioned refuses a changelog whose partition count differs from
+// the input's: its partition p would not hold the state of input
+// partition p.
+func (r *Runner) checkCoPartitioned(ctx context.Context) error {
+	if len(r.cfg.Changelogs) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.cfg.Brokers...)}, r.cfg.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("stage %s: admin client: %w", r.cfg.Name, err)
+	}
+	defer cl.Close()
+	names := append([]string{r.cfg.Input}, r.cfg.Changelogs...)
+	td, err := kadm.NewClient(cl).ListTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("stage %s: list topics: %w", r.cfg.Name, err)
+	}
+	counts := make(map[string]int, len(names))
+	for _, name := range names {
+		d, ok := td[name]
+		switch {
+		case !ok:
+			return fmt.Errorf("stage %s: topic %s: not in metadata", r.cfg.Name, name)
+		case d.Err != nil:
+			return fmt.Errorf("stage %s: topic %s: %w", r.cfg.Name, name, d.Err)
+		}
+		counts[name] = len(d.Partitions)
+	}
+	for _, c := range r.cfg.Changelogs {
+		if counts[c] != counts[r.cfg.Input] {
+			return fmt.Errorf("stage %s: changelog %s has %d partitions but input %s has %d: a changelog must be co-partitioned with its input; refusing to start",
+				r.cfg.Name, c, counts[c], r.cfg.Input, counts[r.cfg.Input])
+		}
+	}
+	return nil
+}
 
-	deadline := time.Now().Add(r.cfg.BatchInterval)
+// poll collects one batch. It waits up to BatchInterval for the first
+// records, then takes only what the client has already buffered, up to
+// limit: the transaction closes when the fetch is drained or the batch is
+// full, never waiting for records that have not arrived.
+func (r *Runner) poll(ctx context.Context, limit int) ([]*kgo.Record, error) {
+	pollCtx, cancel := context.WithTimeout(ctx, r.cfg.BatchInterval)
+	defer cancel()
 	var batch []*kgo.Record
-	for len(batch) < r.cfg.MaxBatchRecords {
-		pollCtx, cancel := context.WithDeadline(ctx, deadline)
-		fetches := r.sess.PollRecords(pollCtx, r.cfg.MaxBatchRecords-len(batch))
-		cancel()
+	for {
+		fetches := r.sess.PollRecords(pollCtx, limit-len(batch))
 		if fetches.IsClientClosed() {
-			return errors.New("stage: client closed")
+			return nil, errors.New("stage: client closed")
 		}
 		fetches.EachError(func(t string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -229,29 +402,49 @@ func (r *Runner) step(ctx context.Context) error {
 			r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 		})
 		batch = append(batch, fetches.Records()...)
-		if ctx.Err() != nil || !time.Now().Before(deadline) {
-			break
+		if len(batch) >= limit || pollCtx.Err() != nil || len(batch) > 0 && r.sess.Client().BufferedFetchRecords() == 0 {
+			return batch, nil
 		}
 	}
-	if ctx.Err() != nil && len(batch) == 0 {
-		return nil
+}
+
+// step runs one transaction: poll up to a batch, process, tick, commit; then,
+// while AfterCommit asks for it, one more transaction without input. It
+// returns how long to back off before the next step (after a retriable
+// produce error), or a fatal error.
+func (r *Runner) step(runCtx context.Context) (time.Duration, error) {
+	defer r.sess.AllowRebalance()
+
+	limit := r.cfg.MaxBatchRecords
+	r.mu.Lock()
+	if len(r.isolate) > 0 {
+		limit = 1
+	}
+	r.mu.Unlock()
+	batch, err := r.poll(runCtx, limit)
+	if err != nil {
+		return 0, err
+	}
+	if runCtx.Err() != nil && len(batch) == 0 {
+		return 0, nil
 	}
 	// From here the batch is finished even if ctx is cancelled (shutdown):
 	// a transaction left open would hold back every read_committed reader
 	// of the output topics until it times out.
-	ctx = context.WithoutCancel(ctx)
+	ctx := context.WithoutCancel(runCtx)
 	for {
-		committed, err := r.transact(ctx, batch)
-		if err != nil || !committed || r.cfg.AfterCommit == nil || !r.cfg.AfterCommit(ctx) {
-			return err
+		committed, wait, err := r.transact(ctx, batch)
+		if err != nil || wait > 0 || !committed || r.cfg.AfterCommit == nil || !r.cfg.AfterCommit(ctx) {
+			return wait, err
 		}
 		batch = nil
 	}
 }
 
 // transact processes batch, ticks, and commits the outputs with the input
-// offsets in one transaction.
-func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, error) {
+// offsets in one transaction. It reports whether it committed, and how
+// long to back off before the next one (after a retriable produce error).
+func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TransactionTimeout)
 	defer cancel()
 
@@ -262,44 +455,59 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, error
 		t, ok := r.tasks[rec.Partition]
 		if !ok { // revoked between poll and now: cannot happen with blocked rebalances
 			r.mu.Unlock()
-			return false, fmt.Errorf("stage %s: record for unowned partition %d", r.cfg.Name, rec.Partition)
+			return false, 0, fmt.Errorf("stage %s: record for unowned partition %d", r.cfg.Name, rec.Partition)
+		}
+		if reason, ok := r.poison[position{rec.Partition, rec.Offset}]; ok {
+			out.Emit(r.deadLetter(rec, reason))
+			continue
 		}
 		if err := t.Process(rec, &out); err != nil {
 			r.mu.Unlock()
-			return false, fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
+			return false, 0, fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
 		}
 	}
+	ticksFrom := out.Len()
 	for _, t := range r.tasks {
 		t.Tick(&out)
 	}
 	r.mu.Unlock()
 
 	if len(batch) == 0 && out.Len() == 0 {
-		return false, nil // idle: no transaction at all
+		return false, 0, nil // idle: no transaction at all
 	}
 	if err := r.sess.Begin(); err != nil {
-		return false, fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
+		return false, 0, fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
 	}
 
-	var produceErr error
-	var perr sync.Mutex
-	for _, rec := range out.records {
-		r.sess.Produce(ctx, rec, func(rec *kgo.Record, err error) {
-			if err != nil {
-				perr.Lock()
-				if produceErr == nil {
-					produceErr = fmt.Errorf("produce to %s: %w", rec.Topic, err)
-				}
-				perr.Unlock()
-			}
+	var errMu sync.Mutex
+	errs := make([]error, out.Len())
+	for i, rec := range out.records {
+		r.sess.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			errMu.Lock()
+			errs[i] = err
+			errMu.Unlock()
 		})
 	}
 	if err := r.sess.Client().Flush(ctx); err != nil {
-		return false, fmt.Errorf("stage %s: flush: %w", r.cfg.Name, err)
+		return false, 0, fmt.Errorf("stage %s: flush: %w", r.cfg.Name, err)
 	}
+	errMu.Lock()
+	var produceErr error
+	var poisoned []int // outputs that can never be written
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if produceErr == nil {
+			produceErr = fmt.Errorf("produce to %s: %w", out.records[i].Topic, err)
+		}
+		if neverWritable(err) {
+			poisoned = append(poisoned, i)
+		}
+	}
+	errMu.Unlock()
 	try := kgo.TryCommit
 	if produceErr != nil {
-		r.log.Warn("aborting transaction after a produce error", "err", produceErr)
 		try = kgo.TryAbort
 	}
 	committed, err := r.sess.End(ctx, try)
@@ -316,45 +524,151 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, error
 	if committed {
 		r.committed.Inc()
 		r.records.Add(int64(len(batch)))
+		r.retries = 0
+		for _, rec := range batch {
+			pos := position{rec.Partition, rec.Offset}
+			if _, ok := r.poison[pos]; ok {
+				delete(r.poison, pos)
+				r.deadLettered.Inc()
+			}
+			if last, ok := r.isolate[rec.Partition]; ok && rec.Offset >= last {
+				delete(r.isolate, rec.Partition)
+			}
+		}
 	} else {
 		r.aborted.Inc()
 		r.log.Info("transaction aborted; input rewound to the last commit", "records", len(batch))
 	}
 	if err != nil {
-		return false, fmt.Errorf("stage %s: end transaction: %w", r.cfg.Name, err)
+		return false, 0, fmt.Errorf("stage %s: end transaction: %w", r.cfg.Name, err)
 	}
-	return committed, nil
+	if produceErr == nil {
+		return committed, 0, nil
+	}
+	if len(poisoned) > 0 {
+		isolated, err := r.notePoison(batch, ticksFrom, poisoned[0], errs[poisoned[0]])
+		if err != nil || isolated {
+			return false, 0, err // a fatal error, or a retry at once, one record at a time
+		}
+	}
+	// A retriable error (or one no input record can be blamed for): the
+	// same batch is retried from the rewound input after a backoff.
+	r.retries++
+	d := r.cfg.Backoff.Delay(r.retries, 0)
+	r.log.Warn("transaction aborted after a produce error; retrying after a backoff",
+		"err", produceErr, "retry", r.retries, "backoff", d.Round(time.Millisecond))
+	return false, d, nil
+}
+
+// notePoison handles an aborted batch some of whose outputs can never be
+// written. A batch of one input record marks that record poisoned (the
+// next transaction dead-letters it); a larger batch is reprocessed one
+// record per transaction, since a broker fails a whole produce batch for
+// one bad record and the culprit cannot be named yet. It reports whether
+// the retry needs no backoff. Called with r.mu held.
+func (r *Runner) notePoison(batch []*kgo.Record, ticksFrom, first int, perr error) (bool, error) {
+	if first >= ticksFrom {
+		r.log.Error("a timer's output can never be written; retrying", "err", perr)
+		return false, nil
+	}
+	if r.cfg.DeadLetterTopic == "" {
+		return false, fmt.Errorf("stage %s: an output can never be written and there is no dead-letter topic: %w", r.cfg.Name, perr)
+	}
+	if len(batch) > 1 {
+		for _, rec := range batch {
+			r.isolate[rec.Partition] = max(r.isolate[rec.Partition], rec.Offset)
+		}
+		r.log.Warn("a batch has an output that can never be written; reprocessing it one record per transaction to find its input",
+			"records", len(batch), "err", perr)
+		return true, nil
+	}
+	rec := batch[0]
+	pos := position{rec.Partition, rec.Offset}
+	if _, ok := r.poison[pos]; ok {
+		return false, fmt.Errorf("stage %s: the dead letter of %s/%d@%d can never be written either: %w",
+			r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, perr)
+	}
+	r.poison[pos] = perr.Error()
+	r.log.Warn("an input record's output can never be written; dead-lettering the record",
+		"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", perr)
+	return true, nil
+}
+
+// neverWritable reports whether a produce error is the record's own fault,
+// so that retrying the same record can never succeed.
+func neverWritable(err error) bool {
+	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // assigned restores each new partition's task from the changelogs before
-// the loop sees any of its records.
+// the loop sees any of its records, RestoreParallelism partitions at a time.
 func (r *Runner) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range assigned[r.cfg.Input] {
-		start := time.Now()
-		t := r.cfg.NewTask(p)
-		err := awaitStableOffsets(ctx, cl, r.cfg.Group, r.cfg.Input, p)
-		var n int64
-		if err == nil {
-			n, err = RestorePartition(ctx, cl, r.cfg.Changelogs, p, t, r.cfg.ClientOpts...)
-		}
-		if err != nil {
-			err = fmt.Errorf("stage %s: restore partition %d: %w", r.cfg.Name, p, err)
-			r.log.Error("restore failed", "partition", p, "err", err)
-			select {
-			case r.restoreErr <- err:
-			default:
+	defer r.assignedOnce.Store(true)
+	parts := assigned[r.cfg.Input]
+	r.restoring.Add(int32(len(parts)))
+	// ctx is the client's, cancelled only once Close has left the group,
+	// which waits for this callback: a restore must also end when Run is
+	// told to stop.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.runCtx, cancel)()
+	sem := make(chan struct{}, r.cfg.RestoreParallelism)
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			defer r.restoring.Add(-1)
+			if ctx.Err() != nil {
+				return
 			}
-			return
-		}
-		r.tasks[p] = t
-		r.restoredRecs.Add(n)
-		el := time.Since(start)
-		r.log.Info("partition restored", "partition", p, "records", n, "elapsed", el.Round(time.Millisecond),
-			"records_per_s", int(float64(n)/max(el.Seconds(), 1e-3)))
+			// An error after ctx ended (shutdown, or another partition's
+			// failure) is a consequence, not a cause.
+			if err := r.restorePartition(ctx, cl, p); err != nil && ctx.Err() == nil {
+				r.fail(fmt.Errorf("stage %s: restore partition %d: %w", r.cfg.Name, p, err))
+				cancel()
+			}
+		}()
 	}
+	wg.Wait()
+}
+
+// restorePartition waits until the previous owner's transactions on
+// partition p are settled, restores p's task from the changelogs and adds
+// it to the tasks.
+func (r *Runner) restorePartition(ctx context.Context, cl *kgo.Client, p int32) error {
+	start := time.Now()
+	committed, err := awaitStableOffsets(ctx, cl, r.cfg.Group, r.cfg.Input, p)
+	if err != nil {
+		return err
+	}
+	t := r.cfg.NewTask(p)
+	res, err := restore(ctx, cl, r.cfg.Changelogs, p, t, r.log, r.cfg.ClientOpts)
+	if err != nil {
+		return err
+	}
+	if committed < 0 && res.committedState && r.cfg.ResetOffsets == "" {
+		return fmt.Errorf("group %s has no committed offset for %s/%d but the changelogs hold committed state: "+
+			"the group's offsets were lost (expired or deleted), and replaying the input would decide it again; "+
+			"refusing to start: restart once with an explicit reset (--reset-offsets=earliest|latest, HERALD_RESET_OFFSETS)",
+			r.cfg.Group, r.cfg.Input, p)
+	}
+	r.mu.Lock()
+	r.tasks[p] = t
 	r.partitions.Set(int64(len(r.tasks)))
+	r.mu.Unlock()
+	r.restoredRecs.Add(res.records)
+	el := time.Since(start)
+	r.log.Info("partition restored", "partition", p, "records", res.records, "elapsed", el.Round(time.Millisecond),
+		"records_per_s", int(float64(res.records)/max(el.Seconds(), 1e-3)))
+	return nil
 }
 
 // revoked drops the state of partitions this instance no longer owns. The
@@ -364,77 +678,15 @@ func (r *Runner) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]
 	defer r.mu.Unlock()
 	for _, p := range revoked[r.cfg.Input] {
 		delete(r.tasks, p)
+		delete(r.isolate, p)
+		for pos := range r.poison {
+			if pos.partition == p {
+				delete(r.poison, pos)
+			}
+		}
 	}
 	r.partitions.Set(int64(len(r.tasks)))
 	r.log.Info("partitions revoked", "partitions", revoked[r.cfg.Input])
-}
-
-// RestorePartition reads partition p of every changelog, read_committed,
-// from its start to its last stable offset, into t, and returns how many
-// records it applied. cl lists offsets and names the seed brokers; the
-// reading is done by a short-lived client with extra options added.
-func RestorePartition(ctx context.Context, cl *kgo.Client, changelogs []string, p int32, t Task, extra ...kgo.Opt) (int64, error) {
-	var total int64
-	for _, topic := range changelogs {
-		end, err := lastStableOffset(ctx, cl, topic, p)
-		if err != nil {
-			return total, err
-		}
-		if end <= 0 {
-			continue
-		}
-		n, err := readUntil(ctx, cl, topic, p, end, t, extra)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}
-
-// lastStableOffset lists one partition's end offset as a read_committed
-// consumer sees it.
-func lastStableOffset(ctx context.Context, cl *kgo.Client, topic string, p int32) (int64, error) {
-	ends, err := LastStableOffsets(ctx, cl, topic, p)
-	if err != nil {
-		return 0, err
-	}
-	end, ok := ends[p]
-	if !ok {
-		return 0, fmt.Errorf("list offsets of %s/%d: empty response", topic, p)
-	}
-	return end, nil
-}
-
-// LastStableOffsets lists the end offsets of a topic's partitions as a
-// read_committed consumer sees them (the last stable offsets): records
-// below them are committed or aborted, none still open.
-func LastStableOffsets(ctx context.Context, cl *kgo.Client, topic string, partitions ...int32) (map[int32]int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	req.IsolationLevel = 1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	for _, p := range partitions {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p, -1, -1
-		rt.Partitions = append(rt.Partitions, rp)
-	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
-	}
-	ends := make(map[int32]int64, len(partitions))
-	for _, t := range resp.Topics {
-		for _, rp := range t.Partitions {
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return nil, fmt.Errorf("list offsets of %s/%d: %w", topic, rp.Partition, err)
-			}
-			ends[rp.Partition] = rp.Offset
-		}
-	}
-	return ends, nil
 }
 
 // Records returns what was emitted, for tests and replay.

@@ -1,0 +1,521 @@
+package stage_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// guard bounds how long a test waits for a stage to make progress. It only
+// turns a hang into a failure; no test asserts a duration.
+const guard = 2 * time.Minute
+
+// rig is one counter stage's topics on one cluster.
+type rig struct {
+	t                  *testing.T
+	brokers            []string
+	opts               []kgo.Opt
+	in, out, changelog string
+	group, txnID       string
+	deadLetters        string
+	partitions         int32
+}
+
+func newRig(t *testing.T, brokers []string, opts []kgo.Opt, partitions int32, outConfigs map[string]*string) *rig {
+	t.Helper()
+	r := &rig{t: t, brokers: brokers, opts: opts, partitions: partitions}
+	r.in = testenv.Topic(t, brokers, partitions, nil)
+	r.out = testenv.Topic(t, brokers, partitions, outConfigs)
+	r.changelog = testenv.Topic(t, brokers, partitions, nil)
+	r.deadLetters = testenv.Topic(t, brokers, partitions, nil)
+	r.group = "g-" + r.in
+	r.txnID = "tx-" + r.in
+	return r
+}
+
+func (r *rig) config() stage.Config {
+	return stage.Config{
+		Name: "counter", Brokers: r.brokers, Group: r.group, TransactionalID: r.txnID,
+		Input: r.in, Changelogs: []string{r.changelog}, Partitioner: manualFor{r.changelog},
+		NewTask: func(p int32) stage.Task {
+			return &counter{p: p, out: r.out, changelog: r.changelog, counts: map[string]int{}, pending: map[string]int{}}
+		},
+		DeadLetterTopic: r.deadLetters,
+		SessionTimeout:  6 * time.Second, ClientOpts: r.opts,
+	}
+}
+
+// running is a stage running in the background.
+type running struct {
+	*stage.Runner
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (r *rig) start(cfg stage.Config) *running {
+	r.t.Helper()
+	st, err := stage.New(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &running{Runner: st, cancel: cancel, done: make(chan error, 1)}
+	go func() { run.done <- st.Run(ctx) }()
+	r.t.Cleanup(func() { run.stop() })
+	return run
+}
+
+// stop stops the stage and returns what Run returned.
+func (s *running) stop() error {
+	s.cancel()
+	err := <-s.done
+	s.done <- err // stop is idempotent
+	return err
+}
+
+// produce writes keyed records to partition p of the input (value nil
+// unless given after a "=": "k=value").
+func (r *rig) produce(p int32, keys ...string) {
+	r.t.Helper()
+	cl := testenv.Client(r.t, r.brokers, append([]kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())}, r.opts...)...)
+	for _, k := range keys {
+		key, value, _ := strings.Cut(k, "=")
+		rec := &kgo.Record{Topic: r.in, Partition: p, Key: []byte(key)}
+		if value != "" {
+			rec.Value = []byte(value)
+		}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// outputs returns the values of the committed output records.
+func (r *rig) outputs() []string {
+	r.t.Helper()
+	var got []string
+	for _, rec := range testenv.ReadCommitted(r.t, r.brokers, r.out, r.opts...) {
+		got = append(got, string(rec.Value))
+	}
+	return got
+}
+
+// awaitOut waits until the output holds at least n committed records (or
+// the stage fails) and returns their values.
+func (r *rig) awaitOut(s *running, n int) []string {
+	r.t.Helper()
+	deadline := time.Now().Add(guard)
+	for {
+		got := r.outputs()
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			r.t.Fatalf("stage stopped (%v) with outputs %v, want %d", err, got, n)
+		default:
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no progress within %v: outputs %v, want %d", guard, got, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// logWatch is a slog handler that closes seen when a message is logged.
+type logWatch struct {
+	msg  string
+	once sync.Once
+	seen chan struct{}
+}
+
+func newLogWatch(msg string) *logWatch { return &logWatch{msg: msg, seen: make(chan struct{})} }
+
+func (w *logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == w.msg {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return nil
+}
+func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *logWatch) WithGroup(string) slog.Handler      { return w }
+
+func TestRestoreWaitsForTheChangelogsLastTransactionBeforeReadingIt(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	r := newRig(t, brokers, nil, 1, nil)
+	r.produce(0, "a")
+	first := r.start(r.config())
+	r.awaitOut(first, 1)
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The previous owner's last transaction, as the restorer sees it in
+	// the window after EndTxn returned: the group's offsets are stable,
+	// but the changelog's last stable offset stops before the
+	// transaction's seen-set record, whose marker is not written yet.
+	prev := testenv.Client(t, brokers, kgo.TransactionalID("prev-"+r.in), kgo.TransactionTimeout(guard),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := prev.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := prev.ProduceSync(context.Background(), &kgo.Record{Topic: r.changelog, Partition: 0, Key: []byte("a"), Value: []byte("5")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	r.produce(0, "a")
+	cfg := r.config()
+	watch := newLogWatch("restore waits for open transactions on the changelog")
+	cfg.Logger = slog.New(watch)
+	second := r.start(cfg)
+	outs := make(chan []string, 1)
+	go func() { outs <- r.awaitOut(second, 2) }()
+	select {
+	case <-watch.seen:
+		// The restore waits: let the marker arrive.
+		if err := prev.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	case got := <-outs:
+		t.Fatalf("the restore read the changelog without waiting for its open transaction: outputs %v", got)
+	}
+	got := <-outs
+	if want := []string{"a=1", "a=6"}; !equal(got, want) {
+		t.Fatalf("outputs %v, want %v: the restore must include the previous owner's last transaction", got, want)
+	}
+}
+
+func TestARestartFencesItsCrashedPredecessorBeforeReading(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	r := newRig(t, brokers, nil, 1, nil)
+	r.produce(0, "a", "b")
+	ctx := context.Background()
+
+	// The predecessor processed "a" and died between TxnOffsetCommit and
+	// EndTxn: its transaction holds the group's offset for the input and
+	// a changelog record, with a timeout far longer than this test may
+	// run, so only fencing can end it in time.
+	pred := testenv.Client(t, brokers, kgo.TransactionalID(r.txnID), kgo.TransactionTimeout(15*time.Minute),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := pred.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pred.ProduceSync(ctx, &kgo.Record{Topic: r.changelog, Partition: 0, Key: []byte("a"), Value: []byte("100")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	id, epoch, err := pred.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = r.txnID, id, epoch, r.group
+	if resp, err := add.RequestWith(ctx, pred); err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("AddOffsetsToTxn: %v (code %d)", err, resp.ErrorCode)
+	}
+	commit := kmsg.NewPtrTxnOffsetCommitRequest()
+	commit.TransactionalID, commit.Group, commit.ProducerID, commit.ProducerEpoch = r.txnID, r.group, id, epoch
+	commit.Generation, commit.MemberID = -1, ""
+	ct := kmsg.NewTxnOffsetCommitRequestTopic()
+	ct.Topic = r.in
+	cp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	cp.Partition, cp.Offset, cp.LeaderEpoch = 0, 1, -1
+	ct.Partitions = append(ct.Partitions, cp)
+	commit.Topics = append(commit.Topics, ct)
+	resp, err := commit.RequestWith(ctx, pred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("TxnOffsetCommit: error code %d", code)
+	}
+	// No EndTxn: the predecessor is gone.
+
+	s := r.start(r.config())
+	got := r.awaitOut(s, 2)
+	if want := []string{"a=1", "b=1"}; !equal(got, want) {
+		t.Fatalf("outputs %v, want %v: the predecessor's transaction must be aborted, not restored", got, want)
+	}
+}
+
+// gated is a counter whose Restore announces its partition once and then
+// waits for release.
+type gated struct {
+	*counter
+	once    sync.Once
+	arrived chan<- int32
+	release <-chan struct{}
+}
+
+func (g *gated) Restore(r *kgo.Record) error {
+	g.once.Do(func() {
+		g.arrived <- g.p
+		<-g.release
+	})
+	return g.counter.Restore(r)
+}
+
+func TestPartitionsRestoreInParallelAndTheStageIsNotReadyUntilAllHave(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	r := newRig(t, brokers, nil, 2, nil)
+	r.produce(0, "a")
+	r.produce(1, "b")
+	first := r.start(r.config())
+	r.awaitOut(first, 2)
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	arrived := make(chan int32, 2)
+	release := make(chan struct{})
+	cfg := r.config()
+	newCounter := cfg.NewTask
+	cfg.NewTask = func(p int32) stage.Task {
+		return &gated{counter: newCounter(p).(*counter), arrived: arrived, release: release}
+	}
+	s := r.start(cfg)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-arrived:
+		case <-time.After(guard):
+			close(release)
+			t.Fatalf("only %d of 2 partitions began restoring: they restore one at a time", i)
+		}
+	}
+	// Both partitions are inside Restore now.
+	if s.Ready() || !s.Restoring() {
+		t.Fatalf("while restoring: Ready() = %v, Restoring() = %v; want false, true", s.Ready(), s.Restoring())
+	}
+	close(release)
+	r.produce(0, "a")
+	r.produce(1, "b")
+	got := r.awaitOut(s, 4)
+	if want := []string{"a=1", "a=2", "b=1", "b=2"}; !equal(got, want) {
+		t.Fatalf("outputs %v, want %v", got, want)
+	}
+	if !s.Ready() || s.Restoring() {
+		t.Fatalf("after restoring: Ready() = %v, Restoring() = %v; want true, false", s.Ready(), s.Restoring())
+	}
+}
+
+// big is a counter whose output carries the input's value.
+type big struct{ *counter }
+
+func (b big) Process(r *kgo.Record, out *stage.Out) error {
+	if err := b.counter.Process(r, out); err != nil {
+		return err
+	}
+	if len(r.Value) > 0 {
+		out.Records()[out.Len()-2].Value = append([]byte(nil), r.Value...) // the output record
+	}
+	return nil
+}
+
+func TestARecordWhoseOutputCanNeverBeWrittenIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	maxBytes := "2048"
+	r := newRig(t, brokers, nil, 1, map[string]*string{"max.message.bytes": &maxBytes})
+	noise := make([]byte, 8192) // incompressible: the producer compresses batches
+	rand.Read(noise)
+	r.produce(0, "a", "x="+string(noise), "b")
+	cfg := r.config()
+	newCounter := cfg.NewTask
+	cfg.NewTask = func(p int32) stage.Task { return big{newCounter(p).(*counter)} }
+	s := r.start(cfg)
+	got := r.awaitOut(s, 2)
+	if want := []string{"a=1", "b=1"}; !equal(got, want) {
+		t.Fatalf("%d outputs (%d bytes), want %v", len(got), len(strings.Join(got, "")), want)
+	}
+	dls := testenv.ReadCommitted(t, brokers, r.deadLetters)
+	if len(dls) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dls))
+	}
+	var dl stage.DeadLetter
+	if err := json.Unmarshal(dls[0].Value, &dl); err != nil {
+		t.Fatal(err)
+	}
+	if dl.Topic != r.in || dl.Partition != 0 || dl.Offset != 1 || !strings.Contains(dl.Reason, "MESSAGE_TOO_LARGE") || string(dls[0].Key) != "x" {
+		t.Fatalf("dead letter %+v (key %q), want input %s/0@1, key x, reason MESSAGE_TOO_LARGE", dl, dls[0].Key, r.in)
+	}
+	// The dead-lettered record changed no state: the changelog has a and b only.
+	var keys []string
+	for _, rec := range testenv.ReadCommitted(t, brokers, r.changelog) {
+		keys = append(keys, string(rec.Key))
+	}
+	if !equal(keys, []string{"a", "b"}) {
+		t.Fatalf("changelog keys %v, want [a b]", keys)
+	}
+}
+
+func TestAStageRefusesAChangelogThatIsNotCoPartitionedWithItsInput(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 2, nil)
+		r.changelog = testenv.Topic(t, brokers, 3, nil)
+		st, err := stage.New(r.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		err = st.Run(ctx)
+		if err == nil {
+			t.Fatal("Run started with a 3-partition changelog on a 2-partition input")
+		}
+		for _, want := range []string{r.changelog, "3 partitions", r.in, "has 2"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+		}
+	})
+}
+
+func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	r := newRig(t, brokers, nil, 1, nil)
+	r.produce(0, "a", "b")
+	first := r.start(r.config())
+	r.awaitOut(first, 2)
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	loseOffsets := func() {
+		t.Helper()
+		adm := kadm.NewClient(testenv.Client(t, brokers))
+		resp, err := adm.DeleteGroup(context.Background(), r.group)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			t.Fatalf("delete group %s: %v", r.group, err)
+		}
+	}
+	loseOffsets()
+
+	t.Run("without a reset flag it refuses to start", func(t *testing.T) {
+		s := r.start(r.config())
+		select {
+		case err := <-s.done:
+			s.done <- err
+			if err == nil || !strings.Contains(err.Error(), "--reset-offsets") {
+				t.Fatalf("Run returned %v, want a refusal naming --reset-offsets", err)
+			}
+		case <-time.After(guard):
+			t.Fatal("the stage is running on a group that lost its offsets")
+		}
+		if got := r.outputs(); len(got) != 2 {
+			t.Fatalf("outputs %v: the refusing stage wrote", got)
+		}
+	})
+	t.Run("with --reset-offsets=latest it skips the input it has not seen", func(t *testing.T) {
+		r.produce(0, "c")
+		cfg := r.config()
+		cfg.ResetOffsets = stage.ResetLatest
+		s := r.start(cfg)
+		// Its position is the end when it starts: keep writing d until
+		// one is processed.
+		var got []string
+		for deadline := time.Now().Add(guard); ; {
+			r.produce(0, "d")
+			if got = r.awaitOut(s, 2); len(got) > 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no d processed: outputs %v", got)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if err := s.stop(); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range got {
+			if strings.HasPrefix(v, "c=") {
+				t.Fatalf("outputs %v: c was before the reset position", got)
+			}
+		}
+		if got[2] != "d=1" {
+			t.Fatalf("outputs %v, want d=1 after a=1 b=1", got)
+		}
+	})
+	t.Run("with --reset-offsets=earliest it re-decides the input against its restored state", func(t *testing.T) {
+		loseOffsets()
+		before := len(r.outputs())
+		cfg := r.config()
+		cfg.ResetOffsets = stage.ResetEarliest
+		s := r.start(cfg)
+		got := r.awaitOut(s, before+2)
+		// The replay starts over at a: a counted on from the state (a=2), never a=1 again.
+		if got[before] != "a=2" || got[before+1] != "b=2" {
+			t.Fatalf("outputs %v: the replay must continue from the restored counts (a=2, b=2)", got)
+		}
+	})
+}
+
+func TestASingleRecordIsCommittedWithoutWaitingOutTheBatchInterval(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		cfg := r.config()
+		cfg.BatchInterval = time.Hour
+		s := r.start(cfg)
+		r.produce(0, "a")
+		if got := r.awaitOut(s, 1); !equal(got, []string{"a=1"}) {
+			t.Fatalf("outputs %v, want [a=1]", got)
+		}
+	})
+}
+
+// equal compares two lists of outputs as multisets.
+func equal(got, want []string) bool {
+	g, w := slices.Clone(got), slices.Clone(want)
+	slices.Sort(g)
+	slices.Sort(w)
+	return slices.Equal(g, w)
+}
+
+func TestAStageStopsWhileARestoreWaits(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	r := newRig(t, brokers, nil, 1, nil)
+	open := testenv.Client(t, brokers, kgo.TransactionalID("open-"+r.in), kgo.TransactionTimeout(15*time.Minute),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.ProduceSync(context.Background(), &kgo.Record{Topic: r.changelog, Partition: 0, Key: []byte("a"), Value: []byte("1")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := r.config()
+	watch := newLogWatch("restore waits for open transactions on the changelog")
+	cfg.Logger = slog.New(watch)
+	s := r.start(cfg)
+	select {
+	case <-watch.seen:
+	case <-time.After(guard):
+		t.Fatal("the restore did not wait for the open transaction")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Run returned %v on shutdown, want nil", err)
+		}
+	case <-time.After(guard):
+		t.Fatal("Run did not return while its restore waited")
+	}
+	if err := open.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+}
