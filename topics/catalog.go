@@ -152,7 +152,7 @@ func New(o Options) *Catalog {
 	}
 	events("attempts", "every provider call and its classified result; key: delivery id")
 	events("outcomes", "the final state of every delivery; key: delivery id")
-	events("deadletters", "delivery commands whose retries are exhausted; key: delivery id")
+	events("deadletters", "what can never be processed: delivery commands whose retries are exhausted (key: delivery id), and a stage's input records whose outputs can never be written (a stage.DeadLetter with header herald-dead-letter-stage; key: the input's key)")
 	compacted("devices", "registered devices; key: tenant/recipient/device, partitioned by tenant/recipient", nil)
 	compacted("preferences", "per-user channel preferences and quiet hours; key: tenant/recipient", nil)
 	compacted("segments", "tenant-defined named sets of users (target kind segment); key: tenant/name", nil)

@@ -23,6 +23,14 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	batch := fs.Int("batch-records", 2000, "most records in one transaction")
 	interval := fs.Duration("batch-interval", 100*time.Millisecond, "longest a transaction collects records")
 	txnTimeout := fs.Duration("transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
+	rebalanceTimeout := fs.Duration("rebalance-timeout", time.Minute,
+		"how long the group waits for members to rejoin a rebalance; partitions restore inside it, so set it above the longest restore: "+
+			"records in the largest seen partition × partitions per instance ÷ 4 ÷ the records_per_s logged by \"partition restored\"")
+	reset := fs.String("reset-offsets", "",
+		"where a partition with no committed group offset starts: empty refuses to start when the seen-set already holds state "+
+			"(the group's offsets were lost, e.g. expired after offsets.retention.minutes with no member, and a replay would accept "+
+			"expired requests again); earliest re-decides the whole retained input against the restored seen-set, latest skips to the end. "+
+			"Pass it for one restart, then remove it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -32,6 +40,9 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	if *instance == "" {
 		return fmt.Errorf("%w: --instance-id is empty", errUsage)
+	}
+	if *reset != "" && *reset != "earliest" && *reset != "latest" {
+		return fmt.Errorf("%w: --reset-offsets must be earliest, latest or empty, got %q", errUsage, *reset)
 	}
 	policy, err := pf.policy()
 	if err != nil {
@@ -46,5 +57,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 		MaxBatchRecords:    *batch,
 		BatchInterval:      *interval,
 		TransactionTimeout: *txnTimeout,
+		RebalanceTimeout:   *rebalanceTimeout,
+		ResetOffsets:       *reset,
 	})
 }

@@ -153,11 +153,14 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		}()
 	}
 	suffix := embedded.TransactionalSuffix()
-	goStage("dedupe", func(ctx context.Context) error {
-		return dedupe.Run(ctx, dedupe.Options{
-			Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
-		})
+	dedupeStage, err := dedupe.New(dedupe.Options{
+		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
 	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: dedupe: %w", err)
+	}
+	goStage("dedupe", dedupeStage.Run)
 
 	goStage("audit-writer", func(ctx context.Context) error {
 		return auditwriter.Run(ctx, auditwriter.Options{
@@ -188,7 +191,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", apiSrv)
 	mux.Handle("GET /metrics", metrics.Default.Handler())
-	mux.HandleFunc("GET /healthz", healthz(admin, ch.HTTPAddr()))
+	mux.HandleFunc("GET /healthz", healthz(admin, ch.HTTPAddr(), dedupeStage.Ready))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -231,18 +234,24 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, cat *topics.Catalog) erro
 	return nil
 }
 
-// healthz answers 200 when Kafka answers a metadata request and ClickHouse
-// answers /ping, else 503 naming what failed.
-func healthz(kafka *kgo.Client, chHTTP string) http.HandlerFunc {
+// healthz answers 200 when Kafka answers a metadata request, ClickHouse
+// answers /ping and the dedupe stage is ready (not restoring), else 503
+// naming what failed.
+func healthz(kafka *kgo.Client, chHTTP string, dedupeReady func() bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
-		status, body := http.StatusOK, `{"status":"ok","kafka":"ok","clickhouse":"ok"}`
+		status, body := http.StatusOK, `{"status":"ok","kafka":"ok","clickhouse":"ok","dedupe":"ready"}`
 		kafkaErr := kafka.Ping(ctx)
 		chErr := pingHTTP(ctx, "http://"+chHTTP+"/ping")
-		if kafkaErr != nil || chErr != nil {
+		ready := dedupeReady()
+		if kafkaErr != nil || chErr != nil || !ready {
+			dedupe := "ready"
+			if !ready {
+				dedupe = "starting or restoring"
+			}
 			status = http.StatusServiceUnavailable
-			body = fmt.Sprintf(`{"status":"unavailable","kafka":%q,"clickhouse":%q}`, errText(kafkaErr), errText(chErr))
+			body = fmt.Sprintf(`{"status":"unavailable","kafka":%q,"clickhouse":%q,"dedupe":%q}`, errText(kafkaErr), errText(chErr), dedupe)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)

@@ -27,8 +27,15 @@ type Options struct {
 	BatchInterval   time.Duration
 	// TransactionTimeout: 10 s by default.
 	TransactionTimeout time.Duration
-	ClientOpts         []kgo.Opt
-	Logger             *slog.Logger
+	// RebalanceTimeout: 60 s by default; see stage.Config.RebalanceTimeout
+	// for sizing it from the restore speed.
+	RebalanceTimeout time.Duration
+	// ResetOffsets is stage.Config.ResetOffsets: "" refuses to start a
+	// partition whose group offset was lost while its seen-set holds
+	// state; "earliest" or "latest" is the operator's explicit choice.
+	ResetOffsets string
+	ClientOpts   []kgo.Opt
+	Logger       *slog.Logger
 }
 
 // TopicsOf returns the dedupe stage's topics in a catalog.
@@ -66,6 +73,9 @@ func New(o Options) (*stage.Runner, error) {
 		MaxBatchRecords:    o.MaxBatchRecords,
 		BatchInterval:      o.BatchInterval,
 		TransactionTimeout: o.TransactionTimeout,
+		RebalanceTimeout:   o.RebalanceTimeout,
+		ResetOffsets:       o.ResetOffsets,
+		DeadLetterTopic:    o.Catalog.Name(topics.DeadLetters),
 		ClientOpts:         o.ClientOpts,
 		Logger:             o.Logger,
 	})
