@@ -77,8 +77,9 @@
 //     for longer than offsets.retention.minutes, by which time the input's
 //     retention has removed most of what a replay would re-decide.
 //   - A timer's output (from Tick) that can never be written is not
-//     dead-lettered: the batch is retried with backoff and the error
-//     logged, so such a timer stalls its stage until fixed.
+//     dead-lettered, nor is any output of a stage without a
+//     DeadLetterTopic: the batch is retried with backoff and the error
+//     logged, so the stage stalls until the cause is fixed.
 //   - Changelog records must be written to the input record's partition
 //     (set Record.Partition and use a partitioner that honours it for
 //     changelog topics, such as topics.Catalog.Partitioner).

@@ -105,7 +105,8 @@ type Config struct {
 	// DeadLetterTopic receives, in place of its outputs, an input record
 	// whose outputs can never be written (too large, invalid), with the
 	// reason and the record's position, in a transaction with its offset.
-	// Empty: such a record stops the stage with an error.
+	// Empty: such a batch is retried with backoff and the error logged,
+	// which stalls the partition until the cause is fixed.
 	DeadLetterTopic string
 	// Backoff spaces the retries of a batch whose produce failed with a
 	// retriable error (backoff.Default when zero).
@@ -572,7 +573,8 @@ func (r *Runner) notePoison(batch []*kgo.Record, ticksFrom, first int, perr erro
 		return false, nil
 	}
 	if r.cfg.DeadLetterTopic == "" {
-		return false, fmt.Errorf("stage %s: an output can never be written and there is no dead-letter topic: %w", r.cfg.Name, perr)
+		r.log.Error("an output can never be written and there is no dead-letter topic; retrying", "err", perr)
+		return false, nil
 	}
 	if len(batch) > 1 {
 		for _, rec := range batch {
