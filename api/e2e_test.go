@@ -73,6 +73,16 @@ func startPipelineWith(t *testing.T, withStage bool, mod func(*Config)) *pipelin
 	if mod != nil {
 		mod(&cfg)
 	}
+	p := &pipeline{brokers: brokers, cat: cat, cfg: cfg}
+	p.serve(t, cfg)
+	p.eventually(t, "the replica is ready", func() bool { return p.srv.rep.ready.Load() })
+	return p
+}
+
+// serve starts an API server with cfg behind an HTTP test server, closed
+// when the test ends, and makes it the pipeline's.
+func (p *pipeline) serve(t *testing.T, cfg Config) {
+	t.Helper()
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +93,7 @@ func startPipelineWith(t *testing.T, withStage bool, mod func(*Config)) *pipelin
 	t.Cleanup(func() { srv.Close() })
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	p := &pipeline{brokers: brokers, cat: cat, cfg: cfg, srv: srv, url: hs.URL}
-	p.eventually(t, "the replica is ready", func() bool { return srv.rep.ready.Load() })
-	return p
+	p.srv, p.url = srv, hs.URL
 }
 
 func (p *pipeline) eventually(t *testing.T, what string, cond func() bool) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -78,17 +77,7 @@ func (p *pipeline) restart(t *testing.T, mod func(*Config)) {
 	if mod != nil {
 		mod(&cfg)
 	}
-	srv, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	p.srv, p.url = srv, hs.URL
+	p.serve(t, cfg)
 }
 
 func TestARestartedAPIAnswersReplaysAndConflictsAtOnce(t *testing.T) {

@@ -274,6 +274,19 @@ type trackerTopics struct{ requests, decisions, attempts, outcomes string }
 // waiting for a decision is answered as soon as the decision is committed,
 // however much the read model still has to catch up.
 func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, log *slog.Logger) {
+	pollEach(ctx, cl, log, "live decisions", func(r *kgo.Record) {
+		var d schemas.Decision
+		if err := schemas.Decode(r.Value, &d); err != nil {
+			log.Debug("live decisions: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
+			return
+		}
+		t.addLive(d)
+	})
+}
+
+// pollEach polls cl until ctx ends or cl closes, logs fetch errors under
+// what, and hands every record to fn.
+func pollEach(ctx context.Context, cl *kgo.Client, log *slog.Logger, what string, fn func(*kgo.Record)) {
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
@@ -281,64 +294,46 @@ func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, log *slog.Log
 		}
 		fs.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.Canceled) {
-				log.Warn("live decisions fetch error", "topic", topic, "partition", p, "err", err)
+				log.Warn(what+" fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
-		fs.EachRecord(func(r *kgo.Record) {
-			var d schemas.Decision
-			if err := schemas.Decode(r.Value, &d); err != nil {
-				log.Debug("live decisions: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
-				return
-			}
-			t.addLive(d)
-		})
+		fs.EachRecord(fn)
 	}
 }
 
 // consume reads requests, decisions, attempts and outcomes into the read
 // model until ctx ends.
 func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, log *slog.Logger) {
-	for {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil || fs.IsClientClosed() {
-			return
+	pollEach(ctx, cl, log, "read model", func(r *kgo.Record) {
+		switch r.Topic {
+		case tp.requests:
+			var req schemas.Request
+			if err := schemas.Decode(r.Value, &req); err != nil {
+				log.Debug("read model: skip undecodable request", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			t.addRequest(req, r.Timestamp.UnixMilli())
+		case tp.decisions:
+			var d schemas.Decision
+			if err := schemas.Decode(r.Value, &d); err != nil {
+				log.Debug("read model: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			t.addDecision(d, r.Offset < t.liveFrom[r.Partition])
+		case tp.attempts:
+			var a schemas.Attempt
+			if err := schemas.Decode(r.Value, &a); err != nil {
+				log.Debug("read model: skip undecodable attempt", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			t.addAttempt(a)
+		case tp.outcomes:
+			var o schemas.Outcome
+			if err := schemas.Decode(r.Value, &o); err != nil {
+				log.Debug("read model: skip undecodable outcome", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			t.addOutcome(o)
 		}
-		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				log.Warn("read model fetch error", "topic", topic, "partition", p, "err", err)
-			}
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			switch r.Topic {
-			case tp.requests:
-				var req schemas.Request
-				if err := schemas.Decode(r.Value, &req); err != nil {
-					log.Debug("read model: skip undecodable request", "partition", r.Partition, "offset", r.Offset, "err", err)
-					return
-				}
-				t.addRequest(req, r.Timestamp.UnixMilli())
-			case tp.decisions:
-				var d schemas.Decision
-				if err := schemas.Decode(r.Value, &d); err != nil {
-					log.Debug("read model: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
-					return
-				}
-				t.addDecision(d, r.Offset < t.liveFrom[r.Partition])
-			case tp.attempts:
-				var a schemas.Attempt
-				if err := schemas.Decode(r.Value, &a); err != nil {
-					log.Debug("read model: skip undecodable attempt", "partition", r.Partition, "offset", r.Offset, "err", err)
-					return
-				}
-				t.addAttempt(a)
-			case tp.outcomes:
-				var o schemas.Outcome
-				if err := schemas.Decode(r.Value, &o); err != nil {
-					log.Debug("read model: skip undecodable outcome", "partition", r.Partition, "offset", r.Offset, "err", err)
-					return
-				}
-				t.addOutcome(o)
-			}
-		})
-	}
+	})
 }

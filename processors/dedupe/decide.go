@@ -44,8 +44,8 @@
 //   - The stage tombstones an entry only once stream time is
 //     SkewAllowanceMs (5 minutes by default) past its expiry. A record
 //     stamped at most SkewAllowanceMs ahead cuts no other key's window
-//     short; one stamped Δ further ahead cuts them short by at most
-//     Δ − SkewAllowanceMs. The cost: expired entries stay in memory and in
+//     short; one stamped Δ > SkewAllowanceMs ahead cuts them short by at
+//     most Δ − SkewAllowanceMs. The cost: expired entries stay in memory and in
 //     herald.seen SkewAllowanceMs longer.
 //   - The topic catalog sets message.timestamp.after.max.ms on
 //     herald.requests to the same 5 minutes (topics.Options
@@ -58,9 +58,11 @@
 //     broker's clock. kfake (herald dev's embedded broker) ignores that
 //     config: there only the first bound holds.
 //
-// Still assumed: producers whose clocks lag (a record stamped in the past)
-// see entries live that the others see expired, so their repeats can be
-// duplicates a little longer; and the broker's clock is right. Broker
+// Still assumed: the broker's clock is right, and records reach the broker
+// soon after they are stamped. A producer whose clock lags, or whose record
+// is appended long after its stamp (a send retried for minutes), is
+// measured by its own stamp: its repeat can still meet an entry that
+// stream time has expired, or miss one it has tombstoned. Broker
 // append time (LogAppendTime) on herald.requests was not chosen: it would
 // also remove producer skew, but then the SDK's and the tests' event times
 // are overwritten on append, requests copied to another cluster get new
