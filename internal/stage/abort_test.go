@@ -150,11 +150,17 @@ func TestLastStableOffsetsStopBeforeAnOpenTransaction(t *testing.T) {
 		if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			t.Fatal(err)
 		}
-		ends, err = stage.LastStableOffsets(ctx, plain, topic, 0, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Committed: each partition holds its record and the commit marker.
+		// Kafka writes the markers after EndTxn returns, each partition
+		// on its own: wait for them (a guard, not a timed assertion).
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if ends, err = stage.LastStableOffsets(ctx, plain, topic, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+			if ends[0] == 5 && ends[1] == 2 || time.Now().After(deadline) {
+				break
+			}
+		}
 		if ends[0] != 5 || ends[1] != 2 {
 			t.Fatalf("after the commit: last stable offsets %v, want 0:5 1:2", ends)
 		}
