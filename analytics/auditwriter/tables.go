@@ -21,10 +21,16 @@ const maxRaw = 64 << 10
 
 // batch collects the rows of one table, column by column, between inserts.
 type batch interface {
-	// add appends the row of one record; a record that does not decode
-	// becomes a row with decode_error and raw set.
-	add(r *kgo.Record)
+	// load decodes r as the batch's next row, without adding it, and
+	// returns the month of the row's time (the table's partition,
+	// toYYYYMM(at) in UTC); keep then adds the loaded row. A record that
+	// does not decode becomes a row with decode_error and raw set.
+	load(r *kgo.Record) int32
+	keep()
 	len() int
+	// month is the month of every row held (0 when empty): a batch never
+	// holds two, so its INSERT writes one part of one partition.
+	month() int32
 	// columns returns the column names of the INSERT and, in the same
 	// order, one slice per column.
 	columns() ([]string, []any)
@@ -33,8 +39,23 @@ type batch interface {
 	span() map[int32][2]int64
 }
 
+// add loads r and keeps it, whatever its month: for tests that build
+// batches of one month.
+func add(b batch, r *kgo.Record) { b.load(r); b.keep() }
+
+// monthOf is toYYYYMM of a time in milliseconds, in UTC: the partition of
+// the row.
+func monthOf(ms int64) int32 {
+	t := time.UnixMilli(ms).UTC()
+	return int32(t.Year()*100 + int(t.Month()))
+}
+
 // position holds the columns every audit table shares.
 type position struct {
+	mon       int32
+	next      *kgo.Record // loaded, not yet kept
+	nextAt    int64
+	nextErr   error
 	topic     []string
 	partition []int32
 	offset    []int64
@@ -44,13 +65,26 @@ type position struct {
 	ranges    map[int32][2]int64
 }
 
-func (p *position) addPosition(r *kgo.Record, at int64, decodeErr error) {
-	p.topic = append(p.topic, r.Topic)
-	p.partition = append(p.partition, r.Partition)
-	p.offset = append(p.offset, r.Offset)
+// loadPosition loads the position of r, whose row time is at (the record
+// time when at <= 0), and returns the row's month.
+func (p *position) loadPosition(r *kgo.Record, at int64, decodeErr error) int32 {
 	if at <= 0 {
 		at = r.Timestamp.UnixMilli()
 	}
+	p.next, p.nextAt, p.nextErr = r, at, decodeErr
+	return monthOf(at)
+}
+
+// keepPosition adds the loaded position.
+func (p *position) keepPosition() {
+	r, at, decodeErr := p.next, p.nextAt, p.nextErr
+	p.next, p.nextErr = nil, nil
+	if len(p.offset) == 0 {
+		p.mon = monthOf(at)
+	}
+	p.topic = append(p.topic, r.Topic)
+	p.partition = append(p.partition, r.Partition)
+	p.offset = append(p.offset, r.Offset)
 	p.at = append(p.at, time.UnixMilli(at).UTC())
 	if decodeErr != nil {
 		p.decodeErr = append(p.decodeErr, decodeErr.Error())
@@ -79,12 +113,14 @@ func rawValue(v []byte) string {
 }
 
 func (p *position) len() int                 { return len(p.offset) }
+func (p *position) month() int32             { return p.mon }
 func (p *position) span() map[int32][2]int64 { return p.ranges }
 
 func (p *position) resetPosition() {
 	p.topic, p.partition, p.offset, p.at = p.topic[:0], p.partition[:0], p.offset[:0], p.at[:0]
 	p.decodeErr, p.raw = p.decodeErr[:0], p.raw[:0]
 	p.ranges = nil
+	p.mon, p.next, p.nextErr = 0, nil, nil
 }
 
 func (p *position) positionColumns() ([]string, []any) {
@@ -93,8 +129,9 @@ func (p *position) positionColumns() ([]string, []any) {
 }
 
 // token is the insert deduplication token of a batch: a function of the
-// table and the offsets it holds, so a retried insert of the same batch is
-// recognised by ClickHouse and dropped.
+// table, the month (partition) and the offsets it holds, so a retried insert
+// of the same batch is recognised by ClickHouse and dropped, and no other
+// batch shares it.
 func token(table string, b batch) string {
 	sp := b.span()
 	parts := make([]int32, 0, len(sp))
@@ -103,7 +140,7 @@ func token(table string, b batch) string {
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s|%d", table, b.len())
+	fmt.Fprintf(&sb, "%s|%d|%d", table, b.month(), b.len())
 	for _, p := range parts {
 		fmt.Fprintf(&sb, "|%d:%d-%d", p, sp[p][0], sp[p][1])
 	}
@@ -137,6 +174,8 @@ func decodeValue(r *kgo.Record, v schemas.Record, schema *string) error {
 // requestsBatch rows go to the requests table.
 type requestsBatch struct {
 	position
+	v schemas.Request // loaded, not yet kept
+
 	requestID, tenant, typ, recipient, notificationID, idSource, key, dedupeKey []string
 	dedupeWindowMs, idempotencyTTLMs                                            []int64
 	idempotencyKey, contentHash, title, body, payload, locale                   []string
@@ -145,14 +184,19 @@ type requestsBatch struct {
 	createdAt                                                                   []time.Time
 }
 
-func (b *requestsBatch) add(r *kgo.Record) {
-	var v schemas.Request
-	err := decodeValue(r, &v, &v.Schema)
+func (b *requestsBatch) load(r *kgo.Record) int32 {
+	b.v = schemas.Request{}
+	err := decodeValue(r, &b.v, &b.v.Schema)
 	if err != nil {
-		v = schemas.Request{}
+		b.v = schemas.Request{}
 	}
 	// The dedupe stage decides on the record time, so the audit does too.
-	b.addPosition(r, r.Timestamp.UnixMilli(), err)
+	return b.loadPosition(r, r.Timestamp.UnixMilli(), err)
+}
+
+func (b *requestsBatch) keep() {
+	v := &b.v
+	b.keepPosition()
 	b.requestID = append(b.requestID, v.RequestID)
 	b.tenant = append(b.tenant, v.Tenant)
 	b.typ = append(b.typ, v.Type)
@@ -190,6 +234,8 @@ func (b *requestsBatch) reset() { *b = requestsBatch{position: b.position}; b.re
 // decisionsBatch rows go to the decisions table.
 type decisionsBatch struct {
 	position
+	v schemas.Decision // loaded, not yet kept
+
 	decisionID, stage, outcome, detail, requestID, tenant, typ, recipient, notificationID []string
 	dedupeKey, idempotencyKey, producer, channel                                          []string
 	originalRequestID, originalNotificationID                                             []string
@@ -199,13 +245,18 @@ type decisionsBatch struct {
 	sourceOffset                                                                          []int64
 }
 
-func (b *decisionsBatch) add(r *kgo.Record) {
-	var v schemas.Decision
-	err := decodeValue(r, &v, &v.Schema)
+func (b *decisionsBatch) load(r *kgo.Record) int32 {
+	b.v = schemas.Decision{}
+	err := decodeValue(r, &b.v, &b.v.Schema)
 	if err != nil {
-		v = schemas.Decision{}
+		b.v = schemas.Decision{}
 	}
-	b.addPosition(r, v.At, err)
+	return b.loadPosition(r, b.v.At, err)
+}
+
+func (b *decisionsBatch) keep() {
+	v := &b.v
+	b.keepPosition()
 	b.decisionID = append(b.decisionID, v.DecisionID)
 	b.stage = append(b.stage, v.Stage)
 	b.outcome = append(b.outcome, v.Outcome)
@@ -243,6 +294,8 @@ func (b *decisionsBatch) reset() { *b = decisionsBatch{position: b.position}; b.
 // attemptsBatch rows go to the attempts table.
 type attemptsBatch struct {
 	position
+	v schemas.Attempt // loaded, not yet kept
+
 	attemptID, deliveryID, notificationID, tenant, typ, recipient, deviceID, channel []string
 	attempt                                                                          []uint16
 	result, classification                                                           []string
@@ -251,13 +304,18 @@ type attemptsBatch struct {
 	latencyMs, retryAfterMs                                                          []int64
 }
 
-func (b *attemptsBatch) add(r *kgo.Record) {
-	var v schemas.Attempt
-	err := decodeValue(r, &v, &v.Schema)
+func (b *attemptsBatch) load(r *kgo.Record) int32 {
+	b.v = schemas.Attempt{}
+	err := decodeValue(r, &b.v, &b.v.Schema)
 	if err != nil {
-		v = schemas.Attempt{}
+		b.v = schemas.Attempt{}
 	}
-	b.addPosition(r, v.At, err)
+	return b.loadPosition(r, b.v.At, err)
+}
+
+func (b *attemptsBatch) keep() {
+	v := &b.v
+	b.keepPosition()
 	b.attemptID = append(b.attemptID, v.AttemptID)
 	b.deliveryID = append(b.deliveryID, v.DeliveryID)
 	b.notificationID = append(b.notificationID, v.NotificationID)
@@ -294,17 +352,24 @@ func (b *attemptsBatch) reset() { *b = attemptsBatch{position: b.position}; b.re
 // outcomesBatch rows go to the outcomes table.
 type outcomesBatch struct {
 	position
+	v schemas.Outcome // loaded, not yet kept
+
 	deliveryID, notificationID, tenant, typ, recipient, deviceID, channel, status, reason []string
 	attempts                                                                              []uint16
 }
 
-func (b *outcomesBatch) add(r *kgo.Record) {
-	var v schemas.Outcome
-	err := decodeValue(r, &v, &v.Schema)
+func (b *outcomesBatch) load(r *kgo.Record) int32 {
+	b.v = schemas.Outcome{}
+	err := decodeValue(r, &b.v, &b.v.Schema)
 	if err != nil {
-		v = schemas.Outcome{}
+		b.v = schemas.Outcome{}
 	}
-	b.addPosition(r, v.At, err)
+	return b.loadPosition(r, b.v.At, err)
+}
+
+func (b *outcomesBatch) keep() {
+	v := &b.v
+	b.keepPosition()
 	b.deliveryID = append(b.deliveryID, v.DeliveryID)
 	b.notificationID = append(b.notificationID, v.NotificationID)
 	b.tenant = append(b.tenant, v.Tenant)

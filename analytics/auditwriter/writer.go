@@ -10,13 +10,19 @@
 //     consumes from the next one; nothing is committed to Kafka. What
 //     ClickHouse holds is the only progress there is, so it cannot disagree
 //     with the data.
-//   - Each insert is one INSERT of one table, holding for every partition a
-//     run of records that directly follows what the table already holds, and
-//     a table's inserts run one at a time, in order. A client that dies
-//     during an INSERT leaves nothing of it: the server squashes what it
-//     receives into one block until min_insert_block_size_rows or _bytes
-//     (a batch stays below both: at most 1M rows and 64 MiB of values) and
-//     commits at the end of the INSERT. (Were an INSERT ever committed in
+//   - Each insert is one INSERT of one table and of one month, the table's
+//     PARTITION BY: ClickHouse commits a part per partition, each on its
+//     own, so an INSERT over two months could leave the later month's rows
+//     stored and the earlier month's lost below the offsets the writer
+//     resumes after. A record of another month than the batch's closes the
+//     batch. An insert holds, for every Kafka partition, a run of records
+//     that directly follows what the table already holds, and a table's
+//     inserts run one at a time, in order; after a failed one, none of the
+//     session's later inserts runs. A client that dies during an INSERT
+//     leaves nothing of it: the server squashes what it receives into one
+//     block until min_insert_block_size_rows or _bytes (a batch stays below
+//     both: at most 1M rows and 64 MiB of values) and commits that block's
+//     one part at the end of the INSERT. (Were an INSERT ever committed in
 //     pieces, the pieces would still be a prefix of its rows, which are in
 //     offset order within each partition.) So the stored offsets of every
 //     partition are always a prefix of the log, and resuming after the
@@ -30,11 +36,11 @@
 //     cluster, point the writer at one server: system.processes is per
 //     server.)
 //   - A failed insert is retried with the same rows and the same
-//     insert_deduplication_token (derived from the table and the offsets), so
-//     an insert that did land but whose answer was lost is not written again
-//     (the tables and their roll-ups keep a non-replicated deduplication
-//     window for this). After the retries the writer starts over from what
-//     ClickHouse holds.
+//     insert_deduplication_token (derived from the table, the month and the
+//     offsets), so an insert that did land but whose answer was lost is not
+//     written again (the tables and their roll-ups keep a non-replicated
+//     deduplication window for this). After the retries the writer starts
+//     over from what ClickHouse holds.
 //   - The tables are ReplacingMergeTree keyed by position as well: a safety
 //     net if two writers are ever pointed at one database by mistake. Run one
 //     writer per database.
@@ -134,6 +140,18 @@ type Writer struct {
 	tables []*table
 	byName map[string]*table // by topic
 	errs   *metrics.Counter
+
+	// insertBatch is w.insert; inFlight counts the inserts in flight
+	// (w.inFlightInserts); retryPause is the pause before the first retry
+	// of an insert, doubled for each next one; pollEvery the pause between
+	// looks for inserts in flight. Tests replace them.
+	insertBatch func(ctx context.Context, table string, b batch, tok string) error
+	inFlight    func(ctx context.Context) (uint64, error)
+	retryPause  time.Duration
+	pollEvery   time.Duration
+	// beforeSend, if set, runs in each insert once its rows are ready to
+	// send (tests inject network faults there).
+	beforeSend func(table string)
 }
 
 // New checks the options; Run checks that the database is migrated.
@@ -160,7 +178,9 @@ func New(o Options) (*Writer, error) {
 	if o.Metrics == nil {
 		o.Metrics = metrics.Default
 	}
-	w := &Writer{o: o, log: o.Logger.With("component", "audit-writer", "database", o.Database), byName: map[string]*table{}}
+	w := &Writer{o: o, log: o.Logger.With("component", "audit-writer", "database", o.Database), byName: map[string]*table{},
+		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond}
+	w.insertBatch, w.inFlight = w.insert, w.inFlightInserts
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
 		t.rows = o.Metrics.Counter("herald_audit_rows_total", "rows inserted into ClickHouse", "table", name)
@@ -252,24 +272,8 @@ func (w *Writer) session(ctx context.Context) (err error) {
 	}
 	defer cl.Close()
 
-	errc := make(chan error, len(w.tables))
-	var wg sync.WaitGroup
-	for _, t := range w.tables {
-		t.free, t.work = make(chan batch, 2), make(chan batch)
-		t.free <- t.newBatch()
-		t.cur, t.first, t.bytes = t.newBatch(), time.Time{}, 0
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.inserter(ctx, t, errc)
-		}()
-	}
-	defer func() {
-		for _, t := range w.tables {
-			close(t.work)
-		}
-		wg.Wait()
-	}()
+	errc, stop := w.startInserters(ctx)
+	defer stop()
 
 	for {
 		select {
@@ -301,16 +305,8 @@ func (w *Writer) session(ctx context.Context) (err error) {
 		}
 		now := time.Now()
 		for _, r := range fetches.Records() {
-			t := w.byName[r.Topic]
-			if t.cur.len() == 0 {
-				t.first = now
-			}
-			t.cur.add(r)
-			t.bytes += len(r.Value)
-			if t.cur.len() >= w.o.BatchRows || t.bytes >= maxBatchBytes {
-				if err := w.handOff(t, errc); err != nil {
-					return err
-				}
+			if err := w.addRecord(w.byName[r.Topic], r, now, errc); err != nil {
+				return err
 			}
 		}
 		for _, t := range w.tables {
@@ -320,6 +316,58 @@ func (w *Writer) session(ctx context.Context) (err error) {
 				}
 			}
 		}
+	}
+}
+
+// addRecord adds r to its table's current batch. A record of another month
+// than the batch's hands the batch off first, so every INSERT writes one
+// partition: ClickHouse commits one part per partition, each on its own,
+// and an INSERT over two could leave the later month's rows stored and the
+// earlier month's lost, below the offsets the writer resumes after. Cutting
+// at a change of month keeps the batches, and so what is stored, in offset
+// order within every Kafka partition. Rows whose months alternate within a
+// partition cost one insert per change; herald's record times grow with
+// the offsets but for producers' clock skew, so that happens around the
+// turn of a month only.
+func (w *Writer) addRecord(t *table, r *kgo.Record, now time.Time, errc <-chan error) error {
+	if m := t.cur.load(r); t.cur.len() > 0 && m != t.cur.month() {
+		if err := w.handOff(t, errc); err != nil {
+			return err
+		}
+		t.cur.load(r) // decoded again, at a change of month only
+	}
+	if t.cur.len() == 0 {
+		t.first = now
+	}
+	t.cur.keep()
+	t.bytes += len(r.Value)
+	if t.cur.len() >= w.o.BatchRows || t.bytes >= maxBatchBytes {
+		return w.handOff(t, errc)
+	}
+	return nil
+}
+
+// startInserters starts one inserter per table, each with an empty current
+// batch; the inserters report a failed insert on errc. stop hands them no
+// more batches and waits until their inserts have ended.
+func (w *Writer) startInserters(ctx context.Context) (errc chan error, stop func()) {
+	errc = make(chan error, len(w.tables))
+	var wg sync.WaitGroup
+	for _, t := range w.tables {
+		t.free, t.work = make(chan batch, 2), make(chan batch)
+		t.free <- t.newBatch()
+		t.cur, t.first, t.bytes = t.newBatch(), time.Time{}, 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.inserter(ctx, t, errc)
+		}()
+	}
+	return errc, func() {
+		for _, t := range w.tables {
+			close(t.work)
+		}
+		wg.Wait()
 	}
 }
 
@@ -391,21 +439,27 @@ const insertTimeout = time.Minute
 
 // flush inserts a batch as one block, retrying with the same deduplication
 // token. An insert under way is finished even when ctx is cancelled
-// (shutdown), so a stop never wastes a batch.
+// (shutdown), so a stop never wastes a batch. Each attempt is logged at
+// debug level when it starts and when it ends (the kill test uses these
+// lines to know that a kill landed during an insert).
 func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 	n := b.len()
 	tok := token(t.name, b)
 	started := time.Now()
 	var err error
+	pause := w.retryPause
 	for attempt := 0; attempt <= w.o.InsertRetries; attempt++ {
 		if attempt > 0 {
 			t.retries.Inc()
 			w.log.Warn("insert failed; retrying with the same token", "table", t.name, "rows", n, "attempt", attempt, "err", err)
-			time.Sleep(time.Duration(attempt) * 500 * time.Millisecond)
+			time.Sleep(pause)
+			pause *= 2
 		}
+		w.log.Debug("insert started", "table", t.name, "month", b.month(), "rows", n, "attempt", attempt)
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
-		err = w.insert(ictx, t.name, b, tok)
+		err = w.insertBatch(ictx, t.name, b, tok)
 		cancel()
+		w.log.Debug("insert ended", "table", t.name, "ok", err == nil)
 		if err == nil {
 			break
 		}
@@ -437,6 +491,9 @@ func (w *Writer) insert(ctx context.Context, table string, b batch, tok string) 
 			return fmt.Errorf("column %s: %w", names[i], err)
 		}
 	}
+	if w.beforeSend != nil {
+		w.beforeSend(table)
+	}
 	if err := pb.Send(); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
@@ -459,8 +516,8 @@ func randomHex() string {
 func (w *Writer) awaitInFlightInserts(ctx context.Context) error {
 	waited := time.Duration(0)
 	for {
-		var n uint64
-		if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM system.processes WHERE startsWith(query_id, ?)", w.queryIDPrefix()).Scan(&n); err != nil {
+		n, err := w.inFlight(ctx)
+		if err != nil {
 			return fmt.Errorf("auditwriter: look for inserts in flight: %w", err)
 		}
 		if n == 0 {
@@ -478,10 +535,18 @@ func (w *Writer) awaitInFlightInserts(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(w.pollEvery):
 		}
-		waited += 100 * time.Millisecond
+		waited += w.pollEvery
 	}
+}
+
+// inFlightInserts counts the server's queries that are inserts of an audit
+// writer into this database.
+func (w *Writer) inFlightInserts(ctx context.Context) (uint64, error) {
+	var n uint64
+	err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM system.processes WHERE startsWith(query_id, ?)", w.queryIDPrefix()).Scan(&n)
+	return n, err
 }
 
 // resumeOffsets returns, for every partition of every audited topic, the
@@ -510,18 +575,25 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 		if err != nil {
 			return nil, err
 		}
-		parts := map[int32]kgo.Offset{}
-		for _, p := range d.Partitions.Numbers() {
-			if off, ok := stored[p]; ok {
-				parts[p] = kgo.NewOffset().At(off + 1)
-			} else {
-				parts[p] = kgo.NewOffset().AtStart()
-			}
-		}
+		parts := resumeFrom(stored, d.Partitions.Numbers())
 		out[t.topic] = parts
 		w.log.Info("resuming", "table", t.name, "topic", t.topic, "partitions", len(parts), "from", describe(stored))
 	}
 	return out, nil
+}
+
+// resumeFrom returns where each partition resumes: after the highest offset
+// stored, or at the log start when the table holds none of it.
+func resumeFrom(stored map[int32]int64, partitions []int32) map[int32]kgo.Offset {
+	parts := make(map[int32]kgo.Offset, len(partitions))
+	for _, p := range partitions {
+		if off, ok := stored[p]; ok {
+			parts[p] = kgo.NewOffset().At(off + 1)
+		} else {
+			parts[p] = kgo.NewOffset().AtStart()
+		}
+	}
+	return parts
 }
 
 // storedOffsets returns the highest offset the table holds per partition.

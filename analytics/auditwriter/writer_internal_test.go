@@ -40,7 +40,7 @@ func TestEveryBatchHasOneColumnPerName(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for range 3 {
-				c.b.add(rec)
+				add(c.b, rec)
 			}
 			names, cols := c.b.columns()
 			if len(names) != len(cols) {
@@ -59,11 +59,12 @@ func TestEveryBatchHasOneColumnPerName(t *testing.T) {
 	}
 }
 
-func TestTheDeduplicationTokenDependsOnlyOnTableAndOffsets(t *testing.T) {
-	mk := func(offsets ...int64) batch {
+func TestTheDeduplicationTokenDependsOnlyOnTableMonthAndPositions(t *testing.T) {
+	nov, dec := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	mk := func(partition int32, at time.Time, offsets ...int64) batch {
 		b := &decisionsBatch{}
 		for _, o := range offsets {
-			b.add(decisionRecord(t, 0, o))
+			add(b, decisionAt(t, partition, o, at))
 		}
 		return b
 	}
@@ -74,9 +75,13 @@ func TestTheDeduplicationTokenDependsOnlyOnTableAndOffsets(t *testing.T) {
 		tb   string
 		same bool
 	}{
-		{"the same offsets give the same token", mk(1, 2, 3), mk(1, 2, 3), "decisions", "decisions", true},
-		{"other offsets give another token", mk(1, 2, 3), mk(4, 5, 6), "decisions", "decisions", false},
-		{"another table gives another token", mk(1, 2, 3), mk(1, 2, 3), "decisions", "requests", false},
+		{"the same offsets give the same token", mk(0, nov, 1, 2, 3), mk(0, nov, 1, 2, 3), "decisions", "decisions", true},
+		{"the same offsets at other row times of the month give the same token", mk(0, nov, 1, 2, 3), mk(0, nov.Add(time.Hour), 1, 2, 3), "decisions", "decisions", true},
+		{"other offsets give another token", mk(0, nov, 1, 2, 3), mk(0, nov, 4, 5, 6), "decisions", "decisions", false},
+		{"a gap in the offsets gives another token", mk(0, nov, 1, 2, 3), mk(0, nov, 1, 3), "decisions", "decisions", false},
+		{"the same offsets of another Kafka partition give another token", mk(0, nov, 1, 2, 3), mk(1, nov, 1, 2, 3), "decisions", "decisions", false},
+		{"the same offsets in another month give another token", mk(0, nov, 1, 2, 3), mk(0, dec, 1, 2, 3), "decisions", "decisions", false},
+		{"another table gives another token", mk(0, nov, 1, 2, 3), mk(0, nov, 1, 2, 3), "decisions", "requests", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -131,7 +136,7 @@ func TestARetriedInsertIsDroppedByItsToken(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			b := tb.newBatch()
 			for _, o := range s.offsets {
-				b.add(decisionRecord(t, 0, o))
+				add(b, decisionRecord(t, 0, o))
 			}
 			tok := token(tb.name, b)
 			for range s.retries + 1 {

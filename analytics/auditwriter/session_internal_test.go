@@ -1,0 +1,355 @@
+package auditwriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// These tests run the writer's logic without Kafka or ClickHouse: the
+// batching of the poll loop, the inserters, the retries of an insert, the
+// wait for inserts in flight and the resume positions. What ClickHouse does
+// with the inserts is tested against the server in the full suite.
+
+// fastWriter is a writer whose ClickHouse connection is never used (the
+// tests replace what would use it).
+func fastWriter(t *testing.T, o Options) *Writer {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	o.Brokers, o.Catalog, o.ClickHouse, o.Database = []string{"127.0.0.1:1"}, topics.New(topics.Options{}), conn, "herald_fast"
+	o.Metrics, o.Logger = metrics.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))
+	w, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.retryPause, w.pollEvery = time.Millisecond, time.Millisecond
+	return w
+}
+
+// decisionAt is a decision record of a partition and offset whose row time
+// is at.
+func decisionAt(t *testing.T, partition int32, offset int64, at time.Time) *kgo.Record {
+	t.Helper()
+	r := decisionRecord(t, partition, offset)
+	d := schemas.Decision{DecisionID: fmt.Sprintf("d/%d/%d", partition, offset), Stage: "dedupe", Outcome: schemas.DecisionAccepted,
+		Tenant: "acme", Type: "invoice.paid", Recipient: "u_1", NotificationID: "52f364d9288c640b306b566e509104bd", At: at.UnixMilli()}
+	b, err := schemas.Encode(&d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Value = b
+	return r
+}
+
+// inserted is what one call of insertBatch received.
+type inserted struct {
+	months    []int32 // of the rows, from the at column
+	positions [][2]int64
+	token     string
+}
+
+func record(b batch, tok string) inserted {
+	names, cols := b.columns()
+	var in inserted
+	in.token = tok
+	for i, n := range names {
+		switch n {
+		case "at":
+			for _, at := range cols[i].([]time.Time) {
+				in.months = append(in.months, monthOf(at.UnixMilli()))
+			}
+		case "kafka_offset":
+			parts := cols[i-1].([]int32)
+			for j, o := range cols[i].([]int64) {
+				in.positions = append(in.positions, [2]int64{int64(parts[j]), o})
+			}
+		}
+	}
+	return in
+}
+
+// runBatches feeds records to the decisions table through addRecord, with
+// inserters whose inserts go to insert, and returns what the inserts
+// received, in order, and the first error an inserter reported.
+func runBatches(t *testing.T, w *Writer, recs []*kgo.Record, insert func(in inserted) error) ([]inserted, error) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []inserted
+	w.insertBatch = func(_ context.Context, _ string, b batch, tok string) error {
+		in := record(b, tok)
+		mu.Lock()
+		got = append(got, in)
+		mu.Unlock()
+		return insert(in)
+	}
+	errc, stop := w.startInserters(context.Background())
+	tb := w.byName["herald.decisions"]
+	var err error
+	for _, r := range recs {
+		if err = w.addRecord(tb, r, time.Now(), errc); err != nil {
+			break
+		}
+	}
+	if err == nil && tb.cur.len() > 0 {
+		err = w.handOff(tb, errc)
+	}
+	stop()
+	if err == nil {
+		select {
+		case err = <-errc:
+		default:
+		}
+	}
+	return got, err
+}
+
+func TestEveryInsertHoldsRowsOfOneMonthInOffsetOrder(t *testing.T) {
+	turn := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	nov, dec := turn.Add(-time.Millisecond), turn
+	// p0 and p1 cross the turn of the month at different offsets, and
+	// arrive interleaved as fetches deliver them.
+	crossing := []*kgo.Record{
+		decisionAt(t, 0, 10, nov.Add(-time.Second)), decisionAt(t, 0, 11, nov),
+		decisionAt(t, 1, 5, nov), decisionAt(t, 1, 6, dec),
+		decisionAt(t, 0, 12, dec), decisionAt(t, 0, 13, dec.Add(time.Second)),
+		decisionAt(t, 1, 7, dec.Add(time.Second)),
+	}
+	// A late record of the earlier month after the turn.
+	late := []*kgo.Record{decisionAt(t, 0, 20, nov), decisionAt(t, 0, 21, dec), decisionAt(t, 0, 22, nov), decisionAt(t, 0, 23, dec)}
+	oneMonth := []*kgo.Record{decisionAt(t, 0, 1, dec), decisionAt(t, 1, 1, dec), decisionAt(t, 0, 2, dec)}
+	cases := []struct {
+		name    string
+		recs    []*kgo.Record
+		rows    int
+		inserts int
+	}{
+		{"records of one month make one insert", oneMonth, 100, 1},
+		{"a batch across the turn of a month is cut where the month changes", crossing, 100, 2},
+		{"a late record of the earlier month is an insert of its own", late, 100, 4},
+		{"a full batch is inserted without waiting for the next month", oneMonth, 2, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := fastWriter(t, Options{BatchRows: c.rows})
+			got, err := runBatches(t, w, c.recs, func(inserted) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != c.inserts {
+				t.Errorf("%d inserts, want %d: %+v", len(got), c.inserts, got)
+			}
+			var positions [][2]int64
+			tokens := map[string]bool{}
+			for _, in := range got {
+				if slices.Min(in.months) != slices.Max(in.months) {
+					t.Errorf("one insert holds rows of months %v", in.months)
+				}
+				if tokens[in.token] {
+					t.Errorf("two inserts share the token %s", in.token)
+				}
+				tokens[in.token] = true
+				positions = append(positions, in.positions...)
+			}
+			var want [][2]int64
+			for _, r := range c.recs {
+				want = append(want, [2]int64{int64(r.Partition), r.Offset})
+			}
+			if !slices.Equal(positions, want) {
+				t.Errorf("inserts hold positions %v in this order, want every record once in arrival order %v", positions, want)
+			}
+		})
+	}
+}
+
+func TestAFailedInsertStopsEveryLaterInsertOfItsTable(t *testing.T) {
+	turn := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	recs := []*kgo.Record{
+		decisionAt(t, 0, 1, turn.Add(-time.Second)), decisionAt(t, 0, 2, turn), decisionAt(t, 0, 3, turn.Add(-time.Second)),
+	}
+	fail := errors.New("injected")
+	cases := []struct {
+		name      string
+		failMonth int32
+		calls     int
+	}{
+		{"a failing earlier month holds back the later month", 202611, 1},
+		{"a failing later month stops the late rows of the earlier month after it", 202612, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := fastWriter(t, Options{InsertRetries: 1})
+			got, err := runBatches(t, w, recs, func(in inserted) error {
+				if in.months[0] == c.failMonth {
+					return fail
+				}
+				return nil
+			})
+			if !errors.Is(err, fail) {
+				t.Fatalf("session error %v, want the insert's", err)
+			}
+			// Each failed insert is tried twice (InsertRetries 1), with the
+			// same token.
+			var distinct []string
+			for _, in := range got {
+				if !slices.Contains(distinct, in.token) {
+					distinct = append(distinct, in.token)
+				}
+			}
+			if len(distinct) != c.calls {
+				t.Fatalf("%d distinct inserts, want %d (nothing after the failed one)", len(distinct), c.calls)
+			}
+			if last := got[len(got)-1]; last.months[0] != c.failMonth || got[len(got)-2].token != last.token {
+				t.Fatalf("the last inserts were %+v, want the failed one twice", got[len(got)-2:])
+			}
+		})
+	}
+}
+
+func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
+	fail := errors.New("connection reset")
+	cases := []struct {
+		name     string
+		failures int // attempts that fail before one succeeds
+		retries  int
+		wantErr  bool
+	}{
+		{"an insert that succeeds at once is tried once", 0, 3, false},
+		{"a failed insert is retried with the same token until it succeeds", 2, 3, false},
+		{"an insert that fails every retry ends the session with its error", 4, 3, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := fastWriter(t, Options{InsertRetries: c.retries})
+			tb := w.byName["herald.decisions"]
+			b := tb.newBatch()
+			add(b, decisionRecord(t, 0, 7))
+			add(b, decisionRecord(t, 0, 8))
+			var tokens []string
+			w.insertBatch = func(_ context.Context, table string, _ batch, tok string) error {
+				if table != "decisions" {
+					t.Errorf("insert into %s", table)
+				}
+				tokens = append(tokens, tok)
+				if len(tokens) <= c.failures {
+					return fail
+				}
+				return nil
+			}
+			err := w.flush(context.Background(), tb, b)
+			if gotErr := errors.Is(err, fail); gotErr != c.wantErr {
+				t.Fatalf("flush error %v, want an error: %v", err, c.wantErr)
+			}
+			attempts := min(c.failures+1, c.retries+1)
+			if len(tokens) != attempts {
+				t.Fatalf("%d attempts, want %d", len(tokens), attempts)
+			}
+			for _, tok := range tokens {
+				if tok != token("decisions", b) {
+					t.Fatalf("attempt tokens %v, want every one %s", tokens, token("decisions", b))
+				}
+			}
+			rows, inserts, retries := int64(2), int64(1), int64(attempts-1)
+			if c.wantErr {
+				rows, inserts = 0, 0
+			}
+			if tb.rows.Value() != rows || tb.inserts.Value() != inserts || tb.retries.Value() != retries {
+				t.Fatalf("counted rows %d, inserts %d, retries %d; want %d, %d, %d",
+					tb.rows.Value(), tb.inserts.Value(), tb.retries.Value(), rows, inserts, retries)
+			}
+		})
+	}
+}
+
+func TestResumingWaitsForEveryInsertInFlight(t *testing.T) {
+	down := errors.New("server down")
+	cases := []struct {
+		name    string
+		counts  []uint64 // answers of successive looks
+		err     error    // after the counts
+		cancel  bool
+		wantErr error
+		looks   int
+	}{
+		{"with nothing in flight it resumes at once", []uint64{0}, nil, false, nil, 1},
+		{"it looks again until no insert is in flight", []uint64{2, 1, 1, 0}, nil, false, nil, 4},
+		{"an error looking ends the session", []uint64{1}, down, false, down, 2},
+		{"a stop while inserts are in flight ends the wait", []uint64{1, 1, 1}, nil, true, context.Canceled, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := fastWriter(t, Options{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			looks := 0
+			w.inFlight = func(context.Context) (uint64, error) {
+				looks++
+				if looks > len(c.counts) {
+					if c.err != nil {
+						return 0, c.err
+					}
+					t.Fatal("looked again after the wait should have ended")
+				}
+				if c.cancel && looks == len(c.counts) {
+					cancel()
+				}
+				return c.counts[looks-1], nil
+			}
+			err := w.awaitInFlightInserts(ctx)
+			if !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+				t.Fatalf("wait ended with %v, want %v", err, c.wantErr)
+			}
+			if looks != c.looks {
+				t.Fatalf("%d looks, want %d", looks, c.looks)
+			}
+		})
+	}
+}
+
+func TestEachPartitionResumesAfterItsHighestStoredOffset(t *testing.T) {
+	got := resumeFrom(map[int32]int64{0: 41, 2: 0, 7: 99}, []int32{0, 1, 2})
+	want := map[int32]int64{0: 42, 1: -2, 2: 1} // -2: the log start
+	if len(got) != len(want) {
+		t.Fatalf("resumes %d partitions, want %d (only the topic's)", len(got), len(want))
+	}
+	for p, off := range want {
+		if o := got[p].EpochOffset().Offset; o != off {
+			t.Errorf("partition %d resumes at %d, want %d", p, o, off)
+		}
+	}
+}
+
+func TestMonthOfIsTheTablesPartition(t *testing.T) {
+	cases := []struct {
+		name string
+		at   time.Time
+		want int32
+	}{
+		{"the last millisecond of a month is that month", time.Date(2026, 11, 30, 23, 59, 59, 999e6, time.UTC), 202611},
+		{"midnight UTC starts the next month", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), 202612},
+		{"the month is UTC's, whatever the zone of the clock", time.Date(2027, 1, 1, 0, 30, 0, 0, time.FixedZone("CET", 3600)), 202612},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := monthOf(c.at.UnixMilli()); got != c.want {
+				t.Fatalf("monthOf(%s) = %d, want %d", c.at, got, c.want)
+			}
+		})
+	}
+}
