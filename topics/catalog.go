@@ -47,8 +47,9 @@ type Options struct {
 	// restoring stage to read them (delete.retention.ms).
 	SeenTombstoneRetentionMs int64
 	// SeenCleanupPolicy is "compact" (the default). "delete" keeps every
-	// seen-set record for SeenRetentionMs instead; only for clusters whose
-	// compaction is unsafe with transactions (kfake, see internal/embedded).
+	// seen-set and sink state record for SeenRetentionMs instead; only for
+	// clusters whose compaction is unsafe with transactions (kfake, see
+	// internal/embedded). The retention must exceed the sinks' MaxAge.
 	SeenCleanupPolicy string
 	SeenRetentionMs   int64
 	// MaxFutureTimestampMs is herald.requests' message.timestamp.after.max.ms:
@@ -148,7 +149,12 @@ func New(o Options) *Catalog {
 		events("deliveries."+ch, "delivery commands for the "+ch+" sink; key: delivery id")
 	}
 	for _, ch := range Channels {
-		compacted(SinkState(ch), "the "+ch+" sink's state: sent-set, write-ahead intents, parked retries; key: delivery id, co-partitioned with deliveries."+ch, nil)
+		doc := "the " + ch + " sink's state: sent-set, write-ahead intents, parked retries; key: delivery id, co-partitioned with deliveries." + ch
+		if o.SeenCleanupPolicy == "delete" { // the same hazard as the seen-set's, the same workaround
+			c.add(SinkState(ch), doc, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(o.SeenRetentionMs, 10)})
+		} else {
+			compacted(SinkState(ch), doc, nil)
+		}
 	}
 	events("attempts", "every provider call and its classified result; key: delivery id")
 	events("outcomes", "the final state of every delivery; key: delivery id")

@@ -21,7 +21,7 @@ func TestEveryQueryDocumentsItselfAndItsParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"ambiguous_timeout_rate", "high_hit_rate_types", "hit_rate_by_type_7d", "hit_rate_spikes",
-		"near_retry_limit", "suppressed_for_recipient", "zero_hit_rate_types"}
+		"maybe_shown_twice", "near_retry_limit", "suppressed_for_recipient", "zero_hit_rate_types"}
 	var names []string
 	for _, q := range all {
 		names = append(names, q.Name)
@@ -275,6 +275,54 @@ func TestQueriesOnAPipelineRun(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) || amb == 0 {
 			t.Fatalf("query %v, attempts %v (want some ambiguous)", got, want)
+		}
+	})
+
+	t.Run("deliveries that may have been shown twice are exactly those with two attempts that may have reached the device", func(t *testing.T) {
+		var rows []struct {
+			Tenant            string    `ch:"tenant"`
+			Channel           string    `ch:"channel"`
+			DeliveryID        string    `ch:"delivery_id"`
+			NotificationID    string    `ch:"notification_id"`
+			Recipient         string    `ch:"recipient"`
+			DeviceID          string    `ch:"device_id"`
+			CollapseID        string    `ch:"collapse_id"`
+			APNsID            string    `ch:"apns_id"`
+			AmbiguousAttempts uint32    `ch:"ambiguous_attempts"`
+			PossibleCopies    uint32    `ch:"possible_copies"`
+			FirstAt           time.Time `ch:"first_at"`
+			LastAt            time.Time `ch:"last_at"`
+		}
+		run(t, "maybe_shown_twice", &rows, map[string]string{"since": queries.Time(until.Add(-49 * time.Hour)), "until": queries.Time(until.Add(time.Hour))})
+		type tally struct{ ambiguous, copies int }
+		per := map[string]tally{}
+		for _, a := range f.Attempts {
+			x := per[a.DeliveryID]
+			if a.Result == schemas.AttemptAmbiguous {
+				x.ambiguous++
+			}
+			if a.Result == schemas.AttemptAmbiguous || a.Result == schemas.AttemptSent {
+				x.copies++
+			}
+			per[a.DeliveryID] = x
+		}
+		var got, want []string
+		for _, r := range rows {
+			got = append(got, fmt.Sprintf("%s %d %d", r.DeliveryID, r.AmbiguousAttempts, r.PossibleCopies))
+		}
+		withAmbiguous := 0
+		for id, x := range per {
+			if x.copies >= 2 {
+				want = append(want, fmt.Sprintf("%s %d %d", id, x.ambiguous, x.copies))
+				if x.ambiguous > 0 {
+					withAmbiguous++
+				}
+			}
+		}
+		sort.Strings(got)
+		sort.Strings(want)
+		if !slices.Equal(got, want) || withAmbiguous == 0 || withAmbiguous == len(want) {
+			t.Fatalf("query %q\nattempts %q (want both kinds: after an ambiguous attempt, and delivered twice)", got, want)
 		}
 	})
 

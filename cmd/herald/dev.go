@@ -24,6 +24,9 @@ import (
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/apns"
+	"github.com/heraldhq/herald/sinks/apns/emulator"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -38,6 +41,11 @@ type devConfig struct {
 	policy                 policyFlags
 	clickhouseStartTimeout time.Duration
 	apiKeys                string
+	// apnsEmulator sends APNs pushes to a local emulator at
+	// apnsEmulatorAddr; false sends them to Apple with apns.
+	apnsEmulator     bool
+	apnsEmulatorAddr string
+	apns             apnsFlags
 }
 
 // runDev implements `herald dev`: everything in one process on embedded
@@ -55,6 +63,9 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	c.policy.register(fs)
 	fs.StringVar(&c.apiKeys, "api-keys", "", "file of API keys, one 'tenant:name:sha256hex' a line (default: the public dev key "+api.DevAPIKey+", tenant dev)")
 	fs.DurationVar(&c.clickhouseStartTimeout, "clickhouse-start-timeout", 2*time.Minute, "how long to wait for the ClickHouse server to answer")
+	fs.BoolVar(&c.apnsEmulator, "apns-emulator", true, "send APNs pushes to a local emulator (false: to Apple, with the --apns-* flags)")
+	fs.StringVar(&c.apnsEmulatorAddr, "apns-emulator-addr", "127.0.0.1:0", "address of the local APNs emulator (its pushes: https://ADDR/emulator/pushes)")
+	c.apns.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -162,6 +173,20 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	goStage("dedupe", dedupeStage.Run)
 
+	// The APNs sink, by default against the local emulator.
+	apnsProvider, apnsNote, err := devAPNs(c, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer apnsProvider.close()
+	goStage("sink-apns", func(ctx context.Context) error {
+		return sinks.Run(ctx, sinks.Options{
+			Channel: "apns", Provider: apnsProvider.p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
+			ClientOpts: embedded.ClientOpts(),
+		})
+	})
+
 	goStage("audit-writer", func(ctx context.Context) error {
 		return auditwriter.Run(ctx, auditwriter.Options{
 			Brokers: brokers, Catalog: cat, ClickHouse: chConn, Database: c.database, ClientOpts: embedded.ClientOpts(),
@@ -198,8 +223,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 			errc <- fmt.Errorf("dev: http: %w", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "herald dev is up: http://%s (API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · state %s\n",
-		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), c.stateDir)
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · state %s\n",
+		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, c.stateDir)
 
 	var runErr error
 	select {
@@ -216,6 +241,41 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	stopStages()
 	wg.Wait()
 	return runErr
+}
+
+// devAPNsProvider is the APNs adapter of `herald dev`, and the emulator it
+// sends to when there is one.
+type devAPNsProvider struct {
+	p  *apns.Provider
+	em *emulator.Emulator
+}
+
+func (d devAPNsProvider) close() {
+	d.p.CloseIdleConnections()
+	if d.em != nil {
+		d.em.Close()
+	}
+}
+
+// devAPNs starts the local APNs emulator (unless --apns-emulator=false) and
+// the adapter that sends to it; note says where pushes go.
+func devAPNs(c devConfig, log *slog.Logger) (d devAPNsProvider, note string, err error) {
+	if !c.apnsEmulator {
+		if d.p, err = c.apns.provider(); err != nil {
+			return d, "", fmt.Errorf("dev: apns: %w", err)
+		}
+		return d, "apns " + c.apns.host, nil
+	}
+	d.em, err = emulator.Start(emulator.Options{Addr: c.apnsEmulatorAddr, MaxRecords: 1000, LogPushes: true, Logger: log.With("component", "apns-emulator")})
+	if err != nil {
+		return d, "", fmt.Errorf("dev: %w", err)
+	}
+	d.p, err = apns.New(apns.Config{Host: d.em.URL(), RootCAs: d.em.RootCAs(), Topic: c.apns.topic})
+	if err != nil {
+		d.em.Close()
+		return d, "", fmt.Errorf("dev: apns: %w", err)
+	}
+	return d, "apns emulator " + d.em.URL() + " (pushes: " + d.em.URL() + "/emulator/pushes)", nil
 }
 
 // ensureTopics creates the catalog's topics and checks there is no drift.

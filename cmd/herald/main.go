@@ -4,6 +4,8 @@
 //	herald dev                 run everything in one process (kfake, chDB, emulators)
 //	herald id ...              print a canonical notification id
 //	herald topics create|verify
+//	herald sink --channel apns  deliver one channel's pushes
+//	herald emulate apns         a local APNs
 //
 // Every flag can also be set from the environment: --brokers is
 // HERALD_BROKERS, --state-dir is HERALD_STATE_DIR, and so on (upper case,
@@ -42,9 +44,11 @@ func commands() []command {
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
+		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection)", runEmulate},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
 		{"replay", "re-run requests through the dedupe stage in a sandbox and diff with the audit", runReplay},
+		{"sink", "run a channel's sink (--channel apns): deliver with a sent-set, safe retries and dead letters", runSink},
 		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })

@@ -47,10 +47,15 @@ type Options struct {
 	// RequireAuth answers 403 MissingProviderToken to a request with
 	// neither a bearer token nor a client certificate.
 	RequireAuth bool
+	// CertHosts are host names or IPs the self-signed certificate names
+	// besides 127.0.0.1, ::1 and localhost (e.g. a compose service name).
+	CertHosts []string
 	// MaxRecords keeps only the last MaxRecords pushes (0: all of them).
 	MaxRecords int
-	// Logger logs each push at debug level (ids only).
-	Logger *slog.Logger
+	// Logger logs each push (ids and answer only) at debug level, or at
+	// info level with LogPushes.
+	Logger    *slog.Logger
+	LogPushes bool
 }
 
 // Rule scripts the answer to pushes for one token ("" for every token);
@@ -97,7 +102,7 @@ func Start(o Options) (*Emulator, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	cert, certPEM, err := selfSigned()
+	cert, certPEM, err := selfSigned(o.CertHosts)
 	if err != nil {
 		return nil, fmt.Errorf("apns emulator: certificate: %w", err)
 	}
@@ -220,7 +225,11 @@ func (e *Emulator) device(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Emulator) record(p Push) {
-	e.o.Logger.Debug("apns emulator received a push", "apns_id", p.APNsID, "notification", p.NotificationID, "answer", p.Answer)
+	level := slog.LevelDebug
+	if e.o.LogPushes {
+		level = slog.LevelInfo
+	}
+	e.o.Logger.Log(context.Background(), level, "apns emulator received a push", "apns_id", p.APNsID, "notification", p.NotificationID, "answer", p.Answer)
 	e.pushes.Add(p)
 }
 
@@ -259,8 +268,8 @@ func newUUID() string {
 	return fmt.Sprintf("%X-%X-%X-%X-%X", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-// selfSigned makes a certificate for 127.0.0.1, ::1 and localhost.
-func selfSigned() (tls.Certificate, []byte, error) {
+// selfSigned makes a certificate for 127.0.0.1, ::1, localhost and hosts.
+func selfSigned(hosts []string) (tls.Certificate, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, err
@@ -275,6 +284,13 @@ func selfSigned() (tls.Certificate, []byte, error) {
 		IsCA:         true, BasicConstraintsValid: true,
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
 		DNSNames:    []string{"localhost"},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sideshow/apns2"
+
+	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/apns"
+)
+
+// sinkFlags are the runtime's flags, shared by every channel.
+type sinkFlags struct {
+	instance, group                 string
+	batch, maxInFlight, maxAttempts int
+	interval, txnTimeout, callTO    time.Duration
+	backoffMin, backoffMax, maxAge  time.Duration
+}
+
+func (s *sinkFlags) register(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&s.instance, "instance-id", host, "this instance's name, stable across restarts (its transactional id)")
+	fs.StringVar(&s.group, "group", "", "consumer group of the channel's sinks (default herald-sink-<channel>)")
+	fs.IntVar(&s.batch, "batch-records", 0, "most delivery commands in one transaction (default twice --max-in-flight)")
+	fs.DurationVar(&s.interval, "batch-interval", 100*time.Millisecond, "longest a transaction collects commands")
+	fs.DurationVar(&s.txnTimeout, "transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
+	fs.IntVar(&s.maxInFlight, "max-in-flight", 1000, "most provider calls in flight")
+	fs.DurationVar(&s.callTO, "call-timeout", 10*time.Second, "longest one provider call may take (keep well below the group's rebalance timeout)")
+	fs.IntVar(&s.maxAttempts, "max-attempts", 8, "most calls per delivery; then it fails and is dead-lettered")
+	fs.DurationVar(&s.backoffMin, "backoff-min", time.Second, "first retry's longest wait (full jitter; doubles per retry)")
+	fs.DurationVar(&s.backoffMax, "backoff-max", 5*time.Minute, "longest wait between retries")
+	fs.DurationVar(&s.maxAge, "max-age", 24*time.Hour, "expiry of a delivery command that carries none, after its creation")
+}
+
+func (s *sinkFlags) options(channel string, p sinks.Provider, kf *kafkaFlags) (sinks.Options, error) {
+	seeds, err := kf.seeds()
+	if err != nil {
+		return sinks.Options{}, err
+	}
+	if s.instance == "" {
+		return sinks.Options{}, fmt.Errorf("%w: --instance-id is empty", errUsage)
+	}
+	return sinks.Options{
+		Channel: channel, Provider: p, Brokers: seeds, Catalog: kf.catalog(), Group: s.group, InstanceID: s.instance,
+		Policy:      sinks.Policy{MaxAttempts: s.maxAttempts, Backoff: backoff.Policy{Min: s.backoffMin, Max: s.backoffMax}, MaxAge: s.maxAge},
+		MaxInFlight: s.maxInFlight, CallTimeout: s.callTO, MaxBatchRecords: s.batch, BatchInterval: s.interval,
+		TransactionTimeout: s.txnTimeout,
+	}, nil
+}
+
+// apnsFlags configure the APNs adapter. Secrets (key and certificate files,
+// the certificate's password) are read, never logged.
+type apnsFlags struct {
+	host, topic, keyFile, keyID, teamID, certFile, certPassword, caFile, pushType string
+	priority                                                                      int
+}
+
+func (a *apnsFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.host, "apns-host", apns2.HostProduction, "APNs base URL (the sandbox: "+apns2.HostDevelopment+"; an emulator's URL)")
+	fs.StringVar(&a.topic, "apns-topic", "", "the app's bundle id (apns-topic)")
+	fs.StringVar(&a.keyFile, "apns-key-file", "", "token auth: the .p8 signing key file")
+	fs.StringVar(&a.keyID, "apns-key-id", "", "token auth: the key id")
+	fs.StringVar(&a.teamID, "apns-team-id", "", "token auth: the team id")
+	fs.StringVar(&a.certFile, "apns-cert-file", "", "certificate auth: a .p12 or PEM file")
+	fs.StringVar(&a.certPassword, "apns-cert-password", "", "certificate auth: the file's password (prefer HERALD_APNS_CERT_PASSWORD)")
+	fs.StringVar(&a.caFile, "apns-ca-file", "", "PEM certificates to trust instead of the system's (an emulator's)")
+	fs.IntVar(&a.priority, "apns-priority", 10, "apns-priority: 10 (immediate) or 5 (power-saving)")
+	fs.StringVar(&a.pushType, "apns-push-type", "alert", "apns-push-type")
+}
+
+func (a *apnsFlags) provider() (*apns.Provider, error) {
+	cfg := apns.Config{
+		Host: a.host, Topic: a.topic, KeyFile: a.keyFile, KeyID: a.keyID, TeamID: a.teamID,
+		CertFile: a.certFile, CertPassword: a.certPassword, Priority: a.priority, PushType: a.pushType,
+	}
+	if a.caFile != "" {
+		pem, err := os.ReadFile(a.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --apns-ca-file: %v", errUsage, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: --apns-ca-file %s holds no PEM certificate", errUsage, a.caFile)
+		}
+	}
+	return apns.New(cfg)
+}
+
+// runSink implements `herald sink --channel apns`: one instance of a
+// channel's sink.
+func runSink(ctx context.Context, args []string, _ io.Writer) error {
+	fs := newFlagSet("sink")
+	var kf kafkaFlags
+	kf.register(fs)
+	var sf sinkFlags
+	sf.register(fs)
+	var af apnsFlags
+	af.register(fs)
+	channel := fs.String("channel", "", "the channel to deliver: apns")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	var p sinks.Provider
+	switch *channel {
+	case "apns":
+		ap, err := af.provider()
+		if err != nil {
+			return err
+		}
+		p = ap
+	case "":
+		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns", errUsage)
+	default:
+		return fmt.Errorf("%w: --channel %q has no sink yet (apns)", errUsage, *channel)
+	}
+	o, err := sf.options(*channel, p, &kf)
+	if err != nil {
+		return err
+	}
+	return sinks.Run(ctx, o)
+}

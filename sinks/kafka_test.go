@@ -1,0 +1,275 @@
+package sinks_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/apns"
+	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/topics"
+)
+
+// deliveryCmd is the command the route stage writes for one device.
+func deliveryCmd(notification, device string) *schemas.DeliveryCommand {
+	nid := identity.DedupeID("acme", "t", "u1", notification)
+	return &schemas.DeliveryCommand{
+		DeliveryID: identity.DeliveryID(nid, device), NotificationID: nid, Tenant: "acme", Type: "t", Recipient: "u1",
+		DeviceID: device, Channel: "apns", Token: "tok-" + device, CollapseID: nid, APNsID: identity.APNsID(nid),
+		Title: notification, Body: "b", CreatedAt: time.Now().UnixMilli(), ExpiresAt: time.Now().Add(time.Hour).UnixMilli(),
+	}
+}
+
+func produce(t *testing.T, brokers []string, cat *topics.Catalog, cmds ...*schemas.DeliveryCommand) {
+	t.Helper()
+	if err := produceAll(testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner())), cat, cmds); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// produceAll writes the commands in order, keyed by delivery id.
+func produceAll(cl *kgo.Client, cat *topics.Catalog, cmds []*schemas.DeliveryCommand) error {
+	var mu sync.Mutex
+	var first error
+	for _, c := range cmds {
+		b, err := schemas.Encode(c)
+		if err != nil {
+			return err
+		}
+		rec := &kgo.Record{Topic: cat.Name(topics.Deliveries("apns")), Key: []byte(c.DeliveryID), Value: b}
+		cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+		})
+	}
+	if err := cl.Flush(context.Background()); err != nil {
+		return err
+	}
+	return first
+}
+
+// startSink runs one in-process sink instance until the test ends.
+func startSink(t *testing.T, brokers []string, cat *topics.Catalog, em *emulator.Emulator, p sinks.Policy) {
+	t.Helper()
+	prov, err := apns.New(apns.Config{Host: em.URL(), RootCAs: em.RootCAs(), Topic: "com.example.app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sinks.New(sinks.Options{
+		Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, InstanceID: "i1", Policy: p,
+		MaxInFlight: 64, CallTimeout: time.Second, BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := r.Run(ctx); err != nil {
+			t.Errorf("sink: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait(); prov.CloseIdleConnections() })
+}
+
+// audit is what the sink committed, per delivery id.
+type audit struct {
+	attempts map[string][]schemas.Attempt
+	outcomes map[string][]schemas.Outcome
+	dead     map[string]int
+	devices  map[string]schemas.Device
+}
+
+func readAudit(t *testing.T, brokers []string, cat *topics.Catalog) audit {
+	t.Helper()
+	a := audit{attempts: map[string][]schemas.Attempt{}, outcomes: map[string][]schemas.Outcome{}, dead: map[string]int{}, devices: map[string]schemas.Device{}}
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Attempts)) {
+		var x schemas.Attempt
+		if err := schemas.Decode(r.Value, &x); err != nil {
+			t.Fatal(err)
+		}
+		a.attempts[x.DeliveryID] = append(a.attempts[x.DeliveryID], x)
+	}
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Outcomes)) {
+		var x schemas.Outcome
+		if err := schemas.Decode(r.Value, &x); err != nil {
+			t.Fatal(err)
+		}
+		a.outcomes[x.DeliveryID] = append(a.outcomes[x.DeliveryID], x)
+	}
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.DeadLetters)) {
+		a.dead[string(r.Key)]++
+	}
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Devices)) {
+		var x schemas.Device
+		if err := schemas.Decode(r.Value, &x); err != nil {
+			t.Fatal(err)
+		}
+		a.devices[x.DeviceID] = x
+	}
+	return a
+}
+
+// awaitOutcomes waits until every delivery has an outcome.
+func awaitOutcomes(t *testing.T, brokers []string, cat *topics.Catalog, ids ...string) audit {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		a := readAudit(t, brokers, cat)
+		missing := 0
+		for _, id := range ids {
+			if len(a.outcomes[id]) == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries have no outcome", missing, len(ids))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 2)
+	em, err := emulator.Start(emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+
+	type want struct {
+		outcome string
+		results string // attempts' results in order
+		pushes  int    // requests the emulator read
+		dead    bool
+		retired bool
+	}
+	cases := []struct {
+		name  string
+		rules []emulator.Rule
+		cmd   func(c *schemas.DeliveryCommand)
+		want  want
+	}{
+		{"a 200 is delivered with one call", nil, nil, want{schemas.OutcomeDelivered, "sent", 1, false, false}},
+		{"410 Unregistered retires the device", []emulator.Rule{{Status: 410, Reason: "Unregistered"}}, nil,
+			want{schemas.OutcomeDeviceRetired, "permanent", 1, false, true}},
+		{"400 BadDeviceToken retires the device", []emulator.Rule{{Status: 400, Reason: "BadDeviceToken"}}, nil,
+			want{schemas.OutcomeDeviceRetired, "permanent", 1, false, true}},
+		{"413 PayloadTooLarge fails and is dead-lettered", []emulator.Rule{{Status: 413, Reason: "PayloadTooLarge"}}, nil,
+			want{schemas.OutcomeFailed, "permanent", 1, true, false}},
+		{"403 ExpiredProviderToken fails and is dead-lettered", []emulator.Rule{{Status: 403, Reason: "ExpiredProviderToken"}}, nil,
+			want{schemas.OutcomeFailed, "permanent", 1, true, false}},
+		{"429 is retried after its Retry-After", []emulator.Rule{{Status: 429, Reason: "TooManyRequests", RetryAfter: time.Second, Times: 1}}, nil,
+			want{schemas.OutcomeDelivered, "retryable,sent", 2, false, false}},
+		{"500 and 503 are retried", []emulator.Rule{{Status: 500, Reason: "InternalServerError", Times: 1}, {Status: 503, Reason: "ServiceUnavailable", Times: 1}}, nil,
+			want{schemas.OutcomeDelivered, "retryable,retryable,sent", 3, false, false}},
+		{"a reset after the request was read is ambiguous and retried", []emulator.Rule{{Reset: true, Times: 1}}, nil,
+			want{schemas.OutcomeDelivered, "ambiguous,sent", 2, false, false}},
+		{"a slow answer past the call timeout is ambiguous and retried", []emulator.Rule{{Delay: time.Minute, Times: 1}}, nil,
+			want{schemas.OutcomeDelivered, "ambiguous,sent", 2, false, false}},
+		{"retries stop at the attempt bound: failed and dead-lettered", []emulator.Rule{{Status: 500, Reason: "InternalServerError"}}, nil,
+			want{schemas.OutcomeFailed, "retryable,retryable,retryable", 3, true, false}},
+		{"retries stop at the expiry: expired", []emulator.Rule{{Status: 503, Reason: "ServiceUnavailable", RetryAfter: 5 * time.Second}},
+			func(c *schemas.DeliveryCommand) { c.ExpiresAt = time.Now().Add(3 * time.Second).UnixMilli() },
+			want{schemas.OutcomeExpired, "retryable", 1, false, false}},
+		{"an expired command is not sent", nil,
+			func(c *schemas.DeliveryCommand) { c.ExpiresAt = time.Now().Add(-time.Second).UnixMilli() },
+			want{schemas.OutcomeExpired, "", 0, false, false}},
+	}
+	var cmds []*schemas.DeliveryCommand
+	for i, tc := range cases {
+		c := deliveryCmd(fmt.Sprintf("n%d", i), fmt.Sprintf("dev%d", i))
+		if tc.cmd != nil {
+			tc.cmd(c)
+		}
+		for _, r := range tc.rules {
+			r.Token = c.Token
+			em.AddRule(r)
+		}
+		cmds = append(cmds, c)
+	}
+	startSink(t, brokers, cat, em, sinks.Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
+	produce(t, brokers, cat, cmds...)
+	var ids []string
+	for _, c := range cmds {
+		ids = append(ids, c.DeliveryID)
+	}
+	a := awaitOutcomes(t, brokers, cat, ids...)
+	// A repeat of every command, as a replayed route stage would write:
+	// none is sent again. The first delivery's new notification shows the
+	// repeats were read.
+	produce(t, brokers, cat, cmds...)
+	marker := deliveryCmd("marker", "dev-marker")
+	produce(t, brokers, cat, marker)
+	a = awaitOutcomes(t, brokers, cat, append(ids, marker.DeliveryID)...)
+
+	pushes := map[string][]emulator.Push{}
+	for _, p := range em.Received() {
+		pushes[p.Token] = append(pushes[p.Token], p)
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cmds[i]
+			if n := len(a.outcomes[c.DeliveryID]); n != 1 {
+				t.Fatalf("%d outcomes, want 1", n)
+			}
+			if got := a.outcomes[c.DeliveryID][0].Status; got != tc.want.outcome {
+				t.Errorf("outcome %s, want %s", got, tc.want.outcome)
+			}
+			var results []string
+			for n, at := range a.attempts[c.DeliveryID] {
+				results = append(results, at.Result)
+				if at.Attempt != n+1 || at.APNsID != c.APNsID || at.CollapseID != c.CollapseID {
+					t.Errorf("attempt %d: number %d, ids %s %s", n+1, at.Attempt, at.APNsID, at.CollapseID)
+				}
+			}
+			if got := strings.Join(results, ","); got != tc.want.results {
+				t.Errorf("attempts %q, want %q", got, tc.want.results)
+			}
+			got := pushes[c.Token]
+			if len(got) != tc.want.pushes {
+				t.Errorf("emulator read %d pushes, want %d", len(got), tc.want.pushes)
+			}
+			for _, p := range got {
+				if p.APNsID != c.APNsID || p.CollapseID != c.CollapseID || p.NotificationID != c.NotificationID {
+					t.Errorf("a push carried other ids: %+v", p)
+				}
+			}
+			if (a.dead[c.DeliveryID] == 1) != tc.want.dead || a.dead[c.DeliveryID] > 1 {
+				t.Errorf("%d dead letters, want dead-lettered %v", a.dead[c.DeliveryID], tc.want.dead)
+			}
+			d, retired := a.devices[c.DeviceID]
+			if retired != tc.want.retired || retired && (d.Enabled || d.RetiredReason == "") {
+				t.Errorf("device record %+v, want retired %v", d, tc.want.retired)
+			}
+			if tc.want.results == "retryable,sent" && tc.rules[0].RetryAfter > 0 {
+				at := a.attempts[c.DeliveryID]
+				if gap := time.Duration(at[1].At-at[0].At) * time.Millisecond; gap < tc.rules[0].RetryAfter {
+					t.Errorf("retried %v after a Retry-After of %v", gap, tc.rules[0].RetryAfter)
+				}
+				if at[0].RetryAfterMs != tc.rules[0].RetryAfter.Milliseconds() {
+					t.Errorf("attempt records Retry-After %d ms", at[0].RetryAfterMs)
+				}
+			}
+		})
+	}
+}
