@@ -121,6 +121,13 @@ type Options struct {
 	// TransactionTimeout: 10 s by default.
 	TransactionTimeout time.Duration
 	SessionTimeout     time.Duration
+	// RebalanceTimeout and ResetOffsets are stage.Config's: size the first
+	// above the longest restore of a sink state partition; the second is
+	// the operator's choice when the group's offsets were lost ("" refuses
+	// to start then: replaying deliveries is safe, the sent-set skips
+	// what is final, but it is the operator's call).
+	RebalanceTimeout time.Duration
+	ResetOffsets     string
 	// Now is the clock (time.Now by default).
 	Now        func() time.Time
 	ClientOpts []kgo.Opt
@@ -204,6 +211,9 @@ func New(o Options) (*stage.Runner, error) {
 		TransactionalID:    o.Group + "-" + o.InstanceID,
 		GroupInstanceID:    o.InstanceID,
 		SessionTimeout:     o.SessionTimeout,
+		RebalanceTimeout:   o.RebalanceTimeout,
+		ResetOffsets:       o.ResetOffsets,
+		DeadLetterTopic:    rt.topics.DeadLetters,
 		Input:              rt.topics.Deliveries,
 		Changelogs:         []string{rt.topics.State},
 		NewTask:            func(p int32) stage.Task { return rt.newTask(p) },

@@ -18,7 +18,8 @@ import (
 
 // sinkFlags are the runtime's flags, shared by every channel.
 type sinkFlags struct {
-	instance, group                 string
+	instance, group, reset          string
+	rebalanceTimeout                time.Duration
 	batch, maxInFlight, maxAttempts int
 	interval, txnTimeout, callTO    time.Duration
 	backoffMin, backoffMax, maxAge  time.Duration
@@ -36,6 +37,12 @@ func (s *sinkFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.maxAttempts, "max-attempts", 8, "most calls per delivery; then it fails and is dead-lettered")
 	fs.DurationVar(&s.backoffMin, "backoff-min", time.Second, "first retry's longest wait (full jitter; doubles per retry)")
 	fs.DurationVar(&s.backoffMax, "backoff-max", 5*time.Minute, "longest wait between retries")
+	fs.DurationVar(&s.rebalanceTimeout, "rebalance-timeout", time.Minute,
+		"how long the group waits for members to rejoin a rebalance; partitions restore inside it (and provider calls finish before it: keep --call-timeout well below), "+
+			"so set it above the longest restore: records in the largest sink state partition × partitions per instance ÷ 4 ÷ the records_per_s logged by \"partition restored\"")
+	fs.StringVar(&s.reset, "reset-offsets", "",
+		"where a partition with no committed group offset starts: empty refuses to start when the sink state already holds entries "+
+			"(the group's offsets were lost); earliest replays the retained deliveries (the sent-set skips the final ones), latest skips to the end. Pass it for one restart, then remove it")
 	fs.DurationVar(&s.maxAge, "max-age", 24*time.Hour, "expiry of a delivery command that carries none, after its creation")
 }
 
@@ -47,11 +54,14 @@ func (s *sinkFlags) options(channel string, p sinks.Provider, kf *kafkaFlags) (s
 	if s.instance == "" {
 		return sinks.Options{}, fmt.Errorf("%w: --instance-id is empty", errUsage)
 	}
+	if s.reset != "" && s.reset != "earliest" && s.reset != "latest" {
+		return sinks.Options{}, fmt.Errorf("%w: --reset-offsets must be earliest, latest or empty, got %q", errUsage, s.reset)
+	}
 	return sinks.Options{
 		Channel: channel, Provider: p, Brokers: seeds, Catalog: kf.catalog(), Group: s.group, InstanceID: s.instance,
 		Policy:      sinks.Policy{MaxAttempts: s.maxAttempts, Backoff: backoff.Policy{Min: s.backoffMin, Max: s.backoffMax}, MaxAge: s.maxAge},
 		MaxInFlight: s.maxInFlight, CallTimeout: s.callTO, MaxBatchRecords: s.batch, BatchInterval: s.interval,
-		TransactionTimeout: s.txnTimeout,
+		TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset,
 	}, nil
 }
 
