@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -52,10 +54,30 @@ func crashWorkload(rng *rand.Rand) (reqs []schemas.Request, want map[string]int)
 	return reqs, map[string]int{schemas.DecisionAccepted: originals, schemas.DecisionIdempotentReplay: retries, schemas.DecisionDuplicate: seconds}
 }
 
-// instance is one `herald dedupe` process.
+// instance is one `herald dedupe` process. An instance that exits without
+// being killed fails the test: it would otherwise pass for a crash the
+// test caused.
 type instance struct {
-	id  string
-	cmd *exec.Cmd
+	id     string
+	cmd    *exec.Cmd
+	log    string
+	killed atomic.Bool
+	exited chan struct{} // closed once Wait returned
+}
+
+// crashSeed is the seed of the workload and the kill schedule: from
+// HERALD_TEST_CRASH_SEED when set (to reproduce a failure), else the clock.
+func crashSeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if env := os.Getenv("HERALD_TEST_CRASH_SEED"); env != "" {
+		s, err := strconv.ParseUint(env, 10, 64)
+		if err != nil {
+			t.Fatalf("HERALD_TEST_CRASH_SEED=%q: %v", env, err)
+		}
+		seed = s
+	}
+	t.Logf("seed %d (HERALD_TEST_CRASH_SEED=%d repeats the workload and the kill schedule)", seed, seed)
+	return seed
 }
 
 func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
@@ -65,7 +87,7 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	cat := testenv.Catalog(t, brokers, partitions)
 	logDir := t.TempDir()
 	group := "g-" + cat.Name("dedupe")
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	rng := rand.New(rand.NewPCG(crashSeed(t), 1))
 	reqs, want := crashWorkload(rng)
 
 	var mu sync.Mutex
@@ -84,12 +106,22 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 			t.Fatal(err)
 		}
 		logf.Close()
-		running[id] = &instance{id: id, cmd: cmd}
+		in := &instance{id: id, cmd: cmd, log: logf.Name(), exited: make(chan struct{})}
+		go func() {
+			defer close(in.exited)
+			err := cmd.Wait()
+			if !in.killed.Load() {
+				out, _ := os.ReadFile(in.log)
+				t.Errorf("instance %s exited without being killed: %v; the end of its log:\n%s", id, err, out[max(0, len(out)-4096):])
+			}
+		}()
+		running[id] = in
 	}
 	kill := func(id string) {
 		in := running[id]
+		in.killed.Store(true)
 		in.cmd.Process.Signal(syscall.SIGKILL)
-		in.cmd.Wait()
+		<-in.exited
 		delete(running, id)
 	}
 	t.Cleanup(func() {
