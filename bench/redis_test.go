@@ -3,22 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
-// EnvTestRedis names the Redis address (host:port) the Redis backend's
-// test runs against. Redis is not one of the suite's standard components:
-// the test runs only when the variable is set (scripts/bench starts a
-// server on 127.0.0.1:36379).
-const EnvTestRedis = "HERALD_TEST_REDIS"
-
 func TestRedisBackend(t *testing.T) {
-	addr := os.Getenv(EnvTestRedis)
-	if addr == "" || testing.Short() {
-		t.Skipf("needs Redis: runs only when %s is set to host:port (scripts/bench starts one), and not under -short", EnvTestRedis)
-	}
+	addr := testenv.Redis(t) // scripts/test starts it
 	s := generate(t, StreamOptions{Requests: 3000, RepeatRatio: 0.3, Seed: 13})
 	for _, conns := range []int{1, 3} {
 		t.Run(fmt.Sprintf("with %d connections both variants accept the distinct notifications", conns), func(t *testing.T) {
