@@ -117,3 +117,52 @@ func TestAChangeToAnyPartOfTheContentIsAConflict(t *testing.T) {
 		})
 	}
 }
+
+func TestEveryUndecidableRequestIsRejectedWithItsReason(t *testing.T) {
+	cases := []struct {
+		name   string
+		r      func() schemas.Request
+		reason string
+	}{
+		{"a request without a tenant is rejected", func() schemas.Request { r := req("x", "k", ""); r.Tenant = ""; return r }, "tenant is empty"},
+		{"a request without a type is rejected", func() schemas.Request { r := req("x", "k", ""); r.Type = ""; return r }, "type is empty"},
+		{"a request without a recipient is rejected", func() schemas.Request { r := req("x", "k", ""); r.Recipient = ""; return r }, "recipient is empty"},
+		{"a request whose id is not an id is rejected", func() schemas.Request { r := req("x", "", ""); r.NotificationID = "ABC"; return r },
+			"notificationId is not 32 lower-case hex characters"},
+		{"a request whose id is not its dedupe key's is rejected", func() schemas.Request {
+			r := req("x", "k", "")
+			r.DedupeKey = "other"
+			return r
+		}, "notificationId is not the id of its dedupeKey"},
+		{"a request whose id is not its idempotency key's is rejected", func() schemas.Request {
+			r := req("x", "", "i")
+			r.IdempotencyKey = "other"
+			return r
+		}, "notificationId is not the id of its idempotencyKey"},
+		{"an id from an idempotency key is refused when a dedupe key names the notification", func() schemas.Request {
+			r := req("x", "", "i")
+			r.DedupeKey = "k"
+			return r
+		}, "notificationId is not the id of its idempotencyKey"},
+		{"a negative window is rejected", func() schemas.Request { r := req("x", "k", ""); r.DedupeWindowMs = -1; return r }, "dedupeWindowMs is negative"},
+		{"a negative TTL is rejected", func() schemas.Request { r := req("x", "", "i"); r.IdempotencyTTLMs = -1; return r }, "idempotencyTtlMs is negative"},
+		{"a random id with no key is decided", func() schemas.Request { return req("x", "", "") }, ""},
+		{"a zero window and TTL are the defaults, not errors", func() schemas.Request { return req("x", "k", "i") }, ""},
+	}
+	p := DefaultPolicy()
+	empty := func(string) (schemas.SeenEntry, bool) { return schemas.SeenEntry{}, false }
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := p.Decide(c.r(), 1, Source{Topic: "requests"}, empty)
+			if c.reason == "" {
+				if res.Decision.Outcome != schemas.DecisionAccepted {
+					t.Fatalf("%s (%s), want accepted", res.Decision.Outcome, res.Decision.Detail)
+				}
+				return
+			}
+			if res.Decision.Outcome != schemas.DecisionRejected || res.Decision.Detail != c.reason || res.Accepted != nil || len(res.Seen) != 0 {
+				t.Fatalf("%s %q (accepted %v, seen %d), want rejected: %s", res.Decision.Outcome, res.Decision.Detail, res.Accepted != nil, len(res.Seen), c.reason)
+			}
+		})
+	}
+}

@@ -187,10 +187,9 @@ func (p Policy) Decide(req schemas.Request, at int64, src Source, lookup Lookup)
 	}
 
 	var dedupeKey string
-	switch {
-	case req.DedupeKey != "":
+	if req.DedupeKey != "" {
 		dedupeKey = schemas.SeenKey(schemas.SeenDedupe, identity.DedupeID(req.Tenant, req.Type, req.Recipient, req.DedupeKey))
-	case req.IDSource == "key":
+	} else if req.IDSource == "key" {
 		// The canonical id has no tenant in it: scope it by tenant here.
 		dedupeKey = schemas.SeenKey(schemas.SeenDedupe, identity.DedupeID(req.Tenant, req.Type, req.Recipient, "herald:id:"+req.NotificationID))
 	}
@@ -255,22 +254,28 @@ func (p Policy) ttl(req schemas.Request) int64 {
 
 // invalid names what makes a request undecidable, or returns "".
 func invalid(r schemas.Request) string {
-	switch {
-	case r.Tenant == "":
+	if r.Tenant == "" {
 		return "tenant is empty"
-	case r.Type == "":
+	}
+	if r.Type == "" {
 		return "type is empty"
-	case r.Recipient == "":
+	}
+	if r.Recipient == "" {
 		return "recipient is empty"
-	case !identity.Valid(r.NotificationID):
+	}
+	if !identity.Valid(r.NotificationID) {
 		return "notificationId is not 32 lower-case hex characters"
-	case r.IDSource == "dedupe_key" && r.NotificationID != identity.DedupeID(r.Tenant, r.Type, r.Recipient, r.DedupeKey):
+	}
+	if r.IDSource == "dedupe_key" && r.NotificationID != identity.DedupeID(r.Tenant, r.Type, r.Recipient, r.DedupeKey) {
 		return "notificationId is not the id of its dedupeKey"
-	case r.IDSource == "idempotency_key" && (r.DedupeKey != "" || r.NotificationID != identity.IdempotencyID(r.Tenant, r.Type, r.Recipient, r.IdempotencyKey)):
+	}
+	if r.IDSource == "idempotency_key" && (r.DedupeKey != "" || r.NotificationID != identity.IdempotencyID(r.Tenant, r.Type, r.Recipient, r.IdempotencyKey)) {
 		return "notificationId is not the id of its idempotencyKey"
-	case r.DedupeWindowMs < 0:
+	}
+	if r.DedupeWindowMs < 0 {
 		return "dedupeWindowMs is negative"
-	case r.IdempotencyTTLMs < 0:
+	}
+	if r.IdempotencyTTLMs < 0 {
 		return "idempotencyTtlMs is negative"
 	}
 	return ""
