@@ -156,51 +156,54 @@ func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler { return w }
 func (w *logWatch) WithGroup(string) slog.Handler      { return w }
 
 func TestRestoreWaitsForTheChangelogsLastTransactionBeforeReadingIt(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	r := newRig(t, brokers, nil, 1, nil)
-	r.produce(0, "a")
-	first := r.start(r.config())
-	r.awaitOut(first, 1)
-	if err := first.stop(); err != nil {
-		t.Fatal(err)
-	}
-
-	// The previous owner's last transaction, as the restorer sees it in
-	// the window after EndTxn returned: the group's offsets are stable,
-	// but the changelog's last stable offset stops before the
-	// transaction's seen-set record, whose marker is not written yet.
-	prev := testenv.Client(t, brokers, kgo.TransactionalID("prev-"+r.in), kgo.TransactionTimeout(guard),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err := prev.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := prev.ProduceSync(context.Background(), &kgo.Record{Topic: r.changelog, Partition: 0, Key: []byte("a"), Value: []byte("5")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-
-	r.produce(0, "a")
-	cfg := r.config()
-	watch := newLogWatch("restore waits for open transactions on the changelog")
-	cfg.Logger = slog.New(watch)
-	second := r.start(cfg)
-	outs := make(chan []string, 1)
-	go func() { outs <- r.awaitOut(second, 2) }()
-	select {
-	case <-watch.seen:
-		// The restore waits: let the marker arrive.
-		if err := prev.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		r.produce(0, "a")
+		first := r.start(r.config())
+		r.awaitOut(first, 1)
+		if err := first.stop(); err != nil {
 			t.Fatal(err)
 		}
-	case got := <-outs:
-		t.Fatalf("the restore read the changelog without waiting for its open transaction: outputs %v", got)
-	}
-	got := <-outs
-	if want := []string{"a=1", "a=6"}; !equal(got, want) {
-		t.Fatalf("outputs %v, want %v: the restore must include the previous owner's last transaction", got, want)
-	}
+
+		// The previous owner's last transaction, as the restorer sees it in
+		// the window after EndTxn returned: the group's offsets are stable,
+		// but the changelog's last stable offset stops before the
+		// transaction's seen-set record, whose marker is not written yet.
+		prev := testenv.Client(t, brokers, kgo.TransactionalID("prev-"+r.in), kgo.TransactionTimeout(guard),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err := prev.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := prev.ProduceSync(context.Background(), &kgo.Record{Topic: r.changelog, Partition: 0, Key: []byte("a"), Value: []byte("5")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+
+		r.produce(0, "a")
+		cfg := r.config()
+		watch := newLogWatch("restore waits for open transactions on the changelog")
+		cfg.Logger = slog.New(watch)
+		second := r.start(cfg)
+		outs := make(chan []string, 1)
+		go func() { outs <- r.awaitOut(second, 2) }()
+		select {
+		case <-watch.seen:
+			// The restore waits: let the marker arrive.
+			if err := prev.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+				t.Fatal(err)
+			}
+		case got := <-outs:
+			t.Fatalf("the restore read the changelog without waiting for its open transaction: outputs %v", got)
+		}
+		got := <-outs
+		if want := []string{"a=1", "a=6"}; !equal(got, want) {
+			t.Fatalf("outputs %v, want %v: the restore must include the previous owner's last transaction", got, want)
+		}
+	})
 }
 
 func TestARestartFencesItsCrashedPredecessorBeforeReading(t *testing.T) {
+	// On the real broker only: kfake refuses a TxnOffsetCommit from outside
+	// the group, which the predecessor is made of here.
 	brokers := testenv.Kafka(t)
 	r := newRig(t, brokers, nil, 1, nil)
 	r.produce(0, "a", "b")
@@ -270,46 +273,47 @@ func (g *gated) Restore(r *kgo.Record) error {
 }
 
 func TestPartitionsRestoreInParallelAndTheStageIsNotReadyUntilAllHave(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	r := newRig(t, brokers, nil, 2, nil)
-	r.produce(0, "a")
-	r.produce(1, "b")
-	first := r.start(r.config())
-	r.awaitOut(first, 2)
-	if err := first.stop(); err != nil {
-		t.Fatal(err)
-	}
-
-	arrived := make(chan int32, 2)
-	release := make(chan struct{})
-	cfg := r.config()
-	newCounter := cfg.NewTask
-	cfg.NewTask = func(p int32) stage.Task {
-		return &gated{counter: newCounter(p).(*counter), arrived: arrived, release: release}
-	}
-	s := r.start(cfg)
-	for i := 0; i < 2; i++ {
-		select {
-		case <-arrived:
-		case <-time.After(guard):
-			close(release)
-			t.Fatalf("only %d of 2 partitions began restoring: they restore one at a time", i)
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 2, nil)
+		r.produce(0, "a")
+		r.produce(1, "b")
+		first := r.start(r.config())
+		r.awaitOut(first, 2)
+		if err := first.stop(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Both partitions are inside Restore now.
-	if s.Ready() || !s.Restoring() {
-		t.Fatalf("while restoring: Ready() = %v, Restoring() = %v; want false, true", s.Ready(), s.Restoring())
-	}
-	close(release)
-	r.produce(0, "a")
-	r.produce(1, "b")
-	got := r.awaitOut(s, 4)
-	if want := []string{"a=1", "a=2", "b=1", "b=2"}; !equal(got, want) {
-		t.Fatalf("outputs %v, want %v", got, want)
-	}
-	if !s.Ready() || s.Restoring() {
-		t.Fatalf("after restoring: Ready() = %v, Restoring() = %v; want true, false", s.Ready(), s.Restoring())
-	}
+
+		arrived := make(chan int32, 2)
+		release := make(chan struct{})
+		cfg := r.config()
+		newCounter := cfg.NewTask
+		cfg.NewTask = func(p int32) stage.Task {
+			return &gated{counter: newCounter(p).(*counter), arrived: arrived, release: release}
+		}
+		s := r.start(cfg)
+		for i := 0; i < 2; i++ {
+			select {
+			case <-arrived:
+			case <-time.After(guard):
+				close(release)
+				t.Fatalf("only %d of 2 partitions began restoring: they restore one at a time", i)
+			}
+		}
+		// Both partitions are inside Restore now.
+		if s.Ready() || !s.Restoring() {
+			t.Fatalf("while restoring: Ready() = %v, Restoring() = %v; want false, true", s.Ready(), s.Restoring())
+		}
+		close(release)
+		r.produce(0, "a")
+		r.produce(1, "b")
+		got := r.awaitOut(s, 4)
+		if want := []string{"a=1", "a=2", "b=1", "b=2"}; !equal(got, want) {
+			t.Fatalf("outputs %v, want %v", got, want)
+		}
+		if !s.Ready() || s.Restoring() {
+			t.Fatalf("after restoring: Ready() = %v, Restoring() = %v; want true, false", s.Ready(), s.Restoring())
+		}
+	})
 }
 
 // big is a counter whose output carries the input's value.
@@ -326,39 +330,40 @@ func (b big) Process(r *kgo.Record, out *stage.Out) error {
 }
 
 func TestARecordWhoseOutputCanNeverBeWrittenIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	maxBytes := "2048"
-	r := newRig(t, brokers, nil, 1, map[string]*string{"max.message.bytes": &maxBytes})
-	noise := make([]byte, 8192) // incompressible: the producer compresses batches
-	rand.Read(noise)
-	r.produce(0, "a", "x="+string(noise), "b")
-	cfg := r.config()
-	newCounter := cfg.NewTask
-	cfg.NewTask = func(p int32) stage.Task { return big{newCounter(p).(*counter)} }
-	s := r.start(cfg)
-	got := r.awaitOut(s, 2)
-	if want := []string{"a=1", "b=1"}; !equal(got, want) {
-		t.Fatalf("%d outputs (%d bytes), want %v", len(got), len(strings.Join(got, "")), want)
-	}
-	dls := testenv.ReadCommitted(t, brokers, r.deadLetters)
-	if len(dls) != 1 {
-		t.Fatalf("%d dead letters, want 1", len(dls))
-	}
-	var dl stage.DeadLetter
-	if err := json.Unmarshal(dls[0].Value, &dl); err != nil {
-		t.Fatal(err)
-	}
-	if dl.Topic != r.in || dl.Partition != 0 || dl.Offset != 1 || !strings.Contains(dl.Reason, "MESSAGE_TOO_LARGE") || string(dls[0].Key) != "x" {
-		t.Fatalf("dead letter %+v (key %q), want input %s/0@1, key x, reason MESSAGE_TOO_LARGE", dl, dls[0].Key, r.in)
-	}
-	// The dead-lettered record changed no state: the changelog has a and b only.
-	var keys []string
-	for _, rec := range testenv.ReadCommitted(t, brokers, r.changelog) {
-		keys = append(keys, string(rec.Key))
-	}
-	if !equal(keys, []string{"a", "b"}) {
-		t.Fatalf("changelog keys %v, want [a b]", keys)
-	}
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		maxBytes := "2048"
+		r := newRig(t, brokers, opts, 1, map[string]*string{"max.message.bytes": &maxBytes})
+		noise := make([]byte, 8192) // incompressible: the producer compresses batches
+		rand.Read(noise)
+		r.produce(0, "a", "x="+string(noise), "b")
+		cfg := r.config()
+		newCounter := cfg.NewTask
+		cfg.NewTask = func(p int32) stage.Task { return big{newCounter(p).(*counter)} }
+		s := r.start(cfg)
+		got := r.awaitOut(s, 2)
+		if want := []string{"a=1", "b=1"}; !equal(got, want) {
+			t.Fatalf("%d outputs (%d bytes), want %v", len(got), len(strings.Join(got, "")), want)
+		}
+		dls := testenv.ReadCommitted(t, brokers, r.deadLetters, opts...)
+		if len(dls) != 1 {
+			t.Fatalf("%d dead letters, want 1", len(dls))
+		}
+		var dl stage.DeadLetter
+		if err := json.Unmarshal(dls[0].Value, &dl); err != nil {
+			t.Fatal(err)
+		}
+		if dl.Topic != r.in || dl.Partition != 0 || dl.Offset != 1 || !strings.Contains(dl.Reason, "MESSAGE_TOO_LARGE") || string(dls[0].Key) != "x" {
+			t.Fatalf("dead letter %+v (key %q), want input %s/0@1, key x, reason MESSAGE_TOO_LARGE", dl, dls[0].Key, r.in)
+		}
+		// The dead-lettered record changed no state: the changelog has a and b only.
+		var keys []string
+		for _, rec := range testenv.ReadCommitted(t, brokers, r.changelog, opts...) {
+			keys = append(keys, string(rec.Key))
+		}
+		if !equal(keys, []string{"a", "b"}) {
+			t.Fatalf("changelog keys %v, want [a b]", keys)
+		}
+	})
 }
 
 func TestAStageRefusesAChangelogThatIsNotCoPartitionedWithItsInput(t *testing.T) {
@@ -384,83 +389,84 @@ func TestAStageRefusesAChangelogThatIsNotCoPartitionedWithItsInput(t *testing.T)
 }
 
 func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	r := newRig(t, brokers, nil, 1, nil)
-	r.produce(0, "a", "b")
-	first := r.start(r.config())
-	r.awaitOut(first, 2)
-	if err := first.stop(); err != nil {
-		t.Fatal(err)
-	}
-	loseOffsets := func() {
-		t.Helper()
-		adm := kadm.NewClient(testenv.Client(t, brokers))
-		resp, err := adm.DeleteGroup(context.Background(), r.group)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil {
-			t.Fatalf("delete group %s: %v", r.group, err)
-		}
-	}
-	loseOffsets()
-
-	t.Run("without a reset flag it refuses to start", func(t *testing.T) {
-		s := r.start(r.config())
-		select {
-		case err := <-s.done:
-			s.done <- err
-			if err == nil || !strings.Contains(err.Error(), "--reset-offsets") {
-				t.Fatalf("Run returned %v, want a refusal naming --reset-offsets", err)
-			}
-		case <-time.After(guard):
-			t.Fatal("the stage is running on a group that lost its offsets")
-		}
-		if got := r.outputs(); len(got) != 2 {
-			t.Fatalf("outputs %v: the refusing stage wrote", got)
-		}
-	})
-	t.Run("with --reset-offsets=latest it skips the input it has not seen", func(t *testing.T) {
-		r.produce(0, "c")
-		cfg := r.config()
-		cfg.ResetOffsets = stage.ResetLatest
-		s := r.start(cfg)
-		// Its position is the end when it starts: keep writing d until
-		// one is processed.
-		var got []string
-		for deadline := time.Now().Add(guard); ; {
-			r.produce(0, "d")
-			if got = r.awaitOut(s, 2); len(got) > 2 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no d processed: outputs %v", got)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		if err := s.stop(); err != nil {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		r.produce(0, "a", "b")
+		first := r.start(r.config())
+		r.awaitOut(first, 2)
+		if err := first.stop(); err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range got {
-			if strings.HasPrefix(v, "c=") {
-				t.Fatalf("outputs %v: c was before the reset position", got)
+		loseOffsets := func() {
+			t.Helper()
+			adm := kadm.NewClient(testenv.Client(t, brokers))
+			resp, err := adm.DeleteGroup(context.Background(), r.group)
+			if err == nil {
+				err = resp.Err
+			}
+			if err != nil {
+				t.Fatalf("delete group %s: %v", r.group, err)
 			}
 		}
-		if got[2] != "d=1" {
-			t.Fatalf("outputs %v, want d=1 after a=1 b=1", got)
-		}
-	})
-	t.Run("with --reset-offsets=earliest it re-decides the input against its restored state", func(t *testing.T) {
 		loseOffsets()
-		before := len(r.outputs())
-		cfg := r.config()
-		cfg.ResetOffsets = stage.ResetEarliest
-		s := r.start(cfg)
-		got := r.awaitOut(s, before+2)
-		// The replay starts over at a: a counted on from the state (a=2), never a=1 again.
-		if got[before] != "a=2" || got[before+1] != "b=2" {
-			t.Fatalf("outputs %v: the replay must continue from the restored counts (a=2, b=2)", got)
-		}
+
+		t.Run("without a reset flag it refuses to start", func(t *testing.T) {
+			s := r.start(r.config())
+			select {
+			case err := <-s.done:
+				s.done <- err
+				if err == nil || !strings.Contains(err.Error(), "--reset-offsets") {
+					t.Fatalf("Run returned %v, want a refusal naming --reset-offsets", err)
+				}
+			case <-time.After(guard):
+				t.Fatal("the stage is running on a group that lost its offsets")
+			}
+			if got := r.outputs(); len(got) != 2 {
+				t.Fatalf("outputs %v: the refusing stage wrote", got)
+			}
+		})
+		t.Run("with --reset-offsets=latest it skips the input it has not seen", func(t *testing.T) {
+			r.produce(0, "c")
+			cfg := r.config()
+			cfg.ResetOffsets = stage.ResetLatest
+			s := r.start(cfg)
+			// Its position is the end when it starts: keep writing d until
+			// one is processed.
+			var got []string
+			for deadline := time.Now().Add(guard); ; {
+				r.produce(0, "d")
+				if got = r.awaitOut(s, 2); len(got) > 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no d processed: outputs %v", got)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if err := s.stop(); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range got {
+				if strings.HasPrefix(v, "c=") {
+					t.Fatalf("outputs %v: c was before the reset position", got)
+				}
+			}
+			if got[2] != "d=1" {
+				t.Fatalf("outputs %v, want d=1 after a=1 b=1", got)
+			}
+		})
+		t.Run("with --reset-offsets=earliest it re-decides the input against its restored state", func(t *testing.T) {
+			loseOffsets()
+			before := len(r.outputs())
+			cfg := r.config()
+			cfg.ResetOffsets = stage.ResetEarliest
+			s := r.start(cfg)
+			got := r.awaitOut(s, before+2)
+			// The replay starts over at a: a counted on from the state (a=2), never a=1 again.
+			if got[before] != "a=2" || got[before+1] != "b=2" {
+				t.Fatalf("outputs %v: the replay must continue from the restored counts (a=2, b=2)", got)
+			}
+		})
 	})
 }
 
@@ -486,36 +492,37 @@ func equal(got, want []string) bool {
 }
 
 func TestAStageStopsWhileARestoreWaits(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	r := newRig(t, brokers, nil, 1, nil)
-	open := testenv.Client(t, brokers, kgo.TransactionalID("open-"+r.in), kgo.TransactionTimeout(15*time.Minute),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err := open.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := open.ProduceSync(context.Background(), &kgo.Record{Topic: r.changelog, Partition: 0, Key: []byte("a"), Value: []byte("1")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	cfg := r.config()
-	watch := newLogWatch("restore waits for open transactions on the changelog")
-	cfg.Logger = slog.New(watch)
-	s := r.start(cfg)
-	select {
-	case <-watch.seen:
-	case <-time.After(guard):
-		t.Fatal("the restore did not wait for the open transaction")
-	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- s.stop() }()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("Run returned %v on shutdown, want nil", err)
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		open := testenv.Client(t, brokers, kgo.TransactionalID("open-"+r.in), kgo.TransactionTimeout(15*time.Minute),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err := open.BeginTransaction(); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(guard):
-		t.Fatal("Run did not return while its restore waited")
-	}
-	if err := open.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
-		t.Fatal(err)
-	}
+		if err := open.ProduceSync(context.Background(), &kgo.Record{Topic: r.changelog, Partition: 0, Key: []byte("a"), Value: []byte("1")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := r.config()
+		watch := newLogWatch("restore waits for open transactions on the changelog")
+		cfg.Logger = slog.New(watch)
+		s := r.start(cfg)
+		select {
+		case <-watch.seen:
+		case <-time.After(guard):
+			t.Fatal("the restore did not wait for the open transaction")
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- s.stop() }()
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("Run returned %v on shutdown, want nil", err)
+			}
+		case <-time.After(guard):
+			t.Fatal("Run did not return while its restore waited")
+		}
+		if err := open.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -1,0 +1,67 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestProduceErrorsThatNoRetryCanFixAreToldApart(t *testing.T) {
+	cases := []struct {
+		name  string
+		err   error
+		never bool
+	}{
+		{"a record over the topic's max.message.bytes can never be written", kerr.MessageTooLarge, true},
+		{"a batch over the broker's limit can never be written", kerr.RecordListTooLarge, true},
+		{"an invalid record can never be written", kerr.InvalidRecord, true},
+		{"a corrupt record can never be written", kerr.CorruptMessage, true},
+		{"a timestamp out of the topic's bounds can never be written", kerr.InvalidTimestamp, true},
+		{"a wrapped cause is still recognised", fmt.Errorf("produce to t: %w", kerr.MessageTooLarge), true},
+		{"a leader change is retried", kerr.NotLeaderForPartition, false},
+		{"a timeout is retried", kerr.RequestTimedOut, false},
+		{"a missing topic is retried", kerr.UnknownTopicOrPartition, false},
+		{"a cancelled context is retried", context.Canceled, false},
+		{"an unknown error is retried", errors.New("connection reset"), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := neverWritable(tc.err); got != tc.never {
+				t.Fatalf("neverWritable(%v) = %v, want %v", tc.err, got, tc.never)
+			}
+		})
+	}
+}
+
+func TestADeadLetterNamesItsInputWithoutItsPayload(t *testing.T) {
+	r := &Runner{cfg: Config{Name: "dedupe", DeadLetterTopic: "herald.deadletters"}}
+	cases := []struct {
+		name    string
+		key     []byte
+		wantKey []byte
+	}{
+		{"a short key is kept", []byte("n1"), []byte("n1")},
+		{"a key too long to be a safe key is dropped", make([]byte, maxDeadLetterKey+1), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &kgo.Record{Topic: "herald.requests", Partition: 3, Offset: 42, Key: tc.key, Value: []byte("payload-secret")}
+			dl := r.deadLetter(in, "MESSAGE_TOO_LARGE")
+			if dl.Topic != "herald.deadletters" || string(dl.Key) != string(tc.wantKey) {
+				t.Fatalf("dead letter to %s keyed %q, want herald.deadletters keyed %q", dl.Topic, dl.Key, tc.wantKey)
+			}
+			want := `"stage":"dedupe","reason":"MESSAGE_TOO_LARGE","topic":"herald.requests","partition":3,"offset":42`
+			if v := string(dl.Value); !strings.Contains(v, want) || strings.Contains(v, "payload-secret") {
+				t.Fatalf("dead letter %s: want it to contain %s and not the payload", v, want)
+			}
+			if len(dl.Headers) != 1 || dl.Headers[0].Key != HeaderDeadLetter || string(dl.Headers[0].Value) != "dedupe" {
+				t.Fatalf("headers %v, want %s=dedupe", dl.Headers, HeaderDeadLetter)
+			}
+		})
+	}
+}
