@@ -25,7 +25,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	txnTimeout := fs.Duration("transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
 	rebalanceTimeout := fs.Duration("rebalance-timeout", time.Minute,
 		"how long the group waits for members to rejoin a rebalance; partitions restore inside it, so set it above the longest restore: "+
-			"records in the largest seen partition × partitions per instance ÷ 4 ÷ the records_per_s logged by \"partition restored\"")
+			"records in the largest seen partition ÷ the records_per_s logged by \"partition restored\" × ⌈partitions per instance ÷ 4⌉ (4 restore at once)")
 	reset := fs.String("reset-offsets", "",
 		"where a partition with no committed group offset starts: empty refuses to start when the seen-set already holds state "+
 			"(the group's offsets were lost, e.g. expired after offsets.retention.minutes with no member, and a replay would accept "+
