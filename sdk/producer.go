@@ -68,7 +68,11 @@ func (p *Producer) Close() { p.cl.Close() }
 // n.Target's user) and returns them, ids included, once they are durably
 // in Kafka. Device, tag, segment and "all" targets need the HTTP API,
 // which resolves them from its replica of devices and segments, and are
-// refused.
+// refused. Records carry this host's clock as their time, which the dedupe
+// stage decides on: a broker refuses records stamped more than
+// herald.requests' message.timestamp.after.max.ms (5 minutes by default)
+// ahead of its own clock, with kerr.InvalidTimestamp, so keep the clock
+// synchronised.
 func (p *Producer) Send(ctx context.Context, n Notification) ([]schemas.Request, error) {
 	recipients := n.Recipients
 	if n.Target != nil {
