@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 )
@@ -523,6 +524,56 @@ func TestAStageStopsWhileARestoreWaits(t *testing.T) {
 		}
 		if err := open.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// lateTopic is a counter that also writes each input to a topic that does
+// not exist yet.
+type lateTopic struct {
+	*counter
+	late string
+}
+
+func (l lateTopic) Process(r *kgo.Record, out *stage.Out) error {
+	out.Emit(&kgo.Record{Topic: l.late, Key: r.Key, Value: r.Key})
+	return l.counter.Process(r, out)
+}
+
+func TestARetriableProduceErrorIsRetriedAfterABackoffUntilItClears(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		late := sanitize("late-" + t.Name())
+		r.produce(0, "a", "b")
+		cfg := r.config()
+		newCounter := cfg.NewTask
+		cfg.NewTask = func(p int32) stage.Task { return lateTopic{newCounter(p).(*counter), late} }
+		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}
+		watch := newLogWatch("transaction aborted after a produce error; retrying after a backoff")
+		cfg.Logger = slog.New(watch)
+		s := r.start(cfg)
+		select {
+		case <-watch.seen: // the missing topic (UNKNOWN_TOPIC_OR_PARTITION) is retriable
+		case <-time.After(guard):
+			t.Fatal("no retry after a produce error")
+		}
+		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
+		if _, err := adm.CreateTopic(context.Background(), 1, 1, nil, late); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { adm.DeleteTopic(context.Background(), late) })
+		if got := r.awaitOut(s, 2); !equal(got, []string{"a=1", "b=1"}) {
+			t.Fatalf("outputs %v, want a=1 b=1 once each after the retries", got)
+		}
+		var keys []string
+		for _, rec := range testenv.ReadCommitted(t, brokers, late, opts...) {
+			keys = append(keys, string(rec.Key))
+		}
+		if !equal(keys, []string{"a", "b"}) {
+			t.Fatalf("late topic %v, want a and b once each", keys)
+		}
+		if dls := testenv.ReadCommitted(t, brokers, r.deadLetters, opts...); len(dls) != 0 {
+			t.Fatalf("%d dead letters: a retriable error must not dead-letter", len(dls))
 		}
 	})
 }
