@@ -1,0 +1,92 @@
+package sinks_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/processors/route"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/topics"
+)
+
+// TestARetiredDeviceGetsNothingMore runs the route stage and the APNs sink
+// together: APNs answers 410 Unregistered for an iPhone, the sink retires
+// it on herald.devices in the transaction of its outcome, and the next
+// notification to the same user reaches the other iPhone only.
+func TestARetiredDeviceGetsNothingMore(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 2)
+	em, err := emulator.Start(emulator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	em.AddRule(emulator.Rule{Token: "tok-old", Status: 410, Reason: "Unregistered"})
+
+	cl := testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner()))
+	put := func(topic, key string, v schemas.Record) {
+		t.Helper()
+		b, err := schemas.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Key: []byte(key), Value: b}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"old", "new"} {
+		put(cat.Name(topics.Devices), schemas.DeviceKey("acme", "u1", d), &schemas.Device{Tenant: "acme", Recipient: "u1", DeviceID: d,
+			Platform: "ios", Token: "tok-" + d, Enabled: true, CreatedAt: time.Now().UnixMilli(), UpdatedAt: time.Now().UnixMilli()})
+	}
+	notify := func(key string) string {
+		n := schemas.Accepted{NotificationID: identity.DedupeID("acme", "t", "u1", key), RequestID: identity.NewRandomID(),
+			Tenant: "acme", Type: "t", Recipient: "u1", Title: key, Body: "b", RequestedAt: time.Now().UnixMilli(), AcceptedAt: time.Now().UnixMilli()}
+		put(cat.Name(topics.Accepted), schemas.RecipientKey("acme", "u1"), &n)
+		return n.NotificationID
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+	}
+	run("route", func(ctx context.Context) error {
+		return route.Run(ctx, route.Options{Brokers: brokers, Catalog: cat, InstanceID: "r1", BatchInterval: 20 * time.Millisecond})
+	})
+	startSink(t, brokers, cat, em, sinks.Policy{Backoff: backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	first := notify("first")
+	oldID, newID := identity.DeliveryID(first, "old"), identity.DeliveryID(first, "new")
+	a := awaitOutcomes(t, brokers, cat, oldID, newID)
+	if got := a.outcomes[oldID][0].Status; got != schemas.OutcomeDeviceRetired {
+		t.Fatalf("first notification to the old iPhone: %s, want device_retired", got)
+	}
+	second := notify("second")
+	a = awaitOutcomes(t, brokers, cat, identity.DeliveryID(second, "new"))
+	if len(a.outcomes[identity.DeliveryID(second, "old")]) != 0 {
+		t.Fatalf("the retired iPhone got a delivery of the second notification: %+v", a.outcomes[identity.DeliveryID(second, "old")])
+	}
+	tokens := map[string]int{}
+	for _, p := range em.Received() {
+		tokens[p.Token]++
+	}
+	if tokens["tok-old"] != 1 || tokens["tok-new"] != 2 {
+		t.Fatalf("pushes per token %v, want the old iPhone once (its 410), the new one twice", tokens)
+	}
+}
