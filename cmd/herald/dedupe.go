@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/processors/dedupe"
 )
 
@@ -41,8 +42,8 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	if *instance == "" {
 		return fmt.Errorf("%w: --instance-id is empty", errUsage)
 	}
-	if *reset != "" && *reset != "earliest" && *reset != "latest" {
-		return fmt.Errorf("%w: --reset-offsets must be earliest, latest or empty, got %q", errUsage, *reset)
+	if err := stage.CheckResetOffsets(*reset); err != nil {
+		return fmt.Errorf("%w: --reset-offsets %v", errUsage, err)
 	}
 	policy, err := pf.policy()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/sideshow/apns2"
 
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 )
@@ -54,8 +55,8 @@ func (s *sinkFlags) options(channel string, p sinks.Provider, kf *kafkaFlags) (s
 	if s.instance == "" {
 		return sinks.Options{}, fmt.Errorf("%w: --instance-id is empty", errUsage)
 	}
-	if s.reset != "" && s.reset != "earliest" && s.reset != "latest" {
-		return sinks.Options{}, fmt.Errorf("%w: --reset-offsets must be earliest, latest or empty, got %q", errUsage, s.reset)
+	if err := stage.CheckResetOffsets(s.reset); err != nil {
+		return sinks.Options{}, fmt.Errorf("%w: --reset-offsets %v", errUsage, err)
 	}
 	return sinks.Options{
 		Channel: channel, Provider: p, Brokers: seeds, Catalog: kf.catalog(), Group: s.group, InstanceID: s.instance,

@@ -148,10 +148,8 @@ func (c *Config) defaults() error {
 	if c.RestoreParallelism <= 0 {
 		c.RestoreParallelism = 4
 	}
-	switch c.ResetOffsets {
-	case "", ResetEarliest, ResetLatest:
-	default:
-		return fmt.Errorf("stage: ResetOffsets %q: want %q, %q or empty", c.ResetOffsets, ResetEarliest, ResetLatest)
+	if err := CheckResetOffsets(c.ResetOffsets); err != nil {
+		return fmt.Errorf("stage: ResetOffsets: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -167,6 +165,16 @@ const (
 	ResetEarliest = "earliest"
 	ResetLatest   = "latest"
 )
+
+// CheckResetOffsets accepts the values of Config.ResetOffsets: empty,
+// ResetEarliest or ResetLatest.
+func CheckResetOffsets(s string) error {
+	switch s {
+	case "", ResetEarliest, ResetLatest:
+		return nil
+	}
+	return fmt.Errorf("must be %s, %s or empty, got %q", ResetEarliest, ResetLatest, s)
+}
 
 // Runner runs one stage instance.
 type Runner struct {
