@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	firebase.google.com/go/v4 v4.19.0
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
+	github.com/SherClockHolmes/webpush-go v1.4.0
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/google/uuid v1.6.0
@@ -55,6 +56,7 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang-jwt/jwt/v4 v4.5.2 // indirect
+	github.com/golang-jwt/jwt/v5 v5.2.1 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/s2a-go v0.1.9 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.6 // indirect

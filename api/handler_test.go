@@ -338,3 +338,31 @@ func TestTheOpenAPIDocumentListsExactlyTheRoutes(t *testing.T) {
 		t.Fatalf("GET /openapi.json: status %d", w.Code)
 	}
 }
+
+func TestTheVAPIDPublicKeyIsServedWithoutAKeyWhenConfigured(t *testing.T) {
+	const key = "BICs0oGl0PzdcNr6s2pQlQoA9p3BQTU-vso1cnIhewx3isO8Ezxly9SWQbyShfKBGvApM6D9bGlh4WpEDXgXsbQ"
+	cases := []struct {
+		name   string
+		key    string
+		status int
+		body   string
+	}{
+		{"a configured key is served", key, 200, `{"publicKey":"` + key + `"}`},
+		{"without Web Push the answer is 404", "", 404, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := unstarted(t, func(c *Config) { c.VAPIDPublicKey = tc.key })
+			w := do(t, s, "GET", "/v1/webpush/vapid-public-key", "", "")
+			if w.Code != tc.status {
+				t.Fatalf("status %d, want %d", w.Code, tc.status)
+			}
+			if tc.body != "" && strings.TrimSpace(w.Body.String()) != tc.body {
+				t.Fatalf("body %s, want %s", w.Body.String(), tc.body)
+			}
+			if tc.status == 404 {
+				problemOf(t, w)
+			}
+		})
+	}
+}

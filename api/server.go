@@ -62,6 +62,10 @@ type Config struct {
 	// time explain evaluates at, the quota window. time.Now when nil; tests
 	// set it to stand exactly at the end of a window.
 	Now func() time.Time
+	// VAPIDPublicKey is the Web Push application server key served at
+	// GET /v1/webpush/vapid-public-key (unpadded base64url); empty when
+	// Web Push is not configured.
+	VAPIDPublicKey string
 	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger
@@ -197,6 +201,7 @@ func apiRoutes() []route {
 		{"GET", "/v1/segments/{name}", false, (*Server).getSegment},
 		{"PUT", "/v1/segments/{name}", false, (*Server).putSegment},
 		{"DELETE", "/v1/segments/{name}", false, (*Server).deleteSegment},
+		{"GET", "/v1/webpush/vapid-public-key", true, (*Server).getVAPIDPublicKey},
 	}
 }
 
