@@ -22,7 +22,7 @@ func BenchmarkWriter(b *testing.B) {
 	brokers := testenv.Kafka(b)
 	addr := testenv.ClickHouse(b)
 	cat := fixture.Catalog(b, brokers)
-	want := produceRun(b, brokers, cat, 1, 0)
+	want := produceRun(b, brokers, cat, 1, 0, nil)
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
