@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -33,7 +36,10 @@ func fastWriter(t *testing.T, o Options) *Writer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	o.Brokers, o.Catalog, o.ClickHouse, o.Database = []string{"127.0.0.1:1"}, topics.New(topics.Options{}), conn, "herald_fast"
+	if o.Brokers == nil {
+		o.Brokers, o.Catalog = []string{"127.0.0.1:1"}, topics.New(topics.Options{})
+	}
+	o.ClickHouse, o.Database = conn, "herald_fast"
 	o.Metrics, o.Logger = metrics.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := New(o)
 	if err != nil {
@@ -349,6 +355,165 @@ func TestMonthOfIsTheTablesPartition(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := monthOf(c.at.UnixMilli()); got != c.want {
 				t.Fatalf("monthOf(%s) = %d, want %d", c.at, got, c.want)
+			}
+		})
+	}
+}
+
+// memoryTable stands in for ClickHouse in the fast suite: it keeps the
+// positions of the rows inserted into each table and, as ClickHouse does
+// with insert_deduplication_token, drops a block whose token it has seen.
+type memoryTable struct {
+	mu     sync.Mutex
+	rows   map[string]map[[2]int64]int // table → (partition, offset) → copies
+	tokens map[string]bool
+	calls  int
+	// fault decides the fate of each insert call (numbered from 1): fail
+	// before storing, or store and fail (the answer is lost).
+	fault func(call int, table string, month int32) (store, fail bool)
+}
+
+func (m *memoryTable) insert(_ context.Context, table string, b batch, tok string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	store, fail := true, false
+	if m.fault != nil {
+		store, fail = m.fault(m.calls, table, b.month())
+	}
+	if store && !m.tokens[tok] {
+		m.tokens[tok] = true
+		in := record(b, tok)
+		for _, pos := range in.positions {
+			m.rows[table][pos]++
+		}
+	}
+	if fail {
+		return errors.New("injected")
+	}
+	return nil
+}
+
+func (m *memoryTable) stored(_ context.Context, t *table) (map[int32]int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[int32]int64{}
+	for pos := range m.rows[t.name] {
+		if o, ok := out[int32(pos[0])]; !ok || pos[1] > o {
+			out[int32(pos[0])] = pos[1]
+		}
+	}
+	return out, nil
+}
+
+func (m *memoryTable) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, rows := range m.rows {
+		n += len(rows)
+	}
+	return n
+}
+
+// TestSessionsCopyEveryRecordOnceThroughFailedInserts runs the writer's
+// sessions (Kafka on kfake, ClickHouse replaced by a memoryTable) over
+// records of two tables, two Kafka partitions and two months, with inserts
+// that fail before landing, inserts that land and lose their answer, and
+// inserts that fail every retry so that the session starts over from what
+// is stored. Every record must be stored exactly once.
+func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
+	cases := []struct {
+		name     string
+		fault    func(call int, table string, month int32) (store, fail bool)
+		restarts bool // at least one session must start over
+	}{
+		{"inserts that fail before landing are retried", func(call int, _ string, _ int32) (bool, bool) {
+			return call%3 != 1, call%3 == 1
+		}, false},
+		{"inserts that land and lose their answer are retried with their token", func(call int, _ string, _ int32) (bool, bool) {
+			return true, call%2 == 1
+		}, false},
+		{"a month that fails every retry makes the session start over from what is stored", func() func(int, string, int32) (bool, bool) {
+			tries := 0 // of the later month's decisions: the first 4 fail, more than one session's 3 attempts
+			return func(_ int, table string, month int32) (bool, bool) {
+				if table != "decisions" || month != 202612 {
+					return true, false
+				}
+				tries++
+				return tries > 4, tries <= 4
+			}
+		}(), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cluster.Close)
+			brokers, opts := cluster.ListenAddrs(), embedded.ClientOpts()
+			cat := topics.New(topics.Options{Partitions: 2, Replication: 1})
+			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx := context.Background()
+			if _, err := cat.Create(ctx, kadm.NewClient(cl)); err != nil {
+				t.Fatal(err)
+			}
+			turn := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			const perPartition = 40
+			var recs []*kgo.Record
+			for _, table := range []string{"requests", "decisions"} {
+				for p := range int32(2) {
+					for i := range perPartition {
+						r := rowRecord(t, table, p, 0, turn.Add(time.Duration(i-perPartition/2)*time.Second))
+						r.Topic, r.Offset = cat.Name(map[string]string{"requests": topics.Requests, "decisions": topics.Decisions}[table]), 0
+						recs = append(recs, r)
+					}
+				}
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+
+			mem := &memoryTable{rows: map[string]map[[2]int64]int{}, tokens: map[string]bool{}, fault: c.fault}
+			for _, name := range []string{"requests", "decisions", "attempts", "outcomes"} {
+				mem.rows[name] = map[[2]int64]int{}
+			}
+			w := fastWriter(t, Options{Brokers: brokers, Catalog: cat, ClientOpts: append(opts, kgo.FetchMaxWait(50*time.Millisecond)),
+				InsertRetries: 2, BatchRows: 15, FlushInterval: 20 * time.Millisecond})
+			w.insertBatch, w.stored = mem.insert, mem.stored
+			w.inFlight = func(context.Context) (uint64, error) { return 0, nil }
+			w.restartPause = 10 * time.Millisecond
+
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); w.sessions(runCtx) }()
+			deadline := time.Now().Add(time.Minute)
+			for mem.count() < len(recs) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			stop()
+			<-done
+			for _, table := range []string{"requests", "decisions"} {
+				rows := mem.rows[table]
+				if len(rows) != 2*perPartition {
+					t.Errorf("%s holds %d records, want %d", table, len(rows), 2*perPartition)
+				}
+				for pos, n := range rows {
+					if n != 1 {
+						t.Errorf("%s holds the record at %v %d times", table, pos, n)
+					}
+				}
+			}
+			if mem.calls <= len(recs)/15 {
+				t.Errorf("%d insert calls: the faults were never injected", mem.calls)
+			}
+			if c.restarts && w.errs.Value() == 0 {
+				t.Error("no session started over")
 			}
 		})
 	}

@@ -142,13 +142,17 @@ type Writer struct {
 	errs   *metrics.Counter
 
 	// insertBatch is w.insert; inFlight counts the inserts in flight
-	// (w.inFlightInserts); retryPause is the pause before the first retry
-	// of an insert, doubled for each next one; pollEvery the pause between
-	// looks for inserts in flight. Tests replace them.
-	insertBatch func(ctx context.Context, table string, b batch, tok string) error
-	inFlight    func(ctx context.Context) (uint64, error)
-	retryPause  time.Duration
-	pollEvery   time.Duration
+	// (w.inFlightInserts); stored reads the highest offsets a table holds
+	// (w.storedOffsets); retryPause is the pause before the first retry of
+	// an insert, doubled for each next one; pollEvery the pause between
+	// looks for inserts in flight; restartPause the first pause before a
+	// session starts over. Tests replace them.
+	insertBatch  func(ctx context.Context, table string, b batch, tok string) error
+	inFlight     func(ctx context.Context) (uint64, error)
+	stored       func(ctx context.Context, t *table) (map[int32]int64, error)
+	retryPause   time.Duration
+	pollEvery    time.Duration
+	restartPause time.Duration
 	// beforeSend, if set, runs in each insert once its rows are ready to
 	// send (tests inject network faults there).
 	beforeSend func(table string)
@@ -179,8 +183,8 @@ func New(o Options) (*Writer, error) {
 		o.Metrics = metrics.Default
 	}
 	w := &Writer{o: o, log: o.Logger.With("component", "audit-writer", "database", o.Database), byName: map[string]*table{},
-		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond}
-	w.insertBatch, w.inFlight = w.insert, w.inFlightInserts
+		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second}
+	w.insertBatch, w.inFlight, w.stored = w.insert, w.inFlightInserts, w.storedOffsets
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
 		t.rows = o.Metrics.Counter("herald_audit_rows_total", "rows inserted into ClickHouse", "table", name)
@@ -216,21 +220,28 @@ func (w *Writer) Run(ctx context.Context) error {
 		}
 		w.log.Info("audit writer stopped; rows inserted since the process started", args...)
 	}()
-	backoff := time.Second
+	w.sessions(ctx)
+	return nil
+}
+
+// sessions runs sessions until ctx is done, each after the previous one
+// failed, with backoff.
+func (w *Writer) sessions(ctx context.Context) {
+	backoff := w.restartPause
 	for {
 		started := time.Now()
 		err := w.session(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		w.errs.Inc()
 		if time.Since(started) > time.Minute {
-			backoff = time.Second
+			backoff = w.restartPause
 		}
 		w.log.Error("audit writer starting over from ClickHouse", "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 30*time.Second)
@@ -571,7 +582,7 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 		if !ok || d.Err != nil || len(d.Partitions) == 0 {
 			return nil, fmt.Errorf("auditwriter: topic %s is missing (run herald topics create): %v", t.topic, d.Err)
 		}
-		stored, err := w.storedOffsets(ctx, t)
+		stored, err := w.stored(ctx, t)
 		if err != nil {
 			return nil, err
 		}
