@@ -87,12 +87,13 @@ func (k Key) appendJSON(b []byte) ([]byte, error) {
 // them in sorted order enumerates them: array indices ascending, then every
 // other name in UTF-16 code unit order.
 func compareMembers(a, b member) int {
-	switch {
-	case a.index >= 0 && b.index >= 0:
+	if a.index >= 0 && b.index >= 0 {
 		return cmp.Compare(a.index, b.index)
-	case a.index >= 0:
+	}
+	if a.index >= 0 {
 		return -1
-	case b.index >= 0:
+	}
+	if b.index >= 0 {
 		return 1
 	}
 	return slices.Compare(a.name, b.name)
@@ -162,13 +163,12 @@ func isSurrogate(u uint16) bool { return u >= 0xD800 && u <= 0xDFFF }
 func appendWTF8(b []byte, units []uint16) []byte {
 	for i := 0; i < len(units); i++ {
 		u := units[i]
-		switch {
-		case isHigh(u) && i+1 < len(units) && isLow(units[i+1]):
+		if isHigh(u) && i+1 < len(units) && isLow(units[i+1]) {
 			b = utf8.AppendRune(b, utf16.DecodeRune(rune(u), rune(units[i+1])))
 			i++
-		case isSurrogate(u):
+		} else if isSurrogate(u) {
 			b = append(b, 0xED, 0xA0|byte(u>>6)&0x1F, 0x80|byte(u)&0x3F)
-		default:
+		} else {
 			b = utf8.AppendRune(b, rune(u))
 		}
 	}
@@ -194,30 +194,32 @@ func appendQuotedUnits(b []byte, units []uint16) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(units); i++ {
 		u := units[i]
-		switch {
-		case u == '"':
+		switch u {
+		case '"':
 			b = append(b, '\\', '"')
-		case u == '\\':
+		case '\\':
 			b = append(b, '\\', '\\')
-		case u == '\b':
+		case '\b':
 			b = append(b, '\\', 'b')
-		case u == '\f':
+		case '\f':
 			b = append(b, '\\', 'f')
-		case u == '\n':
+		case '\n':
 			b = append(b, '\\', 'n')
-		case u == '\r':
+		case '\r':
 			b = append(b, '\\', 'r')
-		case u == '\t':
+		case '\t':
 			b = append(b, '\\', 't')
-		case u < 0x20:
-			b = append(b, '\\', 'u', '0', '0', lowerHex[u>>4], lowerHex[u&0xF])
-		case isHigh(u) && i+1 < len(units) && isLow(units[i+1]):
-			b = utf8.AppendRune(b, utf16.DecodeRune(rune(u), rune(units[i+1])))
-			i++
-		case isSurrogate(u):
-			b = append(b, '\\', 'u', lowerHex[u>>12], lowerHex[u>>8&0xF], lowerHex[u>>4&0xF], lowerHex[u&0xF])
 		default:
-			b = utf8.AppendRune(b, rune(u))
+			if u < 0x20 {
+				b = append(b, '\\', 'u', '0', '0', lowerHex[u>>4], lowerHex[u&0xF])
+			} else if isHigh(u) && i+1 < len(units) && isLow(units[i+1]) {
+				b = utf8.AppendRune(b, utf16.DecodeRune(rune(u), rune(units[i+1])))
+				i++
+			} else if isSurrogate(u) {
+				b = append(b, '\\', 'u', lowerHex[u>>12], lowerHex[u>>8&0xF], lowerHex[u>>4&0xF], lowerHex[u&0xF])
+			} else {
+				b = utf8.AppendRune(b, rune(u))
+			}
 		}
 	}
 	return append(b, '"')
@@ -248,23 +250,22 @@ func appendJSNumber(b []byte, f float64) []byte {
 	}
 	// f = 0.digits × 10^n, with k digits.
 	k, n := len(digits), exp+1
-	switch {
-	case k <= n && n <= 21:
+	if k <= n && n <= 21 {
 		b = append(b, digits...)
 		for range n - k {
 			b = append(b, '0')
 		}
-	case 0 < n && n <= 21:
+	} else if 0 < n && n <= 21 {
 		b = append(b, digits[:n]...)
 		b = append(b, '.')
 		b = append(b, digits[n:]...)
-	case -6 < n && n <= 0:
+	} else if -6 < n && n <= 0 {
 		b = append(b, '0', '.')
 		for range -n {
 			b = append(b, '0')
 		}
 		b = append(b, digits...)
-	default:
+	} else {
 		b = append(b, digits[0])
 		if k > 1 {
 			b = append(b, '.')

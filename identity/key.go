@@ -157,26 +157,31 @@ func (p *keyParser) value(name string) (Value, error) {
 	notAllowed := func(what string) (Value, error) {
 		return Value{}, fmt.Errorf("member %q is %s: key values must be strings or numbers", name, what)
 	}
-	switch c := rest[0]; {
-	case c == '"':
+	c := rest[0]
+	if c == '"' {
 		s, err := p.str()
 		if err != nil {
 			return Value{}, fmt.Errorf("member %q: %w", name, err)
 		}
 		return String(s), nil
-	case c == '-' || (c >= '0' && c <= '9'):
+	}
+	if c == '-' || (c >= '0' && c <= '9') {
 		f, err := p.number()
 		if err != nil {
 			return Value{}, fmt.Errorf("member %q: %w", name, err)
 		}
 		return Number(f), nil
-	case c == '{':
+	}
+	switch c {
+	case '{':
 		return notAllowed("an object")
-	case c == '[':
+	case '[':
 		return notAllowed("an array")
-	case hasPrefix(rest, "true") || hasPrefix(rest, "false"):
+	}
+	if hasPrefix(rest, "true") || hasPrefix(rest, "false") {
 		return notAllowed("a boolean")
-	case hasPrefix(rest, "null"):
+	}
+	if hasPrefix(rest, "null") {
 		return notAllowed("null")
 	}
 	return Value{}, p.errorf("member %q: want a value", name)
@@ -189,9 +194,7 @@ func hasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(p
 func (p *keyParser) number() (float64, error) {
 	start := p.i
 	p.take('-')
-	switch {
-	case p.take('0'):
-	case p.digits() == 0:
+	if !p.take('0') && p.digits() == 0 {
 		return 0, p.errorf("malformed number")
 	}
 	if p.take('.') && p.digits() == 0 {
@@ -247,13 +250,14 @@ func (p *keyParser) str() (string, error) {
 			return "", p.errorf("unterminated string")
 		}
 		c := p.s[p.i]
-		switch {
-		case c == '"':
+		if c == '"' {
 			p.i++
 			return unitsToString(units), nil
-		case c < 0x20:
+		}
+		if c < 0x20 {
 			return "", p.errorf("control character U+%04X in string (escape it)", c)
-		case c == '\\':
+		}
+		if c == '\\' {
 			if p.i+1 >= len(p.s) {
 				return "", p.errorf("unterminated string")
 			}
@@ -285,18 +289,18 @@ func (p *keyParser) str() (string, error) {
 			default:
 				return "", p.errorf("unknown escape \\%c", esc)
 			}
-		default:
-			// One character of UTF-8 (or an encoded surrogate).
-			j := p.i + 1
-			for j < len(p.s) && p.s[j] >= 0x80 && p.s[j] < 0xC0 && j-p.i < 4 {
-				j++
-			}
-			var err error
-			if units, err = appendUnits(units, p.s[p.i:j]); err != nil {
-				return "", p.errorf("string: %v", err)
-			}
-			p.i = j
+			continue
 		}
+		// One character of UTF-8 (or an encoded surrogate).
+		j := p.i + 1
+		for j < len(p.s) && p.s[j] >= 0x80 && p.s[j] < 0xC0 && j-p.i < 4 {
+			j++
+		}
+		var err error
+		if units, err = appendUnits(units, p.s[p.i:j]); err != nil {
+			return "", p.errorf("string: %v", err)
+		}
+		p.i = j
 	}
 }
 
