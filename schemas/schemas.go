@@ -40,11 +40,15 @@ var ErrSchema = errors.New("schemas: unexpected schema")
 const HeaderSchema = "herald-schema"
 
 // Encode marshals r with its "schema" field set to r.SchemaName(), whatever
-// the Schema field holds when empty; a different non-empty one is an error.
+// the Schema field holds when empty; a different non-empty one is an error,
+// and so is a nil pointer.
 func Encode(r Record) ([]byte, error) {
 	// A pointer's empty Schema field is set in place, so the output needs no
 	// second copy; a value is spliced below.
-	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer && !v.IsNil() {
+	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil, fmt.Errorf("schemas: encode %T: nil record", r)
+		}
 		if f := v.Elem().Field(0); f.String() == "" {
 			f.SetString(r.SchemaName())
 		}
