@@ -65,3 +65,46 @@ func TestADeadLetterNamesItsInputWithoutItsPayload(t *testing.T) {
 		})
 	}
 }
+
+func TestRestoreRequestsRetryRetriableErrorsOnly(t *testing.T) {
+	boom := errors.New("boom")
+	cases := []struct {
+		name      string
+		errs      []error // what successive calls return
+		wantCalls int
+		wantErr   error
+	}{
+		{"a leader election is waited out", []error{kerr.LeaderNotAvailable, kerr.LeaderNotAvailable, nil}, 3, nil},
+		{"pending offsets are waited out", []error{kerr.UnstableOffsetCommit, nil}, 2, nil},
+		{"an authorization failure is returned at once", []error{kerr.TopicAuthorizationFailed}, 1, kerr.TopicAuthorizationFailed},
+		{"an error that is not Kafka's is returned at once", []error{boom}, 1, boom},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			err := retrying(context.Background(), func() error {
+				calls++
+				return tc.errs[calls-1]
+			})
+			if calls != tc.wantCalls {
+				t.Fatalf("%d calls, want %d", calls, tc.wantCalls)
+			}
+			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+		})
+	}
+	t.Run("a retriable error ends when the context does", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		err := retrying(ctx, func() error {
+			if calls++; calls == 3 {
+				cancel()
+			}
+			return kerr.LeaderNotAvailable
+		})
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, kerr.LeaderNotAvailable) {
+			t.Fatalf("error %v, want the cancellation and the last error", err)
+		}
+	})
+}

@@ -205,7 +205,8 @@ func isCommitMarker(rec *kgo.Record) bool {
 // input offsets also writes its changelog records; settledEnd then waits
 // for those records' markers.
 func awaitStableOffsets(ctx context.Context, cl *kgo.Client, group, topic string, p int32) (int64, error) {
-	for n := 0; ; n++ {
+	offset := int64(-1)
+	err := retrying(ctx, func() error { // UNSTABLE_OFFSET_COMMIT is retriable
 		req := kmsg.NewPtrOffsetFetchRequest()
 		req.Group = group
 		req.RequireStable = true
@@ -215,45 +216,63 @@ func awaitStableOffsets(ctx context.Context, cl *kgo.Client, group, topic string
 		req.Topics = append(req.Topics, rt)
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
-			return 0, fmt.Errorf("fetch offsets of %s/%d: %w", topic, p, err)
+			return err
 		}
-		err = kerr.ErrorForCode(resp.ErrorCode)
-		offset := int64(-1)
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return err
+		}
 		for _, t := range resp.Topics {
 			for _, rp := range t.Partitions {
-				if e := kerr.ErrorForCode(rp.ErrorCode); e != nil {
-					err = e
-				} else if rp.Partition == p {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					return err
+				}
+				if rp.Partition == p {
 					offset = rp.Offset
 				}
 			}
 		}
-		switch {
-		case err == nil:
-			return offset, nil
-		case errors.Is(err, kerr.UnstableOffsetCommit), errors.Is(err, kerr.CoordinatorLoadInProgress), errors.Is(err, kerr.NotCoordinator):
-			if err := backoff.Sleep(ctx, settlePoll.Ceiling(n)); err != nil {
-				return 0, err
-			}
-		default:
-			return 0, fmt.Errorf("fetch offsets of %s/%d: %w", topic, p, err)
-		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("fetch offsets of %s/%d: %w", topic, p, err)
 	}
+	return offset, nil
 }
 
 // listOffset lists one partition's offset: isolation 0 (read_uncommitted)
 // or 1 (read_committed), timestamp -1 (the end: the high watermark, or the
 // last stable offset under read_committed) or -2 (the log start).
+// A retriable error (a leader election, say) is retried until ctx ends.
 func listOffset(ctx context.Context, cl *kgo.Client, topic string, p int32, isolation int8, timestamp int64) (int64, error) {
-	offs, err := listOffsets(ctx, cl, topic, isolation, timestamp, p)
-	if err != nil {
-		return 0, err
+	var o int64
+	err := retrying(ctx, func() error {
+		offs, err := listOffsets(ctx, cl, topic, isolation, timestamp, p)
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if o, ok = offs[p]; !ok {
+			return fmt.Errorf("list offsets of %s/%d: empty response", topic, p)
+		}
+		return nil
+	})
+	return o, err
+}
+
+// retrying calls f until it succeeds, fails with an error that is not
+// retriable (kerr), or ctx ends; the restore's broker requests go through
+// it, so a leader election or a coordinator move delays a restore instead
+// of failing the stage.
+func retrying(ctx context.Context, f func() error) error {
+	for n := 0; ; n++ {
+		ferr := f()
+		if ferr == nil || !kerr.IsRetriable(ferr) {
+			return ferr
+		}
+		if err := backoff.Sleep(ctx, settlePoll.Ceiling(n)); err != nil {
+			return fmt.Errorf("%w (while retrying: %w)", err, ferr)
+		}
 	}
-	o, ok := offs[p]
-	if !ok {
-		return 0, fmt.Errorf("list offsets of %s/%d: empty response", topic, p)
-	}
-	return o, nil
 }
 
 // LastStableOffsets lists the end offsets of a topic's partitions as a
