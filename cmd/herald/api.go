@@ -40,6 +40,8 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	lookback := fs.Duration("lookback", 24*time.Hour, "how far back the notification read model reads")
 	quota := fs.Int64("quota", 0, "accepted notifications per tenant per --quota-window (0: no quota)")
 	quotaWindow := fs.Duration("quota-window", time.Minute, "quota window")
+	var wf webpushFlags
+	wf.registerPublic(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -63,7 +65,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		Brokers: seeds, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
 		Policy:       policy,
 		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
-		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow,
+		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow, VAPIDPublicKey: wf.public,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

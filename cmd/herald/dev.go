@@ -46,6 +46,14 @@ type devConfig struct {
 	apnsEmulator     bool
 	apnsEmulatorAddr string
 	apns             apnsFlags
+	// fcmEmulator sends FCM messages to a local emulator at
+	// fcmEmulatorAddr; false sends them to Google with fcm.
+	fcmEmulator     bool
+	fcmEmulatorAddr string
+	fcm             fcmFlags
+	// webpush pushes to the subscriptions' push services with the VAPID
+	// keys kept in the state dir (made on first start).
+	webpush webpushFlags
 }
 
 // runDev implements `herald dev`: everything in one process on embedded
@@ -66,6 +74,10 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&c.apnsEmulator, "apns-emulator", true, "send APNs pushes to a local emulator (false: to Apple, with the --apns-* flags)")
 	fs.StringVar(&c.apnsEmulatorAddr, "apns-emulator-addr", "127.0.0.1:0", "address of the local APNs emulator (its pushes: https://ADDR/emulator/pushes)")
 	c.apns.register(fs)
+	fs.BoolVar(&c.fcmEmulator, "fcm-emulator", true, "send FCM messages to a local emulator (false: to Google, with the --fcm-* flags)")
+	fs.StringVar(&c.fcmEmulatorAddr, "fcm-emulator-addr", "127.0.0.1:0", "address of the local FCM emulator (its messages: http://ADDR/emulator/messages)")
+	c.fcm.register(fs)
+	fs.StringVar(&c.webpush.subscriber, "webpush-subscriber", "mailto:dev@herald.invalid", "the VAPID contact of Web Push (the keys are kept in --state-dir)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -187,6 +199,35 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		})
 	})
 
+	// The FCM sink, by default against the local emulator, and the Web
+	// Push sink with the VAPID keys of the state dir.
+	fcmProvider, fcmNote, err := devFCM(ctx, c.fcmEmulator, c.fcmEmulatorAddr, &c.fcm, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer fcmProvider.close()
+	vapid, err := devVAPIDKeys(c.stateDir)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	c.webpush.public, c.webpush.private = vapid.PublicKey, vapid.PrivateKey
+	webpushProvider, err := c.webpush.provider()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: webpush: %w", err)
+	}
+	defer webpushProvider.CloseIdleConnections()
+	for channel, p := range map[string]sinks.Provider{"fcm": fcmProvider.p, "webpush": webpushProvider} {
+		goStage("sink-"+channel, func(ctx context.Context) error {
+			return sinks.Run(ctx, sinks.Options{
+				Channel: channel, Provider: p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
+				ClientOpts: embedded.ClientOpts(),
+			})
+		})
+	}
+
 	goStage("audit-writer", func(ctx context.Context) error {
 		return auditwriter.Run(ctx, auditwriter.Options{
 			Brokers: brokers, Catalog: cat, ClickHouse: chConn, Database: c.database, ClientOpts: embedded.ClientOpts(),
@@ -201,6 +242,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	apiSrv, err := api.New(api.Config{
 		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
+		VAPIDPublicKey: vapid.PublicKey,
 	})
 	if err != nil {
 		ln.Close()
@@ -223,8 +265,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 			errc <- fmt.Errorf("dev: http: %w", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "herald dev is up: http://%s (API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · state %s\n",
-		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, c.stateDir)
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · state %s\n",
+		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, fcmNote, c.stateDir)
 
 	var runErr error
 	select {

@@ -15,8 +15,11 @@ import (
 // TLS) until SIGINT or SIGTERM. Point a sink at it with --apns-host and
 // --apns-ca-file; GET /emulator/pushes lists what it received.
 func runEmulate(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "fcm" {
+		return runEmulateFCM(ctx, args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "apns" {
-		return fmt.Errorf("%w: herald emulate apns [flags]", errUsage)
+		return fmt.Errorf("%w: herald emulate apns|fcm [flags]", errUsage)
 	}
 	fs := newFlagSet("emulate apns")
 	addr := fs.String("addr", "127.0.0.1:2197", "address to listen on")

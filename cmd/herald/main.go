@@ -4,8 +4,8 @@
 //	herald dev                 run everything in one process (kfake, chDB, emulators)
 //	herald id ...              print a canonical notification id
 //	herald topics create|verify
-//	herald sink --channel apns  deliver one channel's pushes
-//	herald emulate apns         a local APNs
+//	herald sink --channel C    deliver one channel's pushes (apns, fcm, webpush)
+//	herald emulate apns|fcm    a local APNs or FCM
 //
 // Every flag can also be set from the environment: --brokers is
 // HERALD_BROKERS, --state-dir is HERALD_STATE_DIR, and so on (upper case,
@@ -44,11 +44,11 @@ func commands() []command {
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
-		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection)", runEmulate},
+		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection) or fcm (HTTP v1 and its token endpoint)", runEmulate},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
 		{"replay", "re-run requests through the dedupe stage in a sandbox and diff with the audit", runReplay},
-		{"sink", "run a channel's sink (--channel apns): deliver with a sent-set, safe retries and dead letters", runSink},
+		{"sink", "run a channel's sink (--channel apns|fcm|webpush): deliver with a sent-set, safe retries and dead letters", runSink},
 		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })

@@ -104,8 +104,8 @@ func (a *apnsFlags) provider() (*apns.Provider, error) {
 	return apns.New(cfg)
 }
 
-// runSink implements `herald sink --channel apns`: one instance of a
-// channel's sink.
+// runSink implements `herald sink --channel apns|fcm|webpush`: one
+// instance of a channel's sink.
 func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	fs := newFlagSet("sink")
 	var kf kafkaFlags
@@ -114,7 +114,11 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	sf.register(fs)
 	var af apnsFlags
 	af.register(fs)
-	channel := fs.String("channel", "", "the channel to deliver: apns")
+	var ff fcmFlags
+	ff.register(fs)
+	var wf webpushFlags
+	wf.register(fs)
+	channel := fs.String("channel", "", "the channel to deliver: apns, fcm or webpush")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -129,10 +133,24 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 			return err
 		}
 		p = ap
+	case "fcm":
+		fp, err := ff.provider(ctx)
+		if err != nil {
+			return err
+		}
+		defer fp.CloseIdleConnections()
+		p = fp
+	case "webpush":
+		wp, err := wf.provider()
+		if err != nil {
+			return err
+		}
+		defer wp.CloseIdleConnections()
+		p = wp
 	case "":
-		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns", errUsage)
+		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm or webpush", errUsage)
 	default:
-		return fmt.Errorf("%w: --channel %q has no sink yet (apns)", errUsage, *channel)
+		return fmt.Errorf("%w: --channel %q has no sink yet (apns, fcm, webpush)", errUsage, *channel)
 	}
 	o, err := sf.options(*channel, p, &kf)
 	if err != nil {

@@ -60,6 +60,9 @@ type Options struct {
 	Addr string
 	// ProjectID is the Firebase project; "herald-dev" by default.
 	ProjectID string
+	// BaseURL is the URL clients reach the emulator at (its key's
+	// token_uri and the JWT audience it expects); http://Addr by default.
+	BaseURL string
 	// Latency delays every answer of messages:send.
 	Latency time.Duration
 	// MaxRecords keeps only the last MaxRecords messages (0: all of them).
@@ -144,7 +147,12 @@ func Start(o Options) (*Emulator, error) {
 
 // URL is the emulator's base URL (http://host:port); the adapter's
 // endpoint is URL()+"/v1".
-func (e *Emulator) URL() string { return "http://" + e.ln.Addr().String() }
+func (e *Emulator) URL() string {
+	if e.o.BaseURL != "" {
+		return strings.TrimSuffix(e.o.BaseURL, "/")
+	}
+	return "http://" + e.ln.Addr().String()
+}
 
 // ProjectID is the emulated project.
 func (e *Emulator) ProjectID() string { return e.o.ProjectID }

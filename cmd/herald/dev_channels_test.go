@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/chdb"
+	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// TestDevDeliversFCMAndWebPushAndKeepsItsVAPIDKeys: herald dev sends an
+// Android push to its FCM emulator and a browser push to a real push
+// service (web-push-testing) with the VAPID key its API serves, and keeps
+// that key across a restart on the same state dir.
+func TestDevDeliversFCMAndWebPushAndKeepsItsVAPIDKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts herald dev with the chDB server; runs in the full suite")
+	}
+	if _, err := chdb.FindLib(); err != nil {
+		t.Fatalf("chDB engine missing (scripts/install installs it): %v", err)
+	}
+	push := testenv.WebPushService(t)
+	bin := testenv.Herald(t)
+	state := t.TempDir()
+	kafkaPort, httpPort, chTCP, chHTTP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	dev := startDev(t, bin, state, kafkaPort, httpPort, chTCP, chHTTP)
+	brokers := []string{"127.0.0.1:" + itoa(kafkaPort)}
+	cat := topics.New(embedded.CatalogOptions(24 * time.Hour))
+
+	key := vapidKeyOf(t, dev.http)
+	var sub struct {
+		Data struct {
+			Endpoint   string `json:"endpoint"`
+			Keys       struct{ P256dh, Auth string }
+			ClientHash string `json:"clientHash"`
+		} `json:"data"`
+	}
+	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": key}, &sub)
+
+	nid := identity.DedupeID("dev", "welcome", "u_1", "hello-channels")
+	android := schemas.DeliveryCommand{
+		DeliveryID: identity.DeliveryID(nid, "pixel"), NotificationID: nid, Tenant: "dev", Type: "welcome", Recipient: "u_1",
+		DeviceID: "pixel", Channel: "fcm", Token: "fcm-dev-token-1", CollapseID: nid, Title: "Hello", Body: "from herald dev",
+		CreatedAt: time.Now().UnixMilli(),
+	}
+	browser := android
+	browser.DeliveryID, browser.DeviceID, browser.Channel, browser.Token = identity.DeliveryID(nid, "firefox"), "firefox", "webpush", ""
+	browser.WebPush = &schemas.WebPushSubscription{Endpoint: sub.Data.Endpoint, P256dh: sub.Data.Keys.P256dh, Auth: sub.Data.Keys.Auth}
+	cl := testenv.Client(t, brokers, append(embedded.ClientOpts(), kgo.RecordPartitioner(cat.Partitioner()))...)
+	for _, c := range []*schemas.DeliveryCommand{&android, &browser} {
+		b, err := schemas.Encode(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: cat.Name(topics.Deliveries(c.Channel)), Key: []byte(c.DeliveryID), Value: b}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		delivered := map[string]bool{}
+		for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Outcomes), embedded.ClientOpts()...) {
+			var o schemas.Outcome
+			if schemas.Decode(r.Value, &o) == nil && o.Status == schemas.OutcomeDelivered {
+				delivered[o.DeliveryID] = true
+			}
+		}
+		if delivered[android.DeliveryID] && delivered[browser.DeliveryID] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered %v, want both the FCM and the Web Push delivery", delivered)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Attempts), embedded.ClientOpts()...) {
+		var a schemas.Attempt
+		if schemas.Decode(r.Value, &a) == nil && a.DeliveryID == android.DeliveryID && !strings.HasPrefix(a.ProviderMessageID, "projects/herald-dev/messages/") {
+			t.Fatalf("the FCM attempt's message id %q is not the emulator's", a.ProviderMessageID)
+		}
+	}
+	var msgs struct {
+		Data struct {
+			Messages []string `json:"messages"`
+		} `json:"data"`
+	}
+	postJSON(t, push+"/get-notifications", map[string]string{"clientHash": sub.Data.ClientHash}, &msgs)
+	if len(msgs.Data.Messages) != 1 || !strings.Contains(msgs.Data.Messages[0], `"id":"`+nid+`"`) {
+		t.Fatalf("the push service holds %q, want one push with the notification id", msgs.Data.Messages)
+	}
+
+	dev.cmd.Process.Kill()
+	dev.cmd.Wait()
+	again := startDev(t, bin, state, kafkaPort, httpPort, chTCP, chHTTP)
+	if k := vapidKeyOf(t, again.http); k != key {
+		t.Fatalf("after a restart the VAPID key is %q, want the first start's %q", k, key)
+	}
+}
+
+func vapidKeyOf(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/webpush/vapid-public-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var k struct {
+		PublicKey string `json:"publicKey"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&k); err != nil || resp.StatusCode != 200 || len(k.PublicKey) != 87 {
+		t.Fatalf("GET vapid-public-key: %d %+v %v", resp.StatusCode, k, err)
+	}
+	return k.PublicKey
+}
+
+func postJSON(t *testing.T, url string, in, out any) {
+	t.Helper()
+	b, _ := json.Marshal(in)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}
