@@ -24,6 +24,7 @@ import (
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
@@ -39,6 +40,7 @@ type devConfig struct {
 	chdbLib                string
 	database               string
 	policy                 policyFlags
+	route                  routeFlags
 	clickhouseStartTimeout time.Duration
 	apiKeys                string
 	// apnsEmulator sends APNs pushes to a local emulator at
@@ -69,6 +71,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&c.chdbLib, "chdb-lib", "", "path of libchdb.so (default: HERALD_CHDB_LIB, then .cache/chdb)")
 	fs.StringVar(&c.database, "database", "herald", "ClickHouse database of the audit record")
 	c.policy.register(fs)
+	c.route.register(fs)
 	fs.StringVar(&c.apiKeys, "api-keys", "", "file of API keys, one 'tenant:name:sha256hex' a line (default: the public dev key "+api.DevAPIKey+", tenant dev)")
 	fs.DurationVar(&c.clickhouseStartTimeout, "clickhouse-start-timeout", 2*time.Minute, "how long to wait for the ClickHouse server to answer")
 	fs.BoolVar(&c.apnsEmulator, "apns-emulator", true, "send APNs pushes to a local emulator (false: to Apple, with the --apns-* flags)")
@@ -90,6 +93,10 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	routePolicy, err := c.route.policy()
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(c.stateDir, 0o755); err != nil {
 		return fmt.Errorf("dev: state dir: %w", err)
 	}
@@ -107,7 +114,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	defer k.Close()
 	brokers := k.Brokers()
-	cat := topics.New(embedded.CatalogOptions(max(c.policy.window, c.policy.ttl, maxTypeWindow(policy))))
+	cat := topics.New(embedded.CatalogOptions(max(c.policy.window, c.policy.ttl, maxTypeWindow(policy), routeMaxWindow(routePolicy))))
 	// One client serves topic set-up and every /healthz.
 	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, embedded.ClientOpts()...)...)
 	if err != nil {
@@ -184,6 +191,14 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: dedupe: %w", err)
 	}
 	goStage("dedupe", dedupeStage.Run)
+	routeStage, err := route.New(route.Options{
+		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: routePolicy, ClientOpts: embedded.ClientOpts(),
+	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: route: %w", err)
+	}
+	goStage("route", routeStage.Run)
 
 	// The APNs sink, by default against the local emulator.
 	apnsProvider, apnsNote, err := devAPNs(c, log)

@@ -47,7 +47,8 @@ func commands() []command {
 		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection) or fcm (HTTP v1 and its token endpoint)", runEmulate},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
-		{"replay", "re-run requests through the dedupe stage in a sandbox and diff with the audit", runReplay},
+		{"route", "run the route stage (rate limits, digests, preferences, quiet hours, fan-out to devices)", runRoute},
+		{"replay", "re-run requests through the dedupe stage (or, with --stage route, accepted notifications through the route stage) in a sandbox and diff with the record", runReplay},
 		{"sink", "run a channel's sink (--channel apns|fcm|webpush): deliver with a sent-set, safe retries and dead letters", runSink},
 		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/analytics/replay"
+	"github.com/heraldhq/herald/processors/route"
 )
 
 // runReplay implements `herald replay --from <time|offset>`: it re-runs the
@@ -23,6 +24,10 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	pf.register(fs)
 	var ch clickhouseFlags
 	ch.register(fs)
+	var rf routeFlags
+	rf.register(fs)
+	stageName := fs.String("stage", "dedupe", "the stage to replay: dedupe (requests, compared with the ClickHouse audit) or route "+
+		"(accepted notifications with devices and preferences, compared with herald.decisions; the route policy flags must match the live herald route)")
 	from := fs.String("from", "start", "where to start comparing: start, a time (RFC 3339), a duration ago (24h), offset:N or offset:P=N,P=N")
 	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL)")
 	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
@@ -35,6 +40,13 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	seeds, err := kf.seeds()
 	if err != nil {
 		return err
+	}
+	switch *stageName {
+	case "dedupe":
+	case "route":
+		return replayRoute(ctx, seeds, kf, rf, stdout)
+	default:
+		return fmt.Errorf("%w: --stage must be dedupe or route, got %q", errUsage, *stageName)
 	}
 	start, err := replay.ParseFrom(*from, time.Now())
 	if err != nil {
@@ -78,6 +90,27 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		rep.Read, rep.Partitions, rep.Compared, rep.From, ch.database, len(rep.Differences))
 	if len(rep.Differences) > 0 {
 		return fmt.Errorf("%d decision(s) differ from the audit record", len(rep.Differences))
+	}
+	return nil
+}
+
+// replayRoute implements `herald replay --stage route`.
+func replayRoute(ctx context.Context, seeds []string, kf kafkaFlags, rf routeFlags, stdout io.Writer) error {
+	policy, err := rf.policy()
+	if err != nil {
+		return err
+	}
+	rep, err := route.Replay(ctx, seeds, kf.catalog(), policy)
+	if err != nil {
+		return err
+	}
+	for _, d := range rep.Differences {
+		fmt.Fprintf(stdout, "differs: %s\n", d)
+	}
+	fmt.Fprintf(stdout, "replayed %d accepted notification(s) through the route stage, compared %d decision(s) (%d from timers still pending at the log's end) with herald.decisions: %d difference(s)\n",
+		rep.Notifications, rep.Compared, rep.Pending, len(rep.Differences))
+	if len(rep.Differences) > 0 {
+		return fmt.Errorf("%d route decision(s) differ from the live ones", len(rep.Differences))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,23 +25,32 @@ type Options struct {
 	InstanceID string
 	Policy     Policy
 	// TimerGrace: timers fire when stream time reaches them, or the wall
-	// clock minus TimerGrace does (1 s by default; negative: stream time
-	// only, as replay does).
+	// clock minus TimerGrace does (1 s by default).
 	TimerGrace      time.Duration
 	MaxBatchRecords int
 	BatchInterval   time.Duration
 	// TransactionTimeout: 10 s by default.
 	TransactionTimeout time.Duration
-	ClientOpts         []kgo.Opt
-	Logger             *slog.Logger
+	// RebalanceTimeout and ResetOffsets: see stage.Config.
+	RebalanceTimeout time.Duration
+	ResetOffsets     string
+	ClientOpts       []kgo.Opt
+	Logger           *slog.Logger
 }
 
-// Run runs one instance until ctx is done: it reads devices and
-// preferences to their ends, then runs the stage over herald.accepted,
-// restoring herald.route per assigned partition.
-func Run(ctx context.Context, o Options) error {
+// Stage is one instance of the route stage: the devices and preferences
+// table and the stage runner over herald.accepted.
+type Stage struct {
+	runner *stage.Runner
+	table  *Table
+	synced atomic.Bool
+	log    *slog.Logger
+}
+
+// New builds an instance; Run starts it.
+func New(o Options) (*Stage, error) {
 	if o.Catalog == nil || o.InstanceID == "" {
-		return errors.New("route: Catalog and InstanceID are required")
+		return nil, errors.New("route: Catalog and InstanceID are required")
 	}
 	if o.Group == "" {
 		o.Group = "herald-route"
@@ -48,31 +58,16 @@ func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.TimerGrace == 0 {
+	if o.TimerGrace <= 0 {
 		o.TimerGrace = time.Second
 	}
 	t := TopicsOf(o.Catalog)
-	tableOpts := append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)
-	table, err := NewTable(t.Devices, t.Preferences, o.Logger, tableOpts...)
+	table, err := NewTable(t.Devices, t.Preferences, o.Logger, append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	tableDone := make(chan error, 1)
-	go func() { tableDone <- table.Run(ctx) }()
-	defer func() { cancel(); <-tableDone }()
-	if err := table.SyncAll(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("route: read devices and preferences: %w", err)
-	}
-	var now func() int64
-	if o.TimerGrace > 0 {
-		grace := o.TimerGrace.Milliseconds()
-		now = func() int64 { return time.Now().UnixMilli() - grace }
-	}
+	grace := o.TimerGrace.Milliseconds()
+	now := func() int64 { return time.Now().UnixMilli() - grace }
 	r, err := stage.New(stage.Config{
 		Name:               "route",
 		Brokers:            o.Brokers,
@@ -86,11 +81,46 @@ func Run(ctx context.Context, o Options) error {
 		MaxBatchRecords:    o.MaxBatchRecords,
 		BatchInterval:      o.BatchInterval,
 		TransactionTimeout: o.TransactionTimeout,
+		RebalanceTimeout:   o.RebalanceTimeout,
+		ResetOffsets:       o.ResetOffsets,
+		DeadLetterTopic:    o.Catalog.Name(topics.DeadLetters),
 		ClientOpts:         o.ClientOpts,
 		Logger:             o.Logger,
 	})
 	if err != nil {
+		table.cl.Close()
+		return nil, err
+	}
+	return &Stage{runner: r, table: table, log: o.Logger}, nil
+}
+
+// Ready reports whether the table has caught up with devices and
+// preferences and the runner is ready (see stage.Runner.Ready).
+func (s *Stage) Ready() bool { return s.synced.Load() && s.runner.Ready() }
+
+// Run reads devices and preferences to their ends, then runs the stage
+// until ctx is done.
+func (s *Stage) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tableDone := make(chan error, 1)
+	go func() { tableDone <- s.table.Run(ctx) }()
+	defer func() { cancel(); <-tableDone }()
+	if err := s.table.SyncAll(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("route: read devices and preferences: %w", err)
+	}
+	s.synced.Store(true)
+	return s.runner.Run(ctx)
+}
+
+// Run runs one instance until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	s, err := New(o)
+	if err != nil {
 		return err
 	}
-	return r.Run(ctx)
+	return s.Run(ctx)
 }

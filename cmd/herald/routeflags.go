@@ -1,0 +1,99 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/processors/route"
+)
+
+// routeFlags are the route policy flags. herald route decides with them;
+// herald dev, api (explain) and replay must be given the same values.
+type routeFlags struct {
+	rates, digests, urgent, fallback string
+}
+
+func (r *routeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.rates, "rate-limits", "", "rate limits per type or tenant/type, fixed windows, e.g. 'chat.message=5/1h,acme/promo=1/24h'")
+	fs.StringVar(&r.digests, "digests", "", "digest windows per type, optionally with a digest key, e.g. 'comment.added=15m,like=1h:social'")
+	fs.StringVar(&r.urgent, "urgent-types", "", "types that go through quiet hours, comma separated")
+	fs.StringVar(&r.fallback, "fallback-channels", "", "channel per type when no device is reachable, e.g. 'invoice.paid=feed' (feed is the only deviceless channel)")
+}
+
+func (r *routeFlags) policy() (route.Policy, error) {
+	p := route.Policy{Rates: map[string]route.RateLimit{}, Digests: map[string]route.Digest{}, Urgent: map[string]bool{}, Fallback: map[string]string{}}
+	err := eachPair("--rate-limits", r.rates, func(typ, v string) error {
+		n, w, ok := strings.Cut(v, "/")
+		max, err := strconv.Atoi(n)
+		if !ok || err != nil || max < 1 {
+			return fmt.Errorf("%q is not max/window", v)
+		}
+		d, err := time.ParseDuration(w)
+		if err != nil || d < time.Millisecond {
+			return fmt.Errorf("%q: the window is not a positive duration", v)
+		}
+		p.Rates[typ] = route.RateLimit{Max: max, WindowMs: d.Milliseconds()}
+		return nil
+	})
+	if err != nil {
+		return p, err
+	}
+	err = eachPair("--digests", r.digests, func(typ, v string) error {
+		w, key, _ := strings.Cut(v, ":")
+		d, err := time.ParseDuration(w)
+		if err != nil || d < time.Millisecond {
+			return fmt.Errorf("%q: the window is not a positive duration", v)
+		}
+		p.Digests[typ] = route.Digest{WindowMs: d.Milliseconds(), Key: key}
+		return nil
+	})
+	if err != nil {
+		return p, err
+	}
+	err = eachPair("--fallback-channels", r.fallback, func(typ, ch string) error {
+		if ch != route.FeedChannel {
+			return fmt.Errorf("%q: only %q needs no device", ch, route.FeedChannel)
+		}
+		p.Fallback[typ] = ch
+		return nil
+	})
+	for _, typ := range strings.Split(r.urgent, ",") {
+		if typ = strings.TrimSpace(typ); typ != "" {
+			p.Urgent[typ] = true
+		}
+	}
+	return p, err
+}
+
+// maxWindow is the longest rate or digest window: route state lives at
+// most that long, or a night (deferred deliveries).
+func routeMaxWindow(p route.Policy) time.Duration {
+	m := int64(24 * 3600_000)
+	for _, l := range p.Rates {
+		m = max(m, l.WindowMs)
+	}
+	for _, d := range p.Digests {
+		m = max(m, d.WindowMs)
+	}
+	return time.Duration(m) * time.Millisecond
+}
+
+// eachPair calls f for every "name=value" of a comma-separated flag.
+func eachPair(flagName, s string, f func(name, value string) error) error {
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		name, v, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("%w: %s: %q is not name=value", errUsage, flagName, kv)
+		}
+		if err := f(name, v); err != nil {
+			return fmt.Errorf("%w: %s: %s: %v", errUsage, flagName, name, err)
+		}
+	}
+	return nil
+}
