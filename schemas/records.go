@@ -208,7 +208,7 @@ type Decision struct {
 	Schema string `json:"schema"`
 	// DecisionID is unique per decision: stage, source partition and offset.
 	DecisionID string `json:"decisionId"`
-	Stage      string `json:"stage" jsonschema:"enum=dedupe,enum=route"`
+	Stage      string `json:"stage" jsonschema:"enum=dedupe,enum=route,enum=sink"`
 	Outcome    string `json:"outcome" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected"`
 	// Detail explains a rejection or a conflict in words.
 	Detail         string `json:"detail,omitempty"`

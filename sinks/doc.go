@@ -13,7 +13,8 @@
 //
 //  1. A command arrives. If its delivery id is in the sink's state (final:
 //     the sent-set; pending or parked: already in progress) it is not sent
-//     again. An expired command ends with outcome expired; one with a future
+//     again, and a Decision (stage sink, outcome duplicate) says so on
+//     herald.decisions. An expired command ends with outcome expired; one with a future
 //     NotBefore is parked.
 //  2. Otherwise the intent (state pending, attempt n, the command) is
 //     committed in one transaction with the input offsets, BEFORE the call.
@@ -71,7 +72,4 @@
 //     answer about its old token. The API's next registration re-enables it.
 //   - Calls run while rebalances are blocked: keep CallTimeout well below
 //     the group's rebalance timeout.
-//   - A command that is a duplicate of a final or in-progress delivery is
-//     counted (herald_sink_duplicates_total) and logged, not written to an
-//     audit topic.
 package sinks

@@ -222,6 +222,20 @@ func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
 	produce(t, brokers, cat, marker)
 	a = awaitOutcomes(t, brokers, cat, append(ids, marker.DeliveryID)...)
 
+	repeats := 0
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Decisions)) {
+		var d schemas.Decision
+		if err := schemas.Decode(r.Value, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Stage == "sink" && d.Outcome == schemas.DecisionDuplicate {
+			repeats++
+		}
+	}
+	if repeats != len(cmds) {
+		t.Errorf("%d repeats audited as sink duplicates, want %d", repeats, len(cmds))
+	}
+
 	pushes := map[string][]emulator.Push{}
 	for _, p := range em.Received() {
 		pushes[p.Token] = append(pushes[p.Token], p)

@@ -137,7 +137,7 @@ type Options struct {
 
 // Topics are the topics a sink reads and writes.
 type Topics struct {
-	Deliveries, State, Attempts, Outcomes, DeadLetters, Devices string
+	Deliveries, State, Attempts, Outcomes, DeadLetters, Devices, Decisions string
 }
 
 // TopicsOf returns the channel's sink topics in a catalog.
@@ -149,6 +149,7 @@ func TopicsOf(c *topics.Catalog, channel string) Topics {
 		Outcomes:    c.Name(topics.Outcomes),
 		DeadLetters: c.Name(topics.DeadLetters),
 		Devices:     c.Name(topics.Devices),
+		Decisions:   c.Name(topics.Decisions),
 	}
 }
 

@@ -94,12 +94,19 @@ func (t *task) Process(r *kgo.Record, out *stage.Out) error {
 		}})
 		return nil
 	}
+	now := t.rt.now()
 	if st := t.lookup(cmd.DeliveryID); st != "" {
+		// Audited as a duplicate decision of the sink, not as an attempt:
+		// nothing was sent.
 		t.rt.duplicates.Inc()
-		t.rt.log.Info("delivery command repeated; not sent again", "delivery", cmd.DeliveryID, "state", st, "offset", r.Offset)
+		out.Emit(t.record(t.rt.topics.Decisions, cmd.NotificationID, &schemas.Decision{
+			DecisionID: fmt.Sprintf("sink/%s/%s/%d/%d", t.rt.channel, r.Topic, r.Partition, r.Offset), Stage: "sink",
+			Outcome: schemas.DecisionDuplicate, Detail: "delivery " + cmd.DeliveryID + " is already " + st + ": not sent again",
+			Tenant: cmd.Tenant, Type: cmd.Type, Recipient: cmd.Recipient, NotificationID: cmd.NotificationID, Channel: t.rt.channel,
+			At: now.UnixMilli(), SourceTopic: r.Topic, SourcePartition: r.Partition, SourceOffset: r.Offset,
+		}))
 		return nil
 	}
-	now := t.rt.now()
 	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, ExpiresAt: t.expiresAt(&cmd), Command: &cmd}
 	switch {
 	case now.UnixMilli() >= e.ExpiresAt:

@@ -206,6 +206,15 @@ func TestADeliveryAlreadyFinalOrInProgressIsNotSentAgain(t *testing.T) {
 		t.Fatalf("calls %v, want one each", h.prov.calls)
 	}
 	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"done:delivered"})
+	var repeats []string
+	for _, r := range h.out {
+		if r.Topic == h.rt.topics.Decisions {
+			var d schemas.Decision
+			must(t, schemas.Decode(r.Value, &d))
+			repeats = append(repeats, d.Stage+":"+d.Outcome+":"+d.NotificationID)
+		}
+	}
+	check(t, "decisions", repeats, []string{"sink:duplicate:n-done", "sink:duplicate:n-parked", "sink:duplicate:n-done"})
 }
 
 func TestAnIntentRestoredWithoutAResultIsAuditedAmbiguousAndRetriedWithTheSameIDs(t *testing.T) {
