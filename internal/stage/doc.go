@@ -29,7 +29,9 @@
 //     polls.
 //   - Partitions restore in parallel (RestoreParallelism), inside the
 //     assignment; Ready is false, and Restoring true, until every assigned
-//     partition has restored.
+//     partition has restored. A restore's broker requests retry retriable
+//     errors (a leader election) rather than fail the stage, and a restore
+//     ends when Run is told to stop, so shutdown never waits for it.
 //   - A partition with no committed group offset whose changelog holds
 //     committed state (the group's offsets were lost: expired after
 //     offsets.retention.minutes with no member, or deleted) stops the
