@@ -170,7 +170,7 @@ func TestRestoreWaitsForTheChangelogsLastTransactionBeforeReadingIt(t *testing.T
 		// the window after EndTxn returned: the group's offsets are stable,
 		// but the changelog's last stable offset stops before the
 		// transaction's seen-set record, whose marker is not written yet.
-		prev := testenv.Client(t, brokers, kgo.TransactionalID("prev-"+r.in), kgo.TransactionTimeout(guard),
+		prev := testenv.Client(t, brokers, kgo.TransactionalID("prev-"+r.in), kgo.TransactionTimeout(15*time.Minute),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		if err := prev.BeginTransaction(); err != nil {
 			t.Fatal(err)
