@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/processors/dedupe"
+	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
 	"github.com/heraldhq/herald/topics"
@@ -423,12 +424,55 @@ func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, reque
 func (s *Server) explainOne(rq schemas.Request, now time.Time) sdk.ExplainedNotification {
 	res := s.cfg.Policy.Decide(rq, now.UnixMilli(), dedupe.Source{Topic: "explain", Partition: -1, Offset: -1}, s.rep.lookupSeen)
 	d := res.Decision
-	return sdk.ExplainedNotification{
+	e := sdk.ExplainedNotification{
 		ID: rq.NotificationID, Recipient: rq.Recipient, IDSource: rq.IDSource, Outcome: d.Outcome,
 		WouldDeduplicate:  d.Outcome == schemas.DecisionDuplicate,
 		WouldReplay:       d.Outcome == schemas.DecisionIdempotentReplay,
 		WouldConflict:     d.Outcome == schemas.DecisionIdempotencyConflict,
 		OriginalRequestID: d.OriginalRequestID, OriginalNotificationID: d.OriginalNotificationID, OriginalAt: d.OriginalAt,
+	}
+	if res.Accepted != nil {
+		s.explainRoute(*res.Accepted, now.UnixMilli(), &e)
+	}
+	return e
+}
+
+// explainRoute runs the route stage's own decision code on the replica's
+// copy of its state, devices and preferences: what the stage would decide
+// if the notification reached it now.
+func (s *Server) explainRoute(n schemas.Accepted, at int64, e *sdk.ExplainedNotification) {
+	// The stage fires every timer due before deciding; an entry the
+	// replica still holds past its due time is gone there.
+	lookup := func(key string) (schemas.RouteEntry, bool) {
+		en, ok := s.rep.lookupRoute(key)
+		return en, ok && en.DueAt > at
+	}
+	who := routestage.Recipient{Devices: s.rep.userDevices(n.Tenant, n.Recipient)}
+	if p, ok := s.rep.preferences(n.Tenant, n.Recipient); ok {
+		who.Prefs = &p
+	}
+	res := s.cfg.RoutePolicy.Decide(n, at, routestage.Source{Topic: "explain", Partition: -1, Offset: -1}, lookup, who)
+	cmds := res.Commands
+	for _, c := range res.State {
+		if c.Entry != nil && c.Entry.Kind == schemas.RouteDeferred {
+			e.WouldDefer, e.DeferUntil = true, c.Entry.DueAt
+			cmds = append(cmds, c.Entry.Commands...)
+		}
+	}
+	for _, d := range res.Decisions {
+		if d.Channel == "" {
+			e.RouteOutcome = d.Outcome
+		}
+	}
+	e.WouldRateLimit = e.RouteOutcome == schemas.DecisionRateLimited
+	e.WouldDigest = e.RouteOutcome == schemas.DecisionDigested
+	for _, c := range cmds {
+		if !slices.Contains(e.Channels, c.Channel) {
+			e.Channels = append(e.Channels, c.Channel)
+		}
+		if c.Channel != routestage.FeedChannel {
+			e.Devices = append(e.Devices, sdk.ExplainedDevice{Channel: c.Channel, DeviceID: c.DeviceID})
+		}
 	}
 }
 
@@ -482,6 +526,9 @@ func (s *Server) postExplain(w http.ResponseWriter, r *http.Request, p principal
 		ex.WouldDeduplicate = ex.WouldDeduplicate || e.WouldDeduplicate
 		ex.WouldReplay = ex.WouldReplay || e.WouldReplay
 		ex.WouldConflict = ex.WouldConflict || e.WouldConflict
+		ex.WouldRateLimit = ex.WouldRateLimit || e.WouldRateLimit
+		ex.WouldDigest = ex.WouldDigest || e.WouldDigest
+		ex.WouldDefer = ex.WouldDefer || e.WouldDefer
 	}
 	writeJSON(w, http.StatusOK, ex)
 }

@@ -28,6 +28,10 @@ import (
 // so a caller reads its own writes on the instance that made them.
 type replica struct {
 	seenT, devicesT, prefsT, segmentsT string
+	// routeT is the route stage's state (herald.route: rate counters,
+	// digests, deferrals) for explain's wouldRateLimit, wouldDigest and
+	// wouldDefer; empty when not read.
+	routeT string
 
 	ready atomic.Bool // caught up with the topics' ends as of Start
 
@@ -36,12 +40,21 @@ type replica struct {
 	devices map[string]map[string]schemas.Device // RecipientKey → device id → device
 	prefs   map[string]schemas.Preferences       // RecipientKey → preferences
 	segs    map[string]schemas.Segment           // RecipientKey(tenant, name) → segment
+	route   map[string]schemas.RouteEntry        // route state key → entry
 }
 
 func newReplica(seen, devices, prefs, segments string) *replica {
 	return &replica{seenT: seen, devicesT: devices, prefsT: prefs, segmentsT: segments,
 		seen: map[string]schemas.SeenEntry{}, devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
-		segs: map[string]schemas.Segment{}}
+		segs: map[string]schemas.Segment{}, route: map[string]schemas.RouteEntry{}}
+}
+
+// lookupRoute is a route.Lookup over the replica.
+func (r *replica) lookupRoute(key string) (schemas.RouteEntry, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.route[key]
+	return e, ok
 }
 
 // lookupSeen is a dedupe.Lookup over the replica.
@@ -207,6 +220,19 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 			return
 		}
 		r.putPreferences(key, &p)
+	case r.routeT:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if rec.Value == nil {
+			delete(r.route, key)
+			return
+		}
+		var e schemas.RouteEntry
+		if err := schemas.Decode(rec.Value, &e); err != nil {
+			log.Debug("replica: skip undecodable route state", "err", err)
+			return
+		}
+		r.route[key] = e
 	case r.segmentsT:
 		if rec.Value == nil {
 			r.putSegment(key, nil)
@@ -221,12 +247,21 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 	}
 }
 
+// topics lists the topics the replica reads.
+func (r *replica) topics() []string {
+	ts := []string{r.seenT, r.devicesT, r.prefsT, r.segmentsT}
+	if r.routeT != "" {
+		ts = append(ts, r.routeT)
+	}
+	return ts
+}
+
 // consume reads the four topics until ctx ends. It marks the replica
 // ready once it has read every partition up to its last stable offset as
 // of the start: before that, explain and device lookups would answer from
 // a partial copy.
 func (r *replica) consume(ctx context.Context, cl *kgo.Client, log *slog.Logger) error {
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.seenT, r.devicesT, r.prefsT, r.segmentsT)
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.topics()...)
 	if err != nil {
 		return fmt.Errorf("api: replica: list offsets: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/processors/dedupe"
+	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -34,6 +35,9 @@ type Config struct {
 	// Policy must match the dedupe stage's: explain evaluates with it.
 	// dedupe.DefaultPolicy when zero.
 	Policy dedupe.Policy
+	// RoutePolicy must match the route stage's: explain's wouldRateLimit,
+	// wouldDigest and wouldDefer evaluate with it.
+	RoutePolicy routestage.Policy
 	// MaxBodyBytes bounds a request body (64 KiB by default).
 	MaxBodyBytes int64
 	// MaxRecipients bounds the recipients of one send (1000 by default).
@@ -160,6 +164,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
 	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
+	s.rep.routeT = cat.Name(topics.Route)
 	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log)
 	s.routes = apiRoutes()
 	s.mux = http.NewServeMux()
@@ -279,7 +284,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("api: read model client: %w", err)
 	}
 	repCl, err := kgo.NewClient(append(base,
-		kgo.ConsumeTopics(s.rep.seenT, s.devicesT, s.prefsT, s.segmentsT),
+		kgo.ConsumeTopics(s.rep.topics()...),
 		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
 		kgo.KeepControlRecords(),
 	)...)

@@ -182,6 +182,9 @@ type Explanation struct {
 	WouldDeduplicate bool                    `json:"wouldDeduplicate"`
 	WouldReplay      bool                    `json:"wouldReplay"`
 	WouldConflict    bool                    `json:"wouldConflict"`
+	WouldRateLimit   bool                    `json:"wouldRateLimit"`
+	WouldDigest      bool                    `json:"wouldDigest"`
+	WouldDefer       bool                    `json:"wouldDefer"`
 	Consistency      string                  `json:"consistency"`
 	Notifications    []ExplainedNotification `json:"notifications"`
 }
@@ -198,6 +201,23 @@ type ExplainedNotification struct {
 	OriginalRequestID      string `json:"originalRequestId,omitempty"`
 	OriginalNotificationID string `json:"originalNotificationId,omitempty"`
 	OriginalAt             int64  `json:"originalAt,omitempty"`
+	// The route stage's part, for a notification dedupe would accept:
+	// its decision (routed, rate_limited, digested, deferred, opted_out,
+	// no_target), when deferred pushes would go (ms), and the channels and
+	// devices it would reach.
+	RouteOutcome   string            `json:"routeOutcome,omitempty"`
+	WouldRateLimit bool              `json:"wouldRateLimit"`
+	WouldDigest    bool              `json:"wouldDigest"`
+	WouldDefer     bool              `json:"wouldDefer"`
+	DeferUntil     int64             `json:"deferUntil,omitempty"`
+	Channels       []string          `json:"channels,omitempty"`
+	Devices        []ExplainedDevice `json:"devices,omitempty"`
+}
+
+// ExplainedDevice is one push an explained notification would make.
+type ExplainedDevice struct {
+	Channel  string `json:"channel"`
+	DeviceID string `json:"deviceId"`
 }
 
 // NotificationRecord is the answer to GET /v1/notifications/{id}: the

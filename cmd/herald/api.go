@@ -28,6 +28,8 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	kf.register(fs)
 	var pf policyFlags
 	pf.register(fs)
+	var rf routeFlags
+	rf.register(fs)
 	host, _ := os.Hostname()
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
 	keysFile := fs.String("api-keys", "", "file of API keys, one 'tenant:name:sha256hex' per line (default: the development key only)")
@@ -57,6 +59,10 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	routePolicy, err := rf.policy()
+	if err != nil {
+		return err
+	}
 	keys, err := loadAPIKeys(*keysFile)
 	if err != nil {
 		return err
@@ -64,6 +70,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	srv, err := api.New(api.Config{
 		Brokers: seeds, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
 		Policy:       policy,
+		RoutePolicy:  routePolicy,
 		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
 		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow, VAPIDPublicKey: wf.public,
 	})

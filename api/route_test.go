@@ -1,0 +1,98 @@
+package api
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	routestage "github.com/heraldhq/herald/processors/route"
+	"github.com/heraldhq/herald/sdk"
+)
+
+func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
+	policy := routestage.Policy{
+		Rates:   map[string]routestage.RateLimit{"limited": {Max: 1, WindowMs: 3600_000}},
+		Digests: map[string]routestage.Digest{"batched": {WindowMs: 600_000}},
+	}
+	// 03:00 UTC, inside a 22:00–07:00 UTC night, on a day the topics retain.
+	now := time.Now().UTC().Truncate(24 * time.Hour).Add(3 * time.Hour)
+	if now.After(time.Now()) {
+		now = now.Add(-24 * time.Hour)
+	}
+	p := startPipeline(t, func(c *Config) {
+		c.RoutePolicy = policy
+		c.Now = func() time.Time { return now }
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// Timers on stream time only: the rate window stays open.
+		err := routestage.Run(ctx, routestage.Options{Brokers: p.brokers, Catalog: p.cat, Group: "g-route-" + p.cat.Name(""), InstanceID: "r1",
+			Policy: policy, TimerGrace: 100000 * time.Hour, Logger: p.cfg.Logger})
+		if err != nil {
+			t.Errorf("route stage: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	for _, d := range []struct{ path, body string }{
+		{"/v1/users/r1/devices/phone", `{"platform":"ios","token":"a"}`},
+		{"/v1/users/r1/devices/pixel", `{"platform":"android","token":"b"}`},
+		{"/v1/users/r2/devices/phone", `{"platform":"ios","token":"c"}`},
+	} {
+		if a := p.call(t, "PUT", d.path, keyA, d.body); a.status != 201 {
+			t.Fatalf("register %s: %d %s", d.path, a.status, a.body)
+		}
+	}
+	if a := p.call(t, "PUT", "/v1/users/r2/preferences", keyA, `{"quietHours":{"start":"22:00","end":"07:00","timeZone":"UTC"}}`); a.status/100 != 2 {
+		t.Fatalf("preferences: %d %s", a.status, a.body)
+	}
+	explain := func(t *testing.T, typ, user, key string) sdk.ExplainedNotification {
+		t.Helper()
+		a := p.call(t, "POST", "/v1/explain", keyA, `{"type":"`+typ+`","recipients":["`+user+`"],"title":"t","body":"b","dedupeKey":"`+key+`"}`)
+		if a.status != 200 {
+			t.Fatalf("explain: %d %s", a.status, a.body)
+		}
+		return decode[sdk.Explanation](t, a).Notifications[0]
+	}
+	p.eventually(t, "the replica holds the devices and preferences", func() bool {
+		return len(explain(t, "news", "r1", "k").Devices) == 2 && explain(t, "news", "r2", "k").WouldDefer
+	})
+
+	t.Run("explain names the channels and devices a notification would reach", func(t *testing.T) {
+		e := explain(t, "news", "r1", "k")
+		if e.RouteOutcome != "routed" || !slices.Equal(e.Channels, []string{"apns", "fcm", "feed"}) ||
+			!slices.Equal(e.Devices, []sdk.ExplainedDevice{{Channel: "apns", DeviceID: "phone"}, {Channel: "fcm", DeviceID: "pixel"}}) {
+			t.Fatalf("%+v", e)
+		}
+	})
+	t.Run("explain answers wouldDefer with the end of the quiet hours", func(t *testing.T) {
+		e := explain(t, "news", "r2", "k")
+		if !e.WouldDefer || e.DeferUntil != now.Add(4*time.Hour).UnixMilli() || e.WouldRateLimit || e.WouldDigest {
+			t.Fatalf("%+v, want deferred until %s", e, now.Add(4*time.Hour))
+		}
+	})
+	t.Run("explain answers wouldDigest for a digest type", func(t *testing.T) {
+		if e := explain(t, "batched", "r1", "k"); !e.WouldDigest || e.RouteOutcome != "digested" {
+			t.Fatalf("%+v", e)
+		}
+	})
+	t.Run("explain answers wouldRateLimit once the stage has counted the limit", func(t *testing.T) {
+		if e := explain(t, "limited", "r1", "second"); e.WouldRateLimit {
+			t.Fatalf("rate limited before any send: %+v", e)
+		}
+		if a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"limited","recipients":["r1"],"title":"t","body":"b","dedupeKey":"first"}`); a.status != 202 {
+			t.Fatalf("send: %d %s", a.status, a.body)
+		}
+		p.eventually(t, "the route stage's counter reaches the replica", func() bool {
+			return explain(t, "limited", "r1", "second").WouldRateLimit
+		})
+		if e := explain(t, "limited", "r1", "first"); !e.WouldDeduplicate || e.WouldRateLimit {
+			t.Fatalf("a duplicate never reaches the rate limit: %+v", e)
+		}
+	})
+}
