@@ -20,6 +20,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/sinks/sinktest"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -154,7 +155,7 @@ func TestEachDeliveryOnceUnlessAuditedAmbiguousThroughSIGKILLs(t *testing.T) {
 	}
 	t.Logf("%d kills, %d pushes read by the emulator", kills, em.Total())
 
-	a := readAudit(t, brokers, cat)
+	a := sinktest.Read(t, brokers, cat)
 	pushes := map[string][]emulator.Push{}
 	for _, p := range em.Received() {
 		pushes[p.DeliveryID] = append(pushes[p.DeliveryID], p)
@@ -162,11 +163,11 @@ func TestEachDeliveryOnceUnlessAuditedAmbiguousThroughSIGKILLs(t *testing.T) {
 	var twice, ambiguousOnce, attempts int
 	for _, c := range cmds {
 		id := c.DeliveryID
-		if n := len(a.outcomes[id]); n != 1 || a.outcomes[id][0].Status != schemas.OutcomeDelivered {
-			t.Errorf("%s: outcomes %+v, want one delivered", id, a.outcomes[id])
+		if n := len(a.Outcomes[id]); n != 1 || a.Outcomes[id][0].Status != schemas.OutcomeDelivered {
+			t.Errorf("%s: outcomes %+v, want one delivered", id, a.Outcomes[id])
 		}
 		ambiguous := false
-		for n, at := range a.attempts[id] {
+		for n, at := range a.Attempts[id] {
 			attempts++
 			if at.Attempt != n+1 {
 				t.Errorf("%s: attempt record %d is numbered %d", id, n+1, at.Attempt)

@@ -64,8 +64,11 @@
 // (analytics/queries/maybe_shown_twice.sql lists them).
 //
 // Hazards and their bounds:
-//   - The sent-set grows with every delivery (one map entry per delivery id
-//     per partition owner) and is not yet pruned after expiry.
+//   - The sent-set holds every delivery until Policy.KeepFinal after its
+//     expiry (one map entry per delivery id per partition owner; size it as
+//     deliveries per MaxAge + KeepFinal), then it is pruned: a repeat of a
+//     pruned command is expired, so it gets a second outcome (expired) and
+//     is never sent.
 //   - A device retirement is written from the delivery command (the sink
 //     does not read herald.devices): a device re-registered with a new token
 //     between the fan-out and the provider's answer can be retired by the

@@ -17,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/sinks/sinktest"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -27,13 +28,6 @@ func deliveryCmd(notification, device string) *schemas.DeliveryCommand {
 		DeliveryID: identity.DeliveryID(nid, device), NotificationID: nid, Tenant: "acme", Type: "t", Recipient: "u1",
 		DeviceID: device, Channel: "apns", Token: "tok-" + device, CollapseID: nid, APNsID: identity.APNsID(nid),
 		Title: notification, Body: "b", CreatedAt: time.Now().UnixMilli(), ExpiresAt: time.Now().Add(time.Hour).UnixMilli(),
-	}
-}
-
-func produce(t *testing.T, brokers []string, cat *topics.Catalog, cmds ...*schemas.DeliveryCommand) {
-	t.Helper()
-	if err := produceAll(testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner())), cat, cmds); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -61,90 +55,15 @@ func produceAll(cl *kgo.Client, cat *topics.Catalog, cmds []*schemas.DeliveryCom
 	return first
 }
 
-// startSink runs one in-process sink instance until the test ends.
+// startSink runs one APNs sink instance sending to em until the test ends.
 func startSink(t *testing.T, brokers []string, cat *topics.Catalog, em *emulator.Emulator, p sinks.Policy) {
 	t.Helper()
 	prov, err := apns.New(apns.Config{Host: em.URL(), RootCAs: em.RootCAs(), Topic: "com.example.app"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := sinks.New(sinks.Options{
-		Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, InstanceID: "i1", Policy: p,
-		MaxInFlight: 64, CallTimeout: time.Second, BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := r.Run(ctx); err != nil {
-			t.Errorf("sink: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait(); prov.CloseIdleConnections() })
-}
-
-// audit is what the sink committed, per delivery id.
-type audit struct {
-	attempts map[string][]schemas.Attempt
-	outcomes map[string][]schemas.Outcome
-	dead     map[string]int
-	devices  map[string]schemas.Device
-}
-
-func readAudit(t *testing.T, brokers []string, cat *topics.Catalog) audit {
-	t.Helper()
-	a := audit{attempts: map[string][]schemas.Attempt{}, outcomes: map[string][]schemas.Outcome{}, dead: map[string]int{}, devices: map[string]schemas.Device{}}
-	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Attempts)) {
-		var x schemas.Attempt
-		if err := schemas.Decode(r.Value, &x); err != nil {
-			t.Fatal(err)
-		}
-		a.attempts[x.DeliveryID] = append(a.attempts[x.DeliveryID], x)
-	}
-	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Outcomes)) {
-		var x schemas.Outcome
-		if err := schemas.Decode(r.Value, &x); err != nil {
-			t.Fatal(err)
-		}
-		a.outcomes[x.DeliveryID] = append(a.outcomes[x.DeliveryID], x)
-	}
-	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.DeadLetters)) {
-		a.dead[string(r.Key)]++
-	}
-	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Devices)) {
-		var x schemas.Device
-		if err := schemas.Decode(r.Value, &x); err != nil {
-			t.Fatal(err)
-		}
-		a.devices[x.DeviceID] = x
-	}
-	return a
-}
-
-// awaitOutcomes waits until every delivery has an outcome.
-func awaitOutcomes(t *testing.T, brokers []string, cat *topics.Catalog, ids ...string) audit {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		a := readAudit(t, brokers, cat)
-		missing := 0
-		for _, id := range ids {
-			if len(a.outcomes[id]) == 0 {
-				missing++
-			}
-		}
-		if missing == 0 {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries have no outcome", missing, len(ids))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	t.Cleanup(prov.CloseIdleConnections)
+	sinktest.Start(t, sinks.Options{Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, Policy: p, CallTimeout: time.Second})
 }
 
 func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
@@ -208,19 +127,19 @@ func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
 		cmds = append(cmds, c)
 	}
 	startSink(t, brokers, cat, em, sinks.Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
-	produce(t, brokers, cat, cmds...)
+	sinktest.Produce(t, brokers, cat, cmds...)
 	var ids []string
 	for _, c := range cmds {
 		ids = append(ids, c.DeliveryID)
 	}
-	a := awaitOutcomes(t, brokers, cat, ids...)
+	a := sinktest.AwaitOutcomes(t, brokers, cat, ids...)
 	// A repeat of every command, as a replayed route stage would write:
 	// none is sent again. The first delivery's new notification shows the
 	// repeats were read.
-	produce(t, brokers, cat, cmds...)
+	sinktest.Produce(t, brokers, cat, cmds...)
 	marker := deliveryCmd("marker", "dev-marker")
-	produce(t, brokers, cat, marker)
-	a = awaitOutcomes(t, brokers, cat, append(ids, marker.DeliveryID)...)
+	sinktest.Produce(t, brokers, cat, marker)
+	a = sinktest.AwaitOutcomes(t, brokers, cat, append(ids, marker.DeliveryID)...)
 
 	repeats := 0
 	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Decisions)) {
@@ -243,14 +162,14 @@ func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cmds[i]
-			if n := len(a.outcomes[c.DeliveryID]); n != 1 {
+			if n := len(a.Outcomes[c.DeliveryID]); n != 1 {
 				t.Fatalf("%d outcomes, want 1", n)
 			}
-			if got := a.outcomes[c.DeliveryID][0].Status; got != tc.want.outcome {
+			if got := a.Outcomes[c.DeliveryID][0].Status; got != tc.want.outcome {
 				t.Errorf("outcome %s, want %s", got, tc.want.outcome)
 			}
 			var results []string
-			for n, at := range a.attempts[c.DeliveryID] {
+			for n, at := range a.Attempts[c.DeliveryID] {
 				results = append(results, at.Result)
 				if at.Attempt != n+1 || at.APNsID != c.APNsID || at.CollapseID != c.CollapseID {
 					t.Errorf("attempt %d: number %d, ids %s %s", n+1, at.Attempt, at.APNsID, at.CollapseID)
@@ -268,15 +187,15 @@ func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
 					t.Errorf("a push carried other ids: %+v", p)
 				}
 			}
-			if (a.dead[c.DeliveryID] == 1) != tc.want.dead || a.dead[c.DeliveryID] > 1 {
-				t.Errorf("%d dead letters, want dead-lettered %v", a.dead[c.DeliveryID], tc.want.dead)
+			if (a.Dead[c.DeliveryID] == 1) != tc.want.dead || a.Dead[c.DeliveryID] > 1 {
+				t.Errorf("%d dead letters, want dead-lettered %v", a.Dead[c.DeliveryID], tc.want.dead)
 			}
-			d, retired := a.devices[c.DeviceID]
+			d, retired := a.Devices[c.DeviceID]
 			if retired != tc.want.retired || retired && (d.Enabled || d.RetiredReason == "") {
 				t.Errorf("device record %+v, want retired %v", d, tc.want.retired)
 			}
 			if tc.want.results == "retryable,sent" && tc.rules[0].RetryAfter > 0 {
-				at := a.attempts[c.DeliveryID]
+				at := a.Attempts[c.DeliveryID]
 				if gap := time.Duration(at[1].At-at[0].At) * time.Millisecond; gap < tc.rules[0].RetryAfter {
 					t.Errorf("retried %v after a Retry-After of %v", gap, tc.rules[0].RetryAfter)
 				}

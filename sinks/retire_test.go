@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/sinks/sinktest"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -73,14 +74,14 @@ func TestARetiredDeviceGetsNothingMore(t *testing.T) {
 
 	first := notify("first")
 	oldID, newID := identity.DeliveryID(first, "old"), identity.DeliveryID(first, "new")
-	a := awaitOutcomes(t, brokers, cat, oldID, newID)
-	if got := a.outcomes[oldID][0].Status; got != schemas.OutcomeDeviceRetired {
+	a := sinktest.AwaitOutcomes(t, brokers, cat, oldID, newID)
+	if got := a.Outcomes[oldID][0].Status; got != schemas.OutcomeDeviceRetired {
 		t.Fatalf("first notification to the old iPhone: %s, want device_retired", got)
 	}
 	second := notify("second")
-	a = awaitOutcomes(t, brokers, cat, identity.DeliveryID(second, "new"))
-	if len(a.outcomes[identity.DeliveryID(second, "old")]) != 0 {
-		t.Fatalf("the retired iPhone got a delivery of the second notification: %+v", a.outcomes[identity.DeliveryID(second, "old")])
+	a = sinktest.AwaitOutcomes(t, brokers, cat, identity.DeliveryID(second, "new"))
+	if len(a.Outcomes[identity.DeliveryID(second, "old")]) != 0 {
+		t.Fatalf("the retired iPhone got a delivery of the second notification: %+v", a.Outcomes[identity.DeliveryID(second, "old")])
 	}
 	tokens := map[string]int{}
 	for _, p := range em.Received() {

@@ -82,6 +82,10 @@ type Policy struct {
 	// MaxAge is the expiry of a command without ExpiresAt, after its
 	// CreatedAt (24 h by default).
 	MaxAge time.Duration
+	// KeepFinal is how long a final delivery stays in the sent-set after
+	// its expiry (1 h by default); then it is pruned (a tombstone on the
+	// state topic), and a repeat of its command ends as expired, unsent.
+	KeepFinal time.Duration
 }
 
 func (p *Policy) defaults() {
@@ -96,6 +100,9 @@ func (p *Policy) defaults() {
 	}
 	if p.MaxAge <= 0 {
 		p.MaxAge = 24 * time.Hour
+	}
+	if p.KeepFinal <= 0 {
+		p.KeepFinal = time.Hour
 	}
 }
 

@@ -18,8 +18,8 @@ type task struct {
 	p  int32
 
 	// Committed state: final entries (the sent-set) keep only their
-	// outcome; open ones (pending, parked) their whole entry.
-	final map[string]string
+	// outcome and expiry; open ones (pending, parked) their whole entry.
+	final map[string]finalEntry
 	open  map[string]*schemas.SinkEntry
 
 	// staged are this transaction's changes (applied on Commit).
@@ -36,10 +36,18 @@ type task struct {
 	interruptEmitted int
 	// restored is set once the restored intents were collected.
 	restored bool
+	// pruned is when the sent-set was last pruned.
+	pruned time.Time
+}
+
+// finalEntry is one delivery of the sent-set.
+type finalEntry struct {
+	outcome   string
+	expiresAt int64
 }
 
 func newTask(rt *runtime, p int32) *task {
-	return &task{rt: rt, p: p, final: map[string]string{}, open: map[string]*schemas.SinkEntry{}, staged: map[string]*schemas.SinkEntry{}}
+	return &task{rt: rt, p: p, final: map[string]finalEntry{}, open: map[string]*schemas.SinkEntry{}, staged: map[string]*schemas.SinkEntry{}}
 }
 
 // Restore implements stage.Task.
@@ -59,9 +67,14 @@ func (t *task) Restore(r *kgo.Record) error {
 }
 
 func (t *task) apply(id string, e *schemas.SinkEntry) {
+	if e == nil { // pruned
+		delete(t.final, id)
+		delete(t.open, id)
+		return
+	}
 	if e.Status == schemas.SinkFinal {
 		delete(t.open, id)
-		t.final[id] = e.Outcome
+		t.final[id] = finalEntry{outcome: e.Outcome, expiresAt: e.ExpiresAt}
 		return
 	}
 	delete(t.final, id)
@@ -71,6 +84,9 @@ func (t *task) apply(id string, e *schemas.SinkEntry) {
 // lookup returns the delivery's current status ("" if unknown).
 func (t *task) lookup(id string) string {
 	if e, ok := t.staged[id]; ok {
+		if e == nil {
+			return "" // pruned in this transaction
+		}
 		return e.Status
 	}
 	if _, ok := t.final[id]; ok {
@@ -197,6 +213,7 @@ func (t *task) Tick(out *stage.Out) {
 	if t.rt.inResultsRound() {
 		return
 	}
+	t.prune(out, now)
 	for id, e := range t.open {
 		if e.Status != schemas.SinkParked || e.NotBefore > now.UnixMilli() {
 			continue
@@ -210,6 +227,28 @@ func (t *task) Tick(out *stage.Out) {
 			continue
 		}
 		t.intend(out, &next, e.Attempt+1, now)
+	}
+}
+
+// prune deletes (tombstones) the sent-set entries whose delivery expired
+// more than Policy.KeepFinal ago, at most once per minute: a repeat of such a
+// command can no longer be sent (it is expired), so its entry is not needed
+// to stop a second send; the repeat gets an expired outcome instead.
+func (t *task) prune(out *stage.Out, now time.Time) {
+	if now.Sub(t.pruned) < time.Minute {
+		return
+	}
+	t.pruned = now
+	cut := now.Add(-t.rt.policy.KeepFinal).UnixMilli()
+	for id, f := range t.final {
+		if f.expiresAt <= 0 || f.expiresAt >= cut {
+			continue
+		}
+		if _, changed := t.staged[id]; changed {
+			continue
+		}
+		t.staged[id] = nil
+		out.Emit(&kgo.Record{Topic: t.rt.topics.State, Key: []byte(id), Partition: t.p})
 	}
 }
 

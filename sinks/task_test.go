@@ -303,3 +303,32 @@ func must(t *testing.T, err error) {
 }
 
 func itoa(n int) string { return strconvItoa(n) }
+
+func TestTheSentSetForgetsADeliveryOnlyAfterItsExpiryAndThenARepeatIsExpiredNotSent(t *testing.T) {
+	h := newHarness(t, Policy{KeepFinal: time.Hour})
+	c := cmd("d")
+	c.ExpiresAt = h.now.Add(time.Hour).UnixMilli()
+	h.step(c)
+	for _, step := range []struct {
+		advance time.Duration
+		pruned  bool
+	}{{time.Hour, false}, {59 * time.Minute, false}, {2 * time.Minute, true}} {
+		h.now = h.now.Add(step.advance)
+		before := len(h.out)
+		h.step()
+		tombstones := 0
+		for _, r := range h.out[before:] {
+			if r.Topic == h.rt.topics.State && r.Value == nil {
+				tombstones++
+			}
+		}
+		if (tombstones == 1) != step.pruned || tombstones > 1 {
+			t.Fatalf("after %v more: %d tombstones, want pruned %v", step.advance, tombstones, step.pruned)
+		}
+	}
+	h.step(c)
+	if h.prov.calls["d"] != 1 {
+		t.Fatalf("a repeat after pruning was sent again (%d calls)", h.prov.calls["d"])
+	}
+	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"d:delivered", "d:expired"})
+}
