@@ -1,7 +1,9 @@
 -- Missing-notification report: everything herald did not deliver to one
 -- recipient between `since` and `until`, with the reason. Decisions other
--- than accepted (duplicate, idempotent_replay, idempotency_conflict,
--- rejected, rate_limited, opted_out, ...) and deliveries that ended other
+-- than accepted (dedupe) and routed (route): duplicate, idempotent_replay,
+-- idempotency_conflict, rejected, and the route stage's rate_limited,
+-- digested, opted_out (per channel or whole), deferred (quiet hours; the
+-- release follows as routed) and no_target; and deliveries that ended other
 -- than delivered (dead_lettered, device_retired). Answers "the user says
 -- they never got it".
 -- Parameters: tenant String, recipient String, since DateTime('UTC'),
@@ -15,7 +17,7 @@ FROM
         FROM decisions
         WHERE tenant = {tenant:String} AND recipient = {recipient:String}
           AND at >= {since:DateTime('UTC')} AND at < {until:DateTime('UTC')}
-          AND decode_error = '' AND outcome != 'accepted'
+          AND decode_error = '' AND outcome NOT IN ('accepted', 'routed')
         LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset
     )
     UNION ALL

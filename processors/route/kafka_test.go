@@ -8,8 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/analytics/auditwriter"
+	"github.com/heraldhq/herald/analytics/migrations"
+	"github.com/heraldhq/herald/analytics/queries"
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
@@ -243,11 +248,96 @@ func TestSeedInteractionsThroughDedupeAndRouteOnTheRealBroker(t *testing.T) {
 			t.Fatalf("differences %q, want the second rated notification limited", rep.Differences)
 		}
 	})
+	t.Run("the audit record in ClickHouse holds the route reasons, in the timeline and the missing-notification report", func(t *testing.T) {
+		auditRouteReasons(t, brokers, cat, tenant, sends[0].r.NotificationID)
+	})
 	for _, c := range out.commands {
 		if c.Recipient == "digester" {
 			if !strings.Contains(string(c.Payload), `"count":2`) {
 				t.Errorf("digest payload %s, want a count of 2", c.Payload)
 			}
+		}
+	}
+}
+
+// auditRouteReasons copies the topics into a ClickHouse database with the
+// audit writer and reads the route stage's decisions back through the
+// auditors' timeline and the missing-notification query.
+func auditRouteReasons(t *testing.T, brokers []string, cat *topics.Catalog, tenant, sleeperID string) {
+	addr, db := testenv.ClickHouseDB(t)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
+		t.Fatal(err)
+	}
+	all := len(testenv.ReadCommitted(t, brokers, cat.Name(topics.Decisions)))
+	goRun(t, "audit writer", func(ctx context.Context) error {
+		return auditwriter.Run(ctx, auditwriter.Options{Brokers: brokers, Catalog: cat, ClickHouse: conn, Database: db})
+	})
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM decisions").Scan(&n); err == nil && int(n) >= all {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ClickHouse holds fewer than the %d decisions", all)
+		}
+	}
+
+	tl, err := audit.Load(ctx, conn, db, audit.Selector{NotificationID: sleeperID, Tenant: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := tl.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"route stage: deferred", "quiet hours until", "route stage: routed", "released at the end of quiet hours"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("timeline lacks %q:\n%s", want, b.String())
+		}
+	}
+
+	q, err := queries.Get("suppressed_for_recipient")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := func(user string) string {
+		var rows []struct {
+			At                time.Time `ch:"at"`
+			Kind              string    `ch:"kind"`
+			NotificationID    string    `ch:"notification_id"`
+			RequestID         string    `ch:"request_id"`
+			DeliveryID        string    `ch:"delivery_id"`
+			Channel           string    `ch:"channel"`
+			Reason            string    `ch:"reason"`
+			Detail            string    `ch:"detail"`
+			OriginalRequestID string    `ch:"original_request_id"`
+		}
+		if err := q.Select(ctx, conn, &rows, map[string]string{"tenant": tenant, "recipient": user,
+			"since": queries.Time(time.Now().Add(-72 * time.Hour)), "until": queries.Time(time.Now().Add(time.Hour))}); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rows {
+			out = append(out, r.Reason+chanOf(schemas.Decision{Channel: r.Channel}))
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	for user, want := range map[string]string{
+		"sleeper":  "deferred deferred duplicate",
+		"limited":  "duplicate duplicate rate_limited",
+		"digester": "digested digested duplicate",
+		"picky":    "opted_out:apns",
+		"fan":      "",
+	} {
+		if got := reasons(user); got != want {
+			t.Errorf("missing-notification report for %s: %q, want %q", user, got, want)
 		}
 	}
 }
