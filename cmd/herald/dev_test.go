@@ -161,7 +161,7 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	defer ch.Close()
 	var rows uint64
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if err := ch.QueryRow(context.Background(), "SELECT count() FROM herald.decisions WHERE stage = 'dedupe'").Scan(&rows); err == nil && rows >= 4000 {
+		if err := ch.QueryRow(context.Background(), "SELECT count() FROM herald.decisions").Scan(&rows); err == nil && rows >= 6000 {
 			break
 		}
 	}
@@ -169,18 +169,24 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	// table's ReplacingMergeTree merges can fold a duplicate away; distinct
 	// positions and ids, and the roll-up that a duplicate insert inflates for
 	// good, cannot.
-	for _, q := range []string{
-		"SELECT count() FROM herald.decisions",
-		"SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM herald.decisions",
-		"SELECT uniqExact(decision_id) FROM herald.decisions",
-		"SELECT sum(decisions) FROM herald.dedupe_hourly",
+	// 6000 decisions in all: the dedupe stage's 4000 and the route stage's
+	// 2000.
+	for _, c := range []struct {
+		q    string
+		want uint64
+	}{
+		{"SELECT count() FROM herald.decisions", 6000},
+		{"SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM herald.decisions", 6000},
+		{"SELECT uniqExact(decision_id) FROM herald.decisions", 6000},
+		{"SELECT count() FROM herald.decisions WHERE stage = 'dedupe'", 4000},
+		{"SELECT sum(decisions) FROM herald.dedupe_hourly", 4000},
 	} {
 		var n uint64
-		if err := ch.QueryRow(context.Background(), q).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
+		if err := ch.QueryRow(context.Background(), c.q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", c.q, err)
 		}
-		if n != 4000 {
-			t.Errorf("%s = %d, want the 4000 decisions once each", q, n)
+		if n != c.want {
+			t.Errorf("%s = %d, want %d: every decision once", c.q, n, c.want)
 		}
 	}
 	if t.Failed() {
