@@ -90,6 +90,8 @@ func TestKeysThatEndMidwayAreRefusedWithTheReason(t *testing.T) {
 		{"a unicode escape cut short at the end", `{"a":"\u00`, "short \\u escape"},
 		{"a unicode escape with a sign", `{"a":"\u+123"}`, "malformed \\u escape"},
 		{"a backslash at the very end", `{"a":"\`, "unterminated string"},
+		{"an opening quote at the very end", `{"a":"`, "unterminated string"},
+		{"a name's opening quote at the very end", `{"`, "unterminated string"},
 		{"a string cut after an escape", `{"a":"\n`, "unterminated string"},
 		{"a string cut after a multi-byte character", "{\"a\":\"é", "unterminated string"},
 	} {
@@ -119,5 +121,67 @@ func TestNumbersWithZerosAndAllDigitsAreRead(t *testing.T) {
 				t.Fatalf("ParseKey(%s) = %#v, want %v", c.text, k, c.want)
 			}
 		})
+	}
+}
+
+func TestStringEdgesOfTheKeyParser(t *testing.T) {
+	for _, c := range []struct{ name, text, want string }{
+		{"a lone continuation byte is refused", "{\"a\":\"\x80\"}", "not valid UTF-8"},
+		{"a lone 0xC0 byte is refused", "{\"a\":\"\xc0\"}", "not valid UTF-8"},
+		{"a unicode escape that ends the text leaves the string unterminated", `{"a":"\u0041`, "unterminated string"},
+		{"a unicode escape with a sign is refused", `{"a":"\u-123"}`, "malformed \\u escape"},
+		{"a unicode escape with a 0x prefix is refused", `{"a":"\u0x12"}`, "malformed \\u escape"},
+		{"a unicode escape with an underscore is refused", `{"a":"\u1_23"}`, "malformed \\u escape"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k, err := ParseKey(c.text)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("ParseKey(%q) = %#v, %v; want an error saying %q", c.text, k, err, c.want)
+			}
+		})
+	}
+	for _, c := range []struct{ name, text, want string }{
+		{"three-byte characters with 0x80 continuation bytes are read", "{\"a\":\"x\u1000\u0800\"}", "x\u1000\u0800"},
+		{"a space right after the quote is read", `{"a":" x"}`, " x"},
+		{"hex digits of both cases are read", `{"a":"\u00e9\u00C9"}`, "éÉ"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k, err := ParseKey(c.text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, ok := k["a"].AsString(); !ok || s != c.want {
+				t.Fatalf("ParseKey(%q) = %#v, want %q", c.text, k, c.want)
+			}
+		})
+	}
+}
+
+func TestNumbersBetweenZeroAndOneAreWrittenWithALeadingZero(t *testing.T) {
+	for _, c := range []struct {
+		f    float64
+		want string
+	}{{0.5, "0.5"}, {-0.5, "-0.5"}, {0.123, "0.123"}, {0.000001, "0.000001"}, {0.0000001, "1e-7"}, {1.5, "1.5"}, {1e21, "1e+21"}, {123e18, "123000000000000000000"}, {123e20, "1.23e+22"}} {
+		t.Run(c.want, func(t *testing.T) {
+			got, err := CanonicalJSON("t", "u", Key{"n": Number(c.f)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := `{"t":"t","r":"u","k":{"n":` + c.want + `}}`; string(got) != want {
+				t.Fatalf("CanonicalJSON = %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+func TestTheLargestArrayIndexSortsFirstAndTheNextNameDoesNot(t *testing.T) {
+	got, err := CanonicalJSON("t", "u", Key{"a": Number(1), "4294967295": Number(2), "4294967294": Number(3), "10": Number(4), "9": Number(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Indices ascending (9, 10, 4294967294), then the other names in code
+	// unit order: 4294967295 is 2^32-1, not an array index.
+	if want := `{"t":"t","r":"u","k":{"9":5,"10":4,"4294967294":3,"4294967295":2,"a":1}}`; string(got) != want {
+		t.Fatalf("CanonicalJSON = %s, want %s", got, want)
 	}
 }

@@ -280,8 +280,9 @@ func (p *keyParser) str() (string, error) {
 				if p.i+4 > len(p.s) {
 					return "", p.errorf("short \\u escape")
 				}
+				// Base 16 takes hex digits only: no sign, prefix or underscore.
 				v, err := strconv.ParseUint(p.s[p.i:p.i+4], 16, 16)
-				if err != nil || !isHex4(p.s[p.i:p.i+4]) {
+				if err != nil {
 					return "", p.errorf("malformed \\u escape")
 				}
 				units = append(units, uint16(v))
@@ -302,16 +303,6 @@ func (p *keyParser) str() (string, error) {
 		}
 		p.i = j
 	}
-}
-
-func isHex4(s string) bool {
-	for i := 0; i < 4; i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
-			return false
-		}
-	}
-	return true
 }
 
 // appendUnitsASCII appends the code units of an ASCII string.
