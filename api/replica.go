@@ -41,12 +41,17 @@ type replica struct {
 	prefs   map[string]schemas.Preferences       // RecipientKey → preferences
 	segs    map[string]schemas.Segment           // RecipientKey(tenant, name) → segment
 	route   map[string]schemas.RouteEntry        // route state key → entry
+	// feedT is herald.feed (empty: no feed); feed holds its items,
+	// RecipientKey → notification id → item.
+	feedT string
+	feed  map[string]map[string]schemas.FeedItem
 }
 
 func newReplica(seen, devices, prefs, segments string) *replica {
 	return &replica{seenT: seen, devicesT: devices, prefsT: prefs, segmentsT: segments,
 		seen: map[string]schemas.SeenEntry{}, devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
-		segs: map[string]schemas.Segment{}, route: map[string]schemas.RouteEntry{}}
+		segs: map[string]schemas.Segment{}, route: map[string]schemas.RouteEntry{},
+		feed: map[string]map[string]schemas.FeedItem{}}
 }
 
 // lookupRoute is a route.Lookup over the replica.
@@ -244,6 +249,10 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 			return
 		}
 		r.putSegment(key, &sg)
+	case r.feedT:
+		if err := r.applyFeed(rec); err != nil {
+			log.Debug("replica: skip undecodable feed item", "err", err)
+		}
 	}
 }
 
@@ -253,10 +262,13 @@ func (r *replica) topics() []string {
 	if r.routeT != "" {
 		ts = append(ts, r.routeT)
 	}
+	if r.feedT != "" {
+		ts = append(ts, r.feedT)
+	}
 	return ts
 }
 
-// consume reads the four topics until ctx ends. It marks the replica
+// consume reads the replica's topics until ctx ends. It marks the replica
 // ready once it has read every partition up to its last stable offset as
 // of the start: before that, explain and device lookups would answer from
 // a partial copy.

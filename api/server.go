@@ -128,6 +128,7 @@ type Server struct {
 
 	requestsT, decisionsT, devicesT, prefsT, segmentsT string
 	attemptsT, outcomesT                               string
+	feedT                                              string
 
 	w   *writer
 	tr  *tracker
@@ -165,6 +166,8 @@ func New(cfg Config) (*Server, error) {
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
 	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
 	s.rep.routeT = cat.Name(topics.Route)
+	s.feedT = cat.Name(topics.Feed)
+	s.rep.feedT = s.feedT
 	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log)
 	s.routes = apiRoutes()
 	s.mux = http.NewServeMux()
@@ -207,6 +210,9 @@ func apiRoutes() []route {
 		{"PUT", "/v1/segments/{name}", false, (*Server).putSegment},
 		{"DELETE", "/v1/segments/{name}", false, (*Server).deleteSegment},
 		{"GET", "/v1/webpush/vapid-public-key", true, (*Server).getVAPIDPublicKey},
+		{"GET", "/v1/recipients/{recipientId}/feed", false, (*Server).getFeed},
+		{"POST", "/v1/recipients/{recipientId}/feed/{notificationId}/read", false, (*Server).postFeedRead},
+		{"POST", "/v1/recipients/{recipientId}/feed/read-all", false, (*Server).postFeedReadAll},
 	}
 }
 

@@ -554,7 +554,32 @@ type SinkEntry struct {
 // SchemaName implements Record.
 func (SinkEntry) SchemaName() string { return SinkEntryV1 }
 
+// FeedItem is one notification in a recipient's in-app feed, on the
+// compacted topic herald.feed keyed by FeedKey (tenant/recipient/
+// notification id). The feed sink writes it once, in the transaction that
+// consumes its delivery command; the API rewrites it with ReadAt when the
+// recipient reads it.
+type FeedItem struct {
+	Schema         string          `json:"schema"`
+	Tenant         string          `json:"tenant"`
+	Recipient      string          `json:"recipient"`
+	NotificationID string          `json:"notificationId"`
+	Type           string          `json:"type"`
+	Title          string          `json:"title"`
+	Body           string          `json:"body"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	// CreatedAt is the notification's creation (ms): the feed's order.
+	CreatedAt int64 `json:"createdAt"`
+	// DeliveredAt is when the sink wrote the item, ReadAt when it was read
+	// (0: unread).
+	DeliveredAt int64 `json:"deliveredAt"`
+	ReadAt      int64 `json:"readAt,omitempty"`
+}
+
+// SchemaName implements Record.
+func (FeedItem) SchemaName() string { return FeedItemV1 }
+
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}}
 }

@@ -30,6 +30,7 @@ const (
 	SegmentV1         = "herald.segment/v1"
 	RouteEntryV1      = "herald.route/v1"
 	SinkEntryV1       = "herald.sinkentry/v1"
+	FeedItemV1        = "herald.feeditem/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.
@@ -95,6 +96,13 @@ func RecipientKey(tenant, recipient string) string {
 // escaped device id.
 func DeviceKey(tenant, recipient, device string) string {
 	return RecipientKey(tenant, recipient) + "/" + url.PathEscape(device)
+}
+
+// FeedKey is the compacted key of one in-app feed item: RecipientKey plus
+// "/" and the notification id. One key per notification and recipient, so
+// the feed holds one item however many deliveries name it.
+func FeedKey(tenant, recipient, notificationID string) string {
+	return RecipientKey(tenant, recipient) + "/" + url.PathEscape(notificationID)
 }
 
 // RecipientPrefix returns the RecipientKey part of a RecipientKey or

@@ -72,6 +72,16 @@ type Provider interface {
 	Send(ctx context.Context, cmd *schemas.DeliveryCommand) Result
 }
 
+// Writer is a channel whose delivery is a write to Kafka, not a call (the
+// in-app feed): when the Provider is also a Writer, the runtime never calls
+// Send. It emits Records in the very transaction that consumes the command,
+// with the delivery's Attempt (sent, attempt 1, rule "written"), its
+// delivered Outcome and its final sink state: exactly once, by the
+// transaction. An error fails the delivery (permanent, dead-lettered).
+type Writer interface {
+	Records(cmd *schemas.DeliveryCommand, now time.Time) ([]*kgo.Record, error)
+}
+
 // Policy bounds retries.
 type Policy struct {
 	// MaxAttempts is the most calls per delivery (8 by default); then the

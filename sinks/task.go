@@ -131,9 +131,30 @@ func (t *task) Process(r *kgo.Record, out *stage.Out) error {
 		e.Status, e.NotBefore = schemas.SinkParked, cmd.NotBefore
 		t.put(out, e, now)
 	default:
-		t.intend(out, e, 1, now)
+		t.start(out, e, 1, now)
 	}
 	return nil
+}
+
+// start begins attempt n: an intent and a call after the commit, or, for
+// a Writer, the write itself in this transaction.
+func (t *task) start(out *stage.Out, e *schemas.SinkEntry, n int, now time.Time) {
+	w, ok := t.rt.provider.(Writer)
+	if !ok {
+		t.intend(out, e, n, now)
+		return
+	}
+	d := done{call: call{cmd: e.Command, attempt: n}, at: now, res: Result{Class: Success, Rule: "written"}}
+	recs, err := w.Records(e.Command, now)
+	if err != nil {
+		d.res = Result{Class: Permanent, Rule: "unwritable", Reason: err.Error(), Err: err}
+	}
+	for _, r := range recs {
+		out.Emit(r)
+	}
+	t.rt.calls.Inc()
+	t.rt.byClass[d.res.Class].Inc()
+	t.resolve(out, d)
 }
 
 func (t *task) expiresAt(cmd *schemas.DeliveryCommand) int64 {
@@ -226,7 +247,7 @@ func (t *task) Tick(out *stage.Out) {
 			t.finish(out, &next, schemas.OutcomeExpired, "expired while waiting to be retried", now)
 			continue
 		}
-		t.intend(out, &next, e.Attempt+1, now)
+		t.start(out, &next, e.Attempt+1, now)
 	}
 }
 

@@ -58,6 +58,9 @@ type Options struct {
 	// the dedupe stage's seen entries (see processors/dedupe, "Hazard:
 	// clocks"; its SkewAllowanceMs must be at least this).
 	MaxFutureTimestampMs int64
+	// FeedRetentionMs is how long an in-app feed item is kept (herald.feed
+	// is compacted and deleted after it); 30 days by default.
+	FeedRetentionMs int64
 }
 
 // DefaultMaxFutureTimestampMs is five minutes.
@@ -73,6 +76,7 @@ func DefaultOptions() Options {
 		RetentionMs:              7 * 24 * 3600 * 1000,
 		SeenTombstoneRetentionMs: 24 * 3600 * 1000,
 		MaxFutureTimestampMs:     DefaultMaxFutureTimestampMs,
+		FeedRetentionMs:          30 * 24 * 3600 * 1000,
 	}
 }
 
@@ -102,6 +106,9 @@ func New(o Options) *Catalog {
 	}
 	if o.MaxFutureTimestampMs <= 0 {
 		o.MaxFutureTimestampMs = d.MaxFutureTimestampMs
+	}
+	if o.FeedRetentionMs <= 0 {
+		o.FeedRetentionMs = d.FeedRetentionMs
 	}
 	c := &Catalog{opts: o}
 	events := func(name, doc string, extra ...map[string]string) {
@@ -162,6 +169,14 @@ func New(o Options) *Catalog {
 	compacted("devices", "registered devices; key: tenant/recipient/device, partitioned by tenant/recipient", nil)
 	compacted("preferences", "per-user channel preferences and quiet hours; key: tenant/recipient", nil)
 	compacted("segments", "tenant-defined named sets of users (target kind segment); key: tenant/name", nil)
+	// The feed is written in transactions (the feed sink's, the API's read
+	// marks), so it takes the seen-set's cleanup policy (kfake's defect 3).
+	const feedDoc = "the in-app feed: one item per notification and recipient, written by the feed sink, read marks by the API; key: tenant/recipient/notification; kept FeedRetentionMs"
+	if o.SeenCleanupPolicy == "delete" {
+		c.add(Feed, feedDoc, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(o.FeedRetentionMs, 10)})
+	} else {
+		compacted(Feed, feedDoc, map[string]string{"cleanup.policy": "compact,delete", "retention.ms": strconv.FormatInt(o.FeedRetentionMs, 10)})
+	}
 	return c
 }
 
@@ -200,6 +215,7 @@ const (
 	Outcomes    = "outcomes"
 	DeadLetters = "deadletters"
 	Devices     = "devices"
+	Feed        = "feed"
 	Preferences = "preferences"
 	Segments    = "segments"
 )

@@ -28,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/sinks/feed"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -172,7 +173,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	runCtx, stopStages := context.WithCancel(ctx)
 	defer stopStages()
 	var wg sync.WaitGroup
-	errc := make(chan error, 8)
+	errc := make(chan error, 16)
 	goStage := func(name string, run func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -214,8 +215,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		})
 	})
 
-	// The FCM sink, by default against the local emulator, and the Web
-	// Push sink with the VAPID keys of the state dir.
+	// The FCM sink, by default against the local emulator, the Web Push
+	// sink with the VAPID keys of the state dir, and the in-app feed.
 	fcmProvider, fcmNote, err := devFCM(ctx, c.fcmEmulator, c.fcmEmulatorAddr, &c.fcm, log)
 	if err != nil {
 		ln.Close()
@@ -234,7 +235,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: webpush: %w", err)
 	}
 	defer webpushProvider.CloseIdleConnections()
-	for channel, p := range map[string]sinks.Provider{"fcm": fcmProvider.p, "webpush": webpushProvider} {
+	for channel, p := range map[string]sinks.Provider{"fcm": fcmProvider.p, "webpush": webpushProvider, feed.Channel: feed.New(cat)} {
 		goStage("sink-"+channel, func(ctx context.Context) error {
 			return sinks.Run(ctx, sinks.Options{
 				Channel: channel, Provider: p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,

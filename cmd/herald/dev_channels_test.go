@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/embedded"
@@ -19,11 +20,12 @@ import (
 	"github.com/heraldhq/herald/topics"
 )
 
-// TestDevDeliversFCMAndWebPushAndKeepsItsVAPIDKeys: herald dev sends an
+// TestDevDeliversFCMWebPushAndTheFeedAndKeepsItsVAPIDKeys: herald dev sends an
 // Android push to its FCM emulator and a browser push to a real push
 // service (web-push-testing) with the VAPID key its API serves, and keeps
-// that key across a restart on the same state dir.
-func TestDevDeliversFCMAndWebPushAndKeepsItsVAPIDKeys(t *testing.T) {
+// that key across a restart on the same state dir; the feed item is served
+// by its API.
+func TestDevDeliversFCMWebPushAndTheFeedAndKeepsItsVAPIDKeys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts herald dev with the chDB server; runs in the full suite")
 	}
@@ -57,8 +59,10 @@ func TestDevDeliversFCMAndWebPushAndKeepsItsVAPIDKeys(t *testing.T) {
 	browser := android
 	browser.DeliveryID, browser.DeviceID, browser.Channel, browser.Token = identity.DeliveryID(nid, "firefox"), "firefox", "webpush", ""
 	browser.WebPush = &schemas.WebPushSubscription{Endpoint: sub.Data.Endpoint, P256dh: sub.Data.Keys.P256dh, Auth: sub.Data.Keys.Auth}
+	inApp := android
+	inApp.DeliveryID, inApp.DeviceID, inApp.Channel, inApp.Token = identity.DeliveryID(nid, "feed"), "feed", "feed", ""
 	cl := testenv.Client(t, brokers, append(embedded.ClientOpts(), kgo.RecordPartitioner(cat.Partitioner()))...)
-	for _, c := range []*schemas.DeliveryCommand{&android, &browser} {
+	for _, c := range []*schemas.DeliveryCommand{&android, &browser, &inApp} {
 		b, err := schemas.Encode(c)
 		if err != nil {
 			t.Fatal(err)
@@ -76,11 +80,11 @@ func TestDevDeliversFCMAndWebPushAndKeepsItsVAPIDKeys(t *testing.T) {
 				delivered[o.DeliveryID] = true
 			}
 		}
-		if delivered[android.DeliveryID] && delivered[browser.DeliveryID] {
+		if delivered[android.DeliveryID] && delivered[browser.DeliveryID] && delivered[inApp.DeliveryID] {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("delivered %v, want both the FCM and the Web Push delivery", delivered)
+			t.Fatalf("delivered %v, want the FCM, the Web Push and the feed delivery", delivered)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -98,6 +102,19 @@ func TestDevDeliversFCMAndWebPushAndKeepsItsVAPIDKeys(t *testing.T) {
 	postJSON(t, push+"/get-notifications", map[string]string{"clientHash": sub.Data.ClientHash}, &msgs)
 	if len(msgs.Data.Messages) != 1 || !strings.Contains(msgs.Data.Messages[0], `"id":"`+nid+`"`) {
 		t.Fatalf("the push service holds %q, want one push with the notification id", msgs.Data.Messages)
+	}
+
+	req, _ := http.NewRequest("GET", dev.http+"/v1/recipients/u_1/feed", nil)
+	req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page api.FeedPage
+	err = json.NewDecoder(resp.Body).Decode(&page)
+	resp.Body.Close()
+	if err != nil || len(page.Items) != 1 || page.Items[0].NotificationID != nid || page.UnreadCount != 1 {
+		t.Fatalf("the dev feed of u_1: %+v (%v), want the one unread item", page, err)
 	}
 
 	dev.cmd.Process.Kill()

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -16,6 +17,8 @@ type kafkaFlags struct {
 	prefix      string
 	partitions  int
 	replication int
+	// feedRetention is herald.feed's retention (topics.Options.FeedRetentionMs).
+	feedRetention time.Duration
 }
 
 func (k *kafkaFlags) register(fs *flag.FlagSet) {
@@ -24,10 +27,13 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.prefix, "topic-prefix", d.Prefix, "prefix of every herald topic name")
 	fs.IntVar(&k.partitions, "partitions", int(d.Partitions), "partitions of every herald topic (co-partitioned: keep equal, never change on a live cluster)")
 	fs.IntVar(&k.replication, "replication", int(d.Replication), "replication factor of every herald topic")
+	fs.DurationVar(&k.feedRetention, "feed-retention", time.Duration(d.FeedRetentionMs)*time.Millisecond,
+		"how long in-app feed items are kept (herald.feed's retention.ms; the API serves none older)")
 }
 
 func (k *kafkaFlags) catalog() *topics.Catalog {
-	return topics.New(topics.Options{Prefix: k.prefix, Partitions: int32(k.partitions), Replication: int16(k.replication)})
+	return topics.New(topics.Options{Prefix: k.prefix, Partitions: int32(k.partitions), Replication: int16(k.replication),
+		FeedRetentionMs: k.feedRetention.Milliseconds()})
 }
 
 func (k *kafkaFlags) seeds() ([]string, error) {

@@ -4,7 +4,7 @@
 //	herald dev                 run everything in one process (kfake, chDB, emulators)
 //	herald id ...              print a canonical notification id
 //	herald topics create|verify
-//	herald sink --channel C    deliver one channel's pushes (apns, fcm, webpush)
+//	herald sink --channel C    deliver one channel's pushes (apns, fcm, webpush, feed)
 //	herald emulate apns|fcm    a local APNs or FCM
 //
 // Every flag can also be set from the environment: --brokers is
@@ -49,7 +49,7 @@ func commands() []command {
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
 		{"route", "run the route stage (rate limits, digests, preferences, quiet hours, fan-out to devices)", runRoute},
 		{"replay", "re-run requests through the dedupe stage (or, with --stage route, accepted notifications through the route stage) in a sandbox and diff with the record", runReplay},
-		{"sink", "run a channel's sink (--channel apns|fcm|webpush): deliver with a sent-set, safe retries and dead letters", runSink},
+		{"sink", "run a channel's sink (--channel apns|fcm|webpush|feed): deliver with a sent-set, safe retries and dead letters", runSink},
 		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })

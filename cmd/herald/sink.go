@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
+	"github.com/heraldhq/herald/sinks/feed"
 )
 
 // sinkFlags are the runtime's flags, shared by every channel.
@@ -104,7 +105,7 @@ func (a *apnsFlags) provider() (*apns.Provider, error) {
 	return apns.New(cfg)
 }
 
-// runSink implements `herald sink --channel apns|fcm|webpush`: one
+// runSink implements `herald sink --channel apns|fcm|webpush|feed`: one
 // instance of a channel's sink.
 func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	fs := newFlagSet("sink")
@@ -118,7 +119,7 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	ff.register(fs)
 	var wf webpushFlags
 	wf.register(fs)
-	channel := fs.String("channel", "", "the channel to deliver: apns, fcm or webpush")
+	channel := fs.String("channel", "", "the channel to deliver: apns, fcm, webpush or feed")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -147,10 +148,12 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 		}
 		defer wp.CloseIdleConnections()
 		p = wp
+	case "feed":
+		p = feed.New(kf.catalog())
 	case "":
-		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm or webpush", errUsage)
+		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm, webpush or feed", errUsage)
 	default:
-		return fmt.Errorf("%w: --channel %q has no sink yet (apns, fcm, webpush)", errUsage, *channel)
+		return fmt.Errorf("%w: --channel %q has no sink yet (apns, fcm, webpush, feed)", errUsage, *channel)
 	}
 	o, err := sf.options(*channel, p, &kf)
 	if err != nil {
