@@ -1,0 +1,49 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/heraldhq/herald/internal/stage"
+)
+
+// stageFlags are the flags of a stage command (dedupe, route): the
+// instance, its group, and the stage runtime's batch, transaction,
+// rebalance and offset-reset settings.
+type stageFlags struct {
+	instance, group, reset                 string
+	batch                                  int
+	interval, txnTimeout, rebalanceTimeout time.Duration
+}
+
+// register adds the flags; stateName names the stage's changelog state in
+// the help ("the seen-set"), replay what --reset-offsets=earliest does.
+func (s *stageFlags) register(fs *flag.FlagSet, stageName, group, stateName, replay string) {
+	host, _ := os.Hostname()
+	fs.StringVar(&s.instance, "instance-id", host, "this instance's name, stable across restarts (its transactional id)")
+	fs.StringVar(&s.group, "group", group, "consumer group of the "+stageName+" stage")
+	fs.IntVar(&s.batch, "batch-records", 2000, "most records in one transaction")
+	fs.DurationVar(&s.interval, "batch-interval", 100*time.Millisecond,
+		"longest an idle poll waits (timers fire at least this often); a transaction closes as soon as the fetch is drained")
+	fs.DurationVar(&s.txnTimeout, "transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
+	fs.DurationVar(&s.rebalanceTimeout, "rebalance-timeout", time.Minute,
+		"how long the group waits for members to rejoin a rebalance; partitions restore inside it, so set it above the longest restore: "+
+			"records in the largest "+stateName+" partition ÷ the records_per_s logged by \"partition restored\" × ⌈partitions per instance ÷ 4⌉ (4 restore at once)")
+	fs.StringVar(&s.reset, "reset-offsets", "",
+		"where a partition with no committed group offset starts: empty refuses to start when "+stateName+" already holds state "+
+			"(the group's offsets were lost, e.g. expired after offsets.retention.minutes with no member, and a replay would decide "+
+			"history again); earliest "+replay+", latest skips to the end. Pass it for one restart, then remove it")
+}
+
+// check reports a usage error in the parsed flags.
+func (s *stageFlags) check() error {
+	if s.instance == "" {
+		return fmt.Errorf("%w: --instance-id is empty", errUsage)
+	}
+	if err := stage.CheckResetOffsets(s.reset); err != nil {
+		return fmt.Errorf("%w: --reset-offsets %v", errUsage, err)
+	}
+	return nil
+}
