@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/chdb"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/sdk"
+)
+
+// TestOneSendReachesEveryChannelOnceThroughHeraldDev is issue 12's end to
+// end: through `herald dev` (API, dedupe, route, the four sinks), one
+// POST /v1/notifications to a user with an iPhone, an Android phone and a
+// browser subscription reaches the APNs emulator, the FCM emulator, a real
+// push service (web-push-testing) and the in-app feed once each; the same
+// send again (same dedupeKey) is a duplicate and reaches none of them. A
+// later send reaching all four shows the pipeline had time to deliver the
+// duplicate if it were going to.
+func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts herald dev with the chDB server; runs in the full suite")
+	}
+	if _, err := chdb.FindLib(); err != nil {
+		t.Fatalf("chDB engine missing (scripts/install installs it): %v", err)
+	}
+	push := testenv.WebPushService(t)
+	// The API takes only https subscriptions: web-push-testing behind a
+	// TLS proxy whose certificate herald dev trusts (SSL_CERT_FILE).
+	target, _ := url.Parse(push)
+	tlsPush := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
+	t.Cleanup(tlsPush.Close)
+	certFile := filepath.Join(t.TempDir(), "push.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsPush.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", certFile)
+	apnsAddr, fcmAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	t.Setenv("HERALD_APNS_EMULATOR_ADDR", apnsAddr)
+	t.Setenv("HERALD_FCM_EMULATOR_ADDR", fcmAddr)
+	dev := startDev(t, testenv.Herald(t), t.TempDir(), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t))
+	e := &e2e{t: t, dev: dev.http, push: push, apns: "https://" + apnsAddr, fcm: "http://" + fcmAddr}
+
+	var sub struct {
+		Data struct {
+			Endpoint   string `json:"endpoint"`
+			Keys       struct{ P256dh, Auth string }
+			ClientHash string `json:"clientHash"`
+		} `json:"data"`
+	}
+	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": vapidKeyOf(t, dev.http)}, &sub)
+	e.hash = sub.Data.ClientHash
+	endpoint, _ := url.Parse(sub.Data.Endpoint)
+	endpoint.Scheme, endpoint.Host = "https", strings.TrimPrefix(tlsPush.URL, "https://")
+	for id, body := range map[string]string{
+		"iphone":  `{"platform":"ios","token":"0a1b2c3d4e5f"}`,
+		"pixel":   `{"platform":"android","token":"fcm-pixel-token-1"}`,
+		"firefox": fmt.Sprintf(`{"platform":"web","webPush":{"endpoint":%q,"p256dh":%q,"auth":%q}}`, endpoint.String(), sub.Data.Keys.P256dh, sub.Data.Keys.Auth),
+	} {
+		if st, b := e.call("PUT", "/v1/users/u_e2e/devices/"+id, body); st != 200 && st != 201 {
+			t.Fatalf("register %s: %d %s", id, st, b)
+		}
+	}
+	// The route stage reads devices on its own: until a send reaches all
+	// three push channels, it may not have read them yet.
+	for i := 0; ; i++ {
+		id := e.send(fmt.Sprintf("warm-up-%d", i), "accepted")
+		if e.await(id, 30*time.Second, "apns", "fcm", "webpush") {
+			break
+		}
+		if i == 2 {
+			t.Fatalf("three sends never reached all three devices: %v", e.counts(id))
+		}
+	}
+
+	first := e.send("the-one", "accepted")
+	if !e.await(first, patienceE2E, "apns", "fcm", "webpush", "feed") {
+		t.Fatalf("the send did not reach every channel: %v", e.counts(first))
+	}
+	if again := e.send("the-one", "duplicate"); again != first {
+		t.Fatalf("the repeated send has id %s, want %s", again, first)
+	}
+	later := e.send("a-later-one", "accepted")
+	if !e.await(later, patienceE2E, "apns", "fcm", "webpush", "feed") {
+		t.Fatalf("the later send did not reach every channel: %v", e.counts(later))
+	}
+	if got := e.counts(first); got["apns"] != 1 || got["fcm"] != 1 || got["webpush"] != 1 || got["feed"] != 1 {
+		t.Fatalf("the send reached %v, want each channel once", got)
+	}
+}
+
+const patienceE2E = 90 * time.Second
+
+type e2e struct {
+	t                          *testing.T
+	dev, push, apns, fcm, hash string
+}
+
+func (e *e2e) call(method, path, body string) (int, []byte) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.dev+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Prefer", "wait=60")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// send posts one notification to u_e2e with dedupeKey key and returns its
+// id, checking the dedupe stage's status.
+func (e *e2e) send(key, status string) string {
+	e.t.Helper()
+	st, b := e.call("POST", "/v1/notifications", fmt.Sprintf(`{"type":"e2e","recipients":["u_e2e"],"title":"Hello","body":"once","dedupeKey":%q}`, key))
+	var res sdk.SendResult
+	if err := json.Unmarshal(b, &res); err != nil || st/100 != 2 || len(res.Notifications) != 1 || res.Notifications[0].Status != status {
+		e.t.Fatalf("send %s: %d %s, want one %s notification", key, st, b, status)
+	}
+	return res.Notifications[0].ID
+}
+
+// counts is how often each channel's receiver has the notification.
+func (e *e2e) counts(id string) map[string]int {
+	e.t.Helper()
+	got := map[string]int{}
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the emulator's self-signed certificate
+	var apns struct {
+		Pushes []struct {
+			NotificationID string `json:"notificationId"`
+		} `json:"pushes"`
+	}
+	getJSON(e.t, insecure, e.apns+"/emulator/pushes", &apns)
+	for _, p := range apns.Pushes {
+		if p.NotificationID == id {
+			got["apns"]++
+		}
+	}
+	var fcm struct {
+		Messages []struct {
+			NotificationID string `json:"notificationId"`
+		} `json:"messages"`
+	}
+	getJSON(e.t, http.DefaultClient, e.fcm+"/emulator/messages", &fcm)
+	for _, m := range fcm.Messages {
+		if m.NotificationID == id {
+			got["fcm"]++
+		}
+	}
+	var web struct {
+		Data struct {
+			Messages []string `json:"messages"`
+		} `json:"data"`
+	}
+	b, _ := json.Marshal(map[string]string{"clientHash": e.hash})
+	resp, err := http.Post(e.push+"/get-notifications", "application/json", bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&web)
+	resp.Body.Close()
+	for _, m := range web.Data.Messages {
+		if strings.Contains(m, `"id":"`+id+`"`) {
+			got["webpush"]++
+		}
+	}
+	_, fb := e.call("GET", "/v1/recipients/u_e2e/feed?limit=100", "")
+	var page api.FeedPage
+	json.Unmarshal(fb, &page)
+	for _, it := range page.Items {
+		if it.NotificationID == id {
+			got["feed"]++
+		}
+	}
+	return got
+}
+
+// await waits up to d until the notification reached every channel named.
+func (e *e2e) await(id string, d time.Duration, channels ...string) bool {
+	deadline := time.Now().Add(d)
+	for {
+		got := e.counts(id)
+		all := true
+		for _, ch := range channels {
+			all = all && got[ch] > 0
+		}
+		if all {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func getJSON(t *testing.T, cl *http.Client, url string, v any) {
+	t.Helper()
+	resp, err := cl.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
