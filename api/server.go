@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/processors/dedupe"
 	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/topics"
@@ -73,6 +75,8 @@ type Config struct {
 	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger
+	// Metrics receives the request latencies (metrics.Default when nil).
+	Metrics *metrics.Registry
 
 	// holdReadModel, in tests, holds the read model's consumer back until
 	// it is closed: answers that must not wait for its catch-up are
@@ -107,6 +111,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.Default
 	}
 	return nil
 }
@@ -256,6 +263,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		if rt.public {
 			level = slog.LevelDebug
 		}
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK // nothing written: net/http answers 200
+		}
+		s.cfg.Metrics.Histogram("herald_http_request_duration_seconds", "API request latency by route pattern and status",
+			metrics.LatencyBuckets, "route", rt.method+" "+rt.pattern, "status", strconv.Itoa(status)).ObserveSince(start)
 		s.log.Log(r.Context(), level, "http", "method", r.Method, "route", rt.pattern, "status", sw.status,
 			"tenant", p.tenant, "key", p.name, "elapsed", time.Since(start).Round(time.Microsecond))
 	}()
@@ -403,6 +416,10 @@ func (s *Server) running() bool {
 	defer s.mu.Unlock()
 	return s.started
 }
+
+// Ready reports whether the server is started and its device, preference
+// and segment replica has caught up: whether every route answers now.
+func (s *Server) Ready() bool { return s.running() && s.rep.ready.Load() }
 
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request, _ principal) {
 	status := "ok"

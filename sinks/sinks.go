@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -192,6 +193,18 @@ type runtime struct {
 	calls, duplicates, outcomes *metrics.Counter
 	byClass                     map[Class]*metrics.Counter
 	inFlight                    *metrics.Gauge
+	metrics                     *metrics.Registry
+}
+
+// parked exports partition p's committed parked deliveries (waiting for a
+// retry or their not-before time) and the age, since its creation, of the
+// oldest of them (0 when none). A partition revoked keeps its last values
+// until it is assigned again.
+func (rt *runtime) parked(p int32, n int, oldestAgeMs int64) {
+	part := strconv.Itoa(int(p))
+	rt.metrics.Gauge("herald_sink_parked_deliveries", "deliveries waiting for a retry or their not-before time", "channel", rt.channel, "partition", part).Set(int64(n))
+	rt.metrics.Gauge("herald_sink_parked_oldest_age_seconds", "age since creation of the oldest parked delivery", "channel", rt.channel, "partition", part).
+		SetFloat(float64(oldestAgeMs) / 1000)
 }
 
 // New builds one sink instance on the stage runtime.
@@ -267,6 +280,7 @@ func newRuntime(o Options) *runtime {
 		outcomes:   m.Counter("herald_sink_outcomes_total", "deliveries that reached a final outcome", "channel", o.Channel),
 		inFlight:   m.Gauge("herald_sink_in_flight", "provider calls in flight", "channel", o.Channel),
 		byClass:    map[Class]*metrics.Counter{},
+		metrics:    m,
 	}
 	for _, c := range []Class{Success, Retryable, Permanent, Ambiguous} {
 		rt.byClass[c] = m.Counter("herald_sink_results_total", "provider call results by class", "channel", o.Channel, "class", c.String())

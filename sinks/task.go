@@ -235,7 +235,14 @@ func (t *task) Tick(out *stage.Out) {
 		return
 	}
 	t.prune(out, now)
+	parked, oldest := 0, now.UnixMilli()
 	for id, e := range t.open {
+		if e.Status == schemas.SinkParked {
+			parked++
+			if e.Command != nil && e.Command.CreatedAt > 0 {
+				oldest = min(oldest, e.Command.CreatedAt)
+			}
+		}
 		if e.Status != schemas.SinkParked || e.NotBefore > now.UnixMilli() {
 			continue
 		}
@@ -249,6 +256,7 @@ func (t *task) Tick(out *stage.Out) {
 		}
 		t.start(out, &next, e.Attempt+1, now)
 	}
+	t.rt.parked(t.p, parked, now.UnixMilli()-oldest)
 }
 
 // prune deletes (tombstones) the sent-set entries whose delivery expired

@@ -69,6 +69,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -122,6 +123,7 @@ type table struct {
 	work  chan batch
 
 	rows, inserts, retries *metrics.Counter
+	batchRows              *metrics.Histogram
 }
 
 // maxBatchRows and maxBatchBytes keep a batch below ClickHouse's
@@ -140,6 +142,10 @@ type Writer struct {
 	tables []*table
 	byName map[string]*table // by topic
 	errs   *metrics.Counter
+	lag    *metrics.Lag
+	// connected is true while a session reads Kafka with its offsets
+	// resumed from ClickHouse (Ready).
+	connected atomic.Bool
 
 	// insertBatch is w.insert; inFlight counts the inserts in flight
 	// (w.inFlightInserts); stored reads the highest offsets a table holds
@@ -190,6 +196,7 @@ func New(o Options) (*Writer, error) {
 		t.rows = o.Metrics.Counter("herald_audit_rows_total", "rows inserted into ClickHouse", "table", name)
 		t.inserts = o.Metrics.Counter("herald_audit_inserts_total", "inserts into ClickHouse", "table", name)
 		t.retries = o.Metrics.Counter("herald_audit_insert_retries_total", "inserts retried with their deduplication token", "table", name)
+		t.batchRows = o.Metrics.Histogram("herald_audit_batch_rows", "rows per insert into ClickHouse", metrics.SizeBuckets, "table", name)
 		w.tables = append(w.tables, t)
 		w.byName[t.topic] = t
 	}
@@ -197,6 +204,7 @@ func New(o Options) (*Writer, error) {
 	add("decisions", topics.Decisions, func() batch { return &decisionsBatch{} })
 	add("attempts", topics.Attempts, func() batch { return &attemptsBatch{} })
 	add("outcomes", topics.Outcomes, func() batch { return &outcomesBatch{} })
+	w.lag = metrics.ConsumerLag(o.Metrics, "audit-writer")
 	w.errs = o.Metrics.Counter("herald_audit_restarts_total", "times the writer started over from ClickHouse after an error")
 	return w, nil
 }
@@ -248,6 +256,10 @@ func (w *Writer) sessions(ctx context.Context) {
 	}
 }
 
+// Ready reports whether the writer is connected: a session has resumed
+// its offsets from ClickHouse and reads Kafka, and has not failed since.
+func (w *Writer) Ready() bool { return w.connected.Load() }
+
 // Run builds a writer and runs it until ctx is done.
 func Run(ctx context.Context, o Options) error {
 	w, err := New(o)
@@ -285,6 +297,8 @@ func (w *Writer) session(ctx context.Context) (err error) {
 
 	errc, stop := w.startInserters(ctx)
 	defer stop()
+	w.connected.Store(true)
+	defer w.connected.Store(false)
 
 	for {
 		select {
@@ -314,6 +328,7 @@ func (w *Writer) session(ctx context.Context) (err error) {
 		if ferr != nil {
 			return ferr
 		}
+		w.lag.Observe(fetches)
 		now := time.Now()
 		for _, r := range fetches.Records() {
 			if err := w.addRecord(w.byName[r.Topic], r, now, errc); err != nil {
@@ -480,6 +495,7 @@ func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 	}
 	t.rows.Add(int64(n))
 	t.inserts.Inc()
+	t.batchRows.Observe(float64(n))
 	w.log.Debug("inserted", "table", t.name, "rows", n, "took", time.Since(started).Round(time.Millisecond))
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/ops"
 )
 
 // runAPI implements `herald api`: the HTTP API for producer services.
@@ -30,6 +31,8 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	pf.register(fs)
 	var rf routeFlags
 	rf.register(fs)
+	var of opsFlags
+	of.register(fs)
 	host, _ := os.Hostname()
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
 	keysFile := fs.String("api-keys", "", "file of API keys, one 'tenant:name:sha256hex' per line (default: the development key only)")
@@ -81,6 +84,11 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer srv.Close()
+	stop, err := of.serve(ops.Check{Name: "api (started, replicas caught up)", Ready: srv.Ready})
+	if err != nil {
+		return err
+	}
+	defer stop()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *listen, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/analytics/auditwriter"
 	"github.com/heraldhq/herald/analytics/migrations"
+	"github.com/heraldhq/herald/internal/ops"
 )
 
 // runAuditWriter implements `herald audit-writer`: it copies the requests,
@@ -20,6 +21,8 @@ func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
 	kf.register(fs)
 	var ch clickhouseFlags
 	ch.register(fs)
+	var of opsFlags
+	of.register(fs)
 	batchRows := fs.Int("batch-rows", 50_000, "most rows of one insert")
 	flush := fs.Duration("flush-interval", time.Second, "longest a record waits for its insert (about one insert per table per interval under load)")
 	migrate := fs.Bool("migrate", false, "apply pending migrations first (as herald migrate)")
@@ -47,7 +50,7 @@ func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
 			return err
 		}
 	}
-	return auditwriter.Run(ctx, auditwriter.Options{
+	w, err := auditwriter.New(auditwriter.Options{
 		Brokers:       seeds,
 		Catalog:       kf.catalog(),
 		ClickHouse:    conn,
@@ -55,4 +58,13 @@ func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
 		BatchRows:     *batchRows,
 		FlushInterval: *flush,
 	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	stop, err := of.serve(ops.Check{Name: "audit writer (connected to Kafka and ClickHouse)", Ready: w.Ready})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return w.Run(ctx)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -19,6 +20,9 @@ type compose struct {
 		Image       string            `yaml:"image"`
 		Command     []string          `yaml:"command"`
 		Environment map[string]string `yaml:"environment"`
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
 	} `yaml:"services"`
 }
 
@@ -54,6 +58,9 @@ func TestDockerComposeIsTrueToTheCode(t *testing.T) {
 				flagName := "--" + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "HERALD_")), "_", "-")
 				args = append(args, flagName, val)
 			}
+			if role := svc.Command[0]; roles[role] {
+				checkHealthcheck(t, svc.Healthcheck.Test, svc.Environment["HERALD_METRICS_ADDR"])
+			}
 			args = append(args, "-h")
 			var out, errOut bytes.Buffer
 			if code := run(context.Background(), args, &out, &errOut); code != 0 {
@@ -61,6 +68,12 @@ func TestDockerComposeIsTrueToTheCode(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the healthcheck's command is a herald command", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"probe", "-h"}, &out, &errOut); code != 0 {
+			t.Fatalf("herald probe -h exits %d: %s", code, errOut.String())
+		}
+	})
 	t.Run("the example API key file parses", func(t *testing.T) {
 		f, err := os.Open("../../deploy/api-keys")
 		if err != nil {
@@ -85,4 +98,23 @@ func TestDockerComposeIsTrueToTheCode(t *testing.T) {
 			t.Fatalf("compose runs %s, tests run Kafka %s", img, m[1])
 		}
 	})
+}
+
+// roles are the long-running subcommands: each serves /readyz on
+// --metrics-addr, and its service's healthcheck asks it.
+var roles = map[string]bool{"api": true, "dedupe": true, "route": true, "sink": true, "audit-writer": true}
+
+func checkHealthcheck(t *testing.T, test []string, metricsAddr string) {
+	t.Helper()
+	if metricsAddr == "" {
+		t.Fatal("HERALD_METRICS_ADDR is not set: the role serves no /readyz")
+	}
+	_, port, err := net.SplitHostPort(metricsAddr)
+	if err != nil {
+		t.Fatalf("HERALD_METRICS_ADDR %q: %v", metricsAddr, err)
+	}
+	want := []string{"CMD", "/herald", "probe", "http://127.0.0.1:" + port + "/readyz"}
+	if strings.Join(test, " ") != strings.Join(want, " ") {
+		t.Fatalf("healthcheck %q, want %q", test, want)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/dedupe"
 )
 
@@ -16,6 +17,8 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	pf.register(fs)
 	var sf stageFlags
 	sf.register(fs, "dedupe", "herald-dedupe", "the seen-set", "re-decides the whole retained input against the restored seen-set")
+	var of opsFlags
+	of.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -30,7 +33,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return dedupe.Run(ctx, dedupe.Options{
+	r, err := dedupe.New(dedupe.Options{
 		Brokers:            seeds,
 		Catalog:            kf.catalog(),
 		Group:              sf.group,
@@ -42,4 +45,13 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 		RebalanceTimeout:   sf.rebalanceTimeout,
 		ResetOffsets:       sf.reset,
 	})
+	if err != nil {
+		return err
+	}
+	stop, err := of.serve(ops.Check{Name: "dedupe stage (assigned and restored)", Ready: r.Ready})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return r.Run(ctx)
 }

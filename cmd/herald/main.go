@@ -46,6 +46,7 @@ func commands() []command {
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
 		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection) or fcm (HTTP v1 and its token endpoint)", runEmulate},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
+		{"probe", "exit 0 when a URL answers 200 (the containers' healthcheck: herald probe http://127.0.0.1:9464/readyz)", runProbe},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
 		{"route", "run the route stage (rate limits, digests, preferences, quiet hours, fan-out to devices)", runRoute},
 		{"replay", "re-run requests through the dedupe stage (or, with --stage route, accepted notifications through the route stage) in a sandbox and diff with the record", runReplay},

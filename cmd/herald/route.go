@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/route"
 )
 
@@ -18,6 +19,8 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	rf.register(fs)
 	var sf stageFlags
 	sf.register(fs, "route", "herald-route", "herald.route", "re-decides the retained input")
+	var of opsFlags
+	of.register(fs)
 	grace := fs.Duration("timer-grace", time.Second, "timers also fire when the wall clock minus this reaches them (digest ends, quiet-hours ends)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -36,7 +39,7 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return route.Run(ctx, route.Options{
+	s, err := route.New(route.Options{
 		Brokers:            seeds,
 		Catalog:            kf.catalog(),
 		Group:              sf.group,
@@ -49,4 +52,13 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 		RebalanceTimeout:   sf.rebalanceTimeout,
 		ResetOffsets:       sf.reset,
 	})
+	if err != nil {
+		return err
+	}
+	stop, err := of.serve(ops.Check{Name: "route stage (devices and preferences read, assigned and restored)", Ready: s.Ready})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return s.Run(ctx)
 }

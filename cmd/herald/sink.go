@@ -12,6 +12,7 @@ import (
 	"github.com/sideshow/apns2"
 
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
@@ -120,6 +121,8 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	var wf webpushFlags
 	wf.register(fs)
 	channel := fs.String("channel", "", "the channel to deliver: apns, fcm, webpush or feed")
+	var of opsFlags
+	of.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -159,5 +162,14 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return sinks.Run(ctx, o)
+	r, err := sinks.New(o)
+	if err != nil {
+		return err
+	}
+	stop, err := of.serve(ops.Check{Name: "sink (assigned and restored)", Ready: r.Ready})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return r.Run(ctx)
 }

@@ -203,7 +203,9 @@ type Runner struct {
 	restoring    atomic.Int32
 
 	records, committed, aborted, restoredRecs, deadLettered *metrics.Counter
-	partitions                                              *metrics.Gauge
+	partitions, restoringParts                              *metrics.Gauge
+	commitSeconds                                           *metrics.Histogram
+	lag                                                     *metrics.Lag
 
 	failMu  sync.Mutex
 	failErr error
@@ -237,6 +239,10 @@ func New(cfg Config) (*Runner, error) {
 	r.restoredRecs = m.Counter("herald_stage_restored_records_total", "changelog records restored", "stage", cfg.Name)
 	r.deadLettered = m.Counter("herald_stage_dead_letters_total", "input records dead-lettered because their outputs can never be written", "stage", cfg.Name)
 	r.partitions = m.Gauge("herald_stage_partitions", "input partitions owned", "stage", cfg.Name)
+	r.restoringParts = m.Gauge("herald_stage_restoring_partitions", "assigned input partitions whose state is being restored", "stage", cfg.Name)
+	r.commitSeconds = m.Histogram("herald_stage_transaction_end_seconds", "time to end (commit or abort) a transaction, offsets included",
+		metrics.LatencyBuckets, "stage", cfg.Name)
+	r.lag = metrics.ConsumerLag(m, cfg.Name)
 
 	reset := kgo.NewOffset().AtStart()
 	if cfg.ResetOffsets == ResetLatest {
@@ -410,6 +416,7 @@ func (r *Runner) poll(ctx context.Context, limit int) ([]*kgo.Record, error) {
 			}
 			r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 		})
+		r.lag.Observe(fetches)
 		batch = append(batch, fetches.Records()...)
 		if len(batch) >= limit || pollCtx.Err() != nil || len(batch) > 0 && r.sess.Client().BufferedFetchRecords() == 0 {
 			return batch, nil
@@ -519,7 +526,9 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	if produceErr != nil {
 		try = kgo.TryAbort
 	}
+	endStart := time.Now()
 	committed, err := r.sess.End(ctx, try)
+	r.commitSeconds.ObserveSince(endStart)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -621,6 +630,7 @@ func (r *Runner) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 	defer r.assignedOnce.Store(true)
 	parts := assigned[r.cfg.Input]
 	r.restoring.Add(int32(len(parts)))
+	r.restoringParts.Add(int64(len(parts)))
 	// ctx is the client's, cancelled only once Close has left the group,
 	// which waits for this callback: a restore must also end when Run is
 	// told to stop.
@@ -636,6 +646,7 @@ func (r *Runner) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 			defer wg.Done()
 			defer func() { <-sem }()
 			defer r.restoring.Add(-1)
+			defer r.restoringParts.Add(-1)
 			if ctx.Err() != nil {
 				return
 			}
@@ -660,7 +671,7 @@ func (r *Runner) restorePartition(ctx context.Context, cl *kgo.Client, p int32) 
 		return err
 	}
 	t := r.cfg.NewTask(p)
-	res, err := restore(ctx, cl, r.cfg.Changelogs, p, t, r.log, r.cfg.ClientOpts)
+	res, err := restore(ctx, cl, r.cfg.Changelogs, p, countingTask{t, r.restoredRecs}, r.log, r.cfg.ClientOpts)
 	if err != nil {
 		return err
 	}
@@ -674,11 +685,22 @@ func (r *Runner) restorePartition(ctx context.Context, cl *kgo.Client, p int32) 
 	r.tasks[p] = t
 	r.partitions.Set(int64(len(r.tasks)))
 	r.mu.Unlock()
-	r.restoredRecs.Add(res.records)
 	el := time.Since(start)
 	r.log.Info("partition restored", "partition", p, "records", res.records, "elapsed", el.Round(time.Millisecond),
 		"records_per_s", int(float64(res.records)/max(el.Seconds(), 1e-3)))
 	return nil
+}
+
+// countingTask counts each changelog record restored as it is, so
+// herald_stage_restored_records_total shows a long restore's progress.
+type countingTask struct {
+	Task
+	restored *metrics.Counter
+}
+
+func (c countingTask) Restore(rec *kgo.Record) error {
+	c.restored.Inc()
+	return c.Task.Restore(rec)
 }
 
 // revoked drops the state of partitions this instance no longer owns. The
@@ -696,6 +718,7 @@ func (r *Runner) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]
 		}
 	}
 	r.partitions.Set(int64(len(r.tasks)))
+	r.lag.Forget(r.cfg.Input, revoked[r.cfg.Input]...)
 	r.log.Info("partitions revoked", "partitions", revoked[r.cfg.Input])
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/topics"
 )
@@ -36,6 +37,8 @@ type Options struct {
 	ResetOffsets string
 	ClientOpts   []kgo.Opt
 	Logger       *slog.Logger
+	// Metrics receives the stage's metrics (metrics.Default when nil).
+	Metrics *metrics.Registry
 }
 
 // TopicsOf returns the dedupe stage's topics in a catalog.
@@ -60,15 +63,23 @@ func New(o Options) (*stage.Runner, error) {
 		o.Policy = DefaultPolicy()
 	}
 	t := TopicsOf(o.Catalog)
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
+	}
+	decisions := metrics.NewDecisions(o.Metrics, "dedupe")
 	return stage.New(stage.Config{
-		Name:               "dedupe",
-		Brokers:            o.Brokers,
-		Group:              o.Group,
-		TransactionalID:    o.Group + "-" + o.InstanceID,
-		GroupInstanceID:    o.InstanceID,
-		Input:              t.Requests,
-		Changelogs:         []string{t.Seen},
-		NewTask:            func(p int32) stage.Task { return NewTask(o.Policy, t, p) },
+		Name:            "dedupe",
+		Brokers:         o.Brokers,
+		Group:           o.Group,
+		TransactionalID: o.Group + "-" + o.InstanceID,
+		GroupInstanceID: o.InstanceID,
+		Input:           t.Requests,
+		Changelogs:      []string{t.Seen},
+		NewTask: func(p int32) stage.Task {
+			task := NewTask(o.Policy, t, p)
+			task.decisions = decisions.Tally()
+			return task
+		},
 		Partitioner:        o.Catalog.Partitioner(),
 		MaxBatchRecords:    o.MaxBatchRecords,
 		BatchInterval:      o.BatchInterval,
@@ -78,6 +89,7 @@ func New(o Options) (*stage.Runner, error) {
 		DeadLetterTopic:    o.Catalog.Name(topics.DeadLetters),
 		ClientOpts:         o.ClientOpts,
 		Logger:             o.Logger,
+		Metrics:            o.Metrics,
 	})
 }
 

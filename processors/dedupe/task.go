@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 )
@@ -29,6 +30,9 @@ type Task struct {
 	popped  []expiryItem // popped in this transaction, re-queued on abort
 
 	streamTime, pendingStreamTime int64
+
+	// decisions counts the transaction's decisions (nil: not counted).
+	decisions *metrics.Tally
 }
 
 var _ stage.Task = (*Task)(nil)
@@ -104,6 +108,7 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 		return err
 	}
 	out.Emit(d)
+	t.decisions.Add(res.Decision.Tenant, res.Decision.Type, res.Decision.Outcome)
 	for _, c := range res.Seen {
 		r, err := record(t.topics.Seen, c.Key, c.Entry, at)
 		if err != nil {
@@ -160,6 +165,7 @@ func (t *Task) Commit() {
 	clear(t.pending)
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
+	t.decisions.Commit()
 }
 
 // Abort implements stage.Task.
@@ -170,6 +176,7 @@ func (t *Task) Abort() {
 	}
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
+	t.decisions.Abort()
 }
 
 func record(topic, key string, v schemas.Record, at int64) (*kgo.Record, error) {

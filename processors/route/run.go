@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/topics"
 )
@@ -36,6 +37,8 @@ type Options struct {
 	ResetOffsets     string
 	ClientOpts       []kgo.Opt
 	Logger           *slog.Logger
+	// Metrics receives the stage's metrics (metrics.Default when nil).
+	Metrics *metrics.Registry
 }
 
 // Stage is one instance of the route stage: the devices and preferences
@@ -66,17 +69,25 @@ func New(o Options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
+	}
+	decisions := metrics.NewDecisions(o.Metrics, "route")
 	grace := o.TimerGrace.Milliseconds()
 	now := func() int64 { return time.Now().UnixMilli() - grace }
 	r, err := stage.New(stage.Config{
-		Name:               "route",
-		Brokers:            o.Brokers,
-		Group:              o.Group,
-		TransactionalID:    o.Group + "-" + o.InstanceID,
-		GroupInstanceID:    o.InstanceID,
-		Input:              t.Accepted,
-		Changelogs:         []string{t.Route},
-		NewTask:            func(p int32) stage.Task { return NewTask(o.Policy, t, p, table, now) },
+		Name:            "route",
+		Brokers:         o.Brokers,
+		Group:           o.Group,
+		TransactionalID: o.Group + "-" + o.InstanceID,
+		GroupInstanceID: o.InstanceID,
+		Input:           t.Accepted,
+		Changelogs:      []string{t.Route},
+		NewTask: func(p int32) stage.Task {
+			task := NewTask(o.Policy, t, p, table, now)
+			task.decisions = decisions.Tally()
+			return task
+		},
 		Partitioner:        o.Catalog.Partitioner(),
 		MaxBatchRecords:    o.MaxBatchRecords,
 		BatchInterval:      o.BatchInterval,
@@ -86,6 +97,7 @@ func New(o Options) (*Stage, error) {
 		DeadLetterTopic:    o.Catalog.Name(topics.DeadLetters),
 		ClientOpts:         o.ClientOpts,
 		Logger:             o.Logger,
+		Metrics:            o.Metrics,
 	})
 	if err != nil {
 		table.cl.Close()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -59,6 +60,9 @@ type Task struct {
 	synced  bool    // dir synced in this transaction
 
 	streamTime, pendingStreamTime int64
+
+	// decisions counts the transaction's decisions (nil: not counted).
+	decisions *metrics.Tally
 }
 
 var _ stage.Task = (*Task)(nil)
@@ -170,6 +174,7 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 			return err
 		}
 		out.Emit(r)
+		t.decisions.Add(d.Tenant, d.Type, d.Outcome)
 	}
 	for _, c := range res.State {
 		prev, had := t.lookup(c.Key)
@@ -217,6 +222,7 @@ func (t *Task) Commit() {
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
 	t.synced = false
+	t.decisions.Commit()
 }
 
 // Abort implements stage.Task.
@@ -228,6 +234,7 @@ func (t *Task) Abort() {
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
 	t.synced = false
+	t.decisions.Abort()
 }
 
 func record(topic, key string, v schemas.Record, at int64) (*kgo.Record, error) {

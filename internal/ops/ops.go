@@ -1,0 +1,85 @@
+// Package ops owns the operations endpoint every herald role serves on
+// --metrics-addr: /metrics (the Prometheus registry), /livez (the process
+// answers) and /readyz (every readiness check of the role passes).
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/internal/metrics"
+)
+
+// Check is one condition of readiness: Ready reports whether it holds now.
+type Check struct {
+	Name  string
+	Ready func() bool
+}
+
+// Handler serves /metrics from reg, /livez, and /readyz from checks: 200
+// "ok" when every check is ready, else 503 naming the ones that are not.
+func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", reg.Handler())
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		var not []string
+		for _, c := range checks {
+			if !c.Ready() {
+				not = append(not, c.Name)
+			}
+		}
+		if len(not) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %s\n", strings.Join(not, ", "))
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Server is a running operations endpoint.
+type Server struct {
+	addr string
+	hs   *http.Server
+	errc chan error
+}
+
+// Serve listens on addr and serves h until Close.
+func Serve(addr string, h http.Handler, log *slog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("ops: listen %s: %w", addr, err)
+	}
+	s := &Server{addr: ln.Addr().String(), errc: make(chan error, 1),
+		hs: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	go func() { s.errc <- s.hs.Serve(ln) }()
+	log.Info("serving /metrics, /livez, /readyz", "addr", s.addr)
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.addr }
+
+// Close stops the server, waiting up to 5 s for requests in flight.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.hs.Shutdown(ctx)
+	if serr := <-s.errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("ops: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package ops_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/ops"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestEndpointAnswersLivenessReadinessAndMetrics(t *testing.T) {
+	var restored, connected atomic.Bool
+	reg := metrics.NewRegistry()
+	reg.Counter("herald_test_total", "a test counter").Add(7)
+	s, err := ops.Serve("127.0.0.1:0", ops.Handler(reg,
+		ops.Check{Name: "stage restored", Ready: restored.Load},
+		ops.Check{Name: "writer connected", Ready: connected.Load}), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	base := "http://" + s.Addr()
+
+	tests := []struct {
+		name               string
+		restored, connectd bool
+		wantCode           int
+		wantBody           []string
+	}{
+		{"readyz is 503 naming every check that fails", false, false, 503, []string{"stage restored", "writer connected"}},
+		{"readyz is 503 naming only the failing check", true, false, 503, []string{"writer connected"}},
+		{"readyz is 200 once every check passes", true, true, 200, []string{"ok"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			restored.Store(tc.restored)
+			connected.Store(tc.connectd)
+			code, body := get(t, base+"/readyz")
+			if code != tc.wantCode {
+				t.Fatalf("/readyz %d %q, want %d", code, body, tc.wantCode)
+			}
+			for _, w := range tc.wantBody {
+				if !strings.Contains(body, w) {
+					t.Errorf("/readyz body %q lacks %q", body, w)
+				}
+			}
+			if tc.restored && strings.Contains(body, "stage restored") {
+				t.Errorf("/readyz body %q names a passing check", body)
+			}
+		})
+	}
+	t.Run("livez is 200 whatever the readiness", func(t *testing.T) {
+		restored.Store(false)
+		if code, body := get(t, base+"/livez"); code != 200 {
+			t.Fatalf("/livez %d %q", code, body)
+		}
+	})
+	t.Run("metrics serves the registry", func(t *testing.T) {
+		if v, ok := testenv.Scrape(t, base+"/metrics").Value("herald_test_total"); !ok || v != 7 {
+			t.Fatalf("herald_test_total = %v, %v; want 7", v, ok)
+		}
+	})
+}
