@@ -1,0 +1,160 @@
+package sinktest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Crash describes a SIGKILL run of one channel's sink: two
+// `herald sink --channel <Channel>` processes (with Args for the channel's
+// adapter) over Commands, plus Repeats of them after their originals (as a
+// replayed route stage would write), SIGKILLed at random up to Kills times
+// until every delivery has an outcome.
+type Crash struct {
+	Channel  string
+	Args     []string
+	Commands []*schemas.DeliveryCommand
+	Repeats  int
+	Kills    int
+}
+
+// Run runs it on the catalog (Partitions partitions, replication 1) and
+// returns what the sinks committed. The processes log to the test's temp
+// dir, named in failures.
+func (c Crash) Run(t *testing.T, brokers []string, cat *topics.Catalog) Audit {
+	t.Helper()
+	bin := testenv.Herald(t)
+	dir := t.TempDir()
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	t.Logf("crash run seed %d", seed)
+
+	var mu sync.Mutex
+	running := map[string]*exec.Cmd{}
+	start := func(id string) {
+		logf, err := os.OpenFile(filepath.Join(dir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"sink", "--channel", c.Channel, "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
+			"--partitions", fmt.Sprint(cat.Options().Partitions), "--replication", "1", "--instance-id", id,
+			"--max-in-flight", "20", "--call-timeout", "1s", "--batch-interval", "20ms", "--transaction-timeout", "5s",
+			"--max-attempts", "30", "--backoff-min", "20ms", "--backoff-max", "500ms"}, c.Args...)
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		running[id] = cmd
+		mu.Unlock()
+		go func() { cmd.Wait(); logf.Close() }()
+	}
+	ids := []string{"s1", "s2"}
+	for _, id := range ids {
+		start(id)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range running {
+			p.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range running {
+			p.Wait()
+		}
+	})
+
+	stream := append([]*schemas.DeliveryCommand(nil), c.Commands...)
+	for _, j := range rng.Perm(len(c.Commands))[:min(c.Repeats, len(c.Commands))] {
+		stream = append(stream, c.Commands[j])
+	}
+	produced := make(chan error, 1)
+	cl := testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner()))
+	go func() {
+		for _, cmd := range stream {
+			b, err := schemas.Encode(cmd)
+			if err != nil {
+				produced <- err
+				return
+			}
+			cl.Produce(context.Background(), &kgo.Record{Topic: cat.Name(topics.Deliveries(cmd.Channel)), Key: []byte(cmd.DeliveryID), Value: b}, nil)
+		}
+		produced <- cl.Flush(context.Background())
+	}()
+
+	outcomes := func() int {
+		seen := map[string]bool{}
+		for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Outcomes)) {
+			seen[string(r.Key)] = true
+		}
+		return len(seen)
+	}
+	kills := 0
+	deadline := time.Now().Add(8 * time.Minute)
+	for n := outcomes(); n < len(c.Commands); n = outcomes() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries have an outcome after %d kills; logs in %s", n, len(c.Commands), kills, dir)
+		}
+		if kills < c.Kills {
+			id := ids[rng.IntN(len(ids))]
+			mu.Lock()
+			running[id].Process.Signal(syscall.SIGKILL)
+			mu.Unlock()
+			kills++
+			time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+			start(id)
+		}
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+	}
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d kills", kills)
+	return Read(t, brokers, cat)
+}
+
+// CheckOnce checks what every crash run must show, given how many times
+// each delivery reached the receiver: one delivered outcome, attempts
+// numbered 1..n once each, at least one arrival, and more than one only
+// if an attempt is audited ambiguous. It returns how many deliveries
+// arrived more than once.
+func CheckOnce(t *testing.T, a Audit, cmds []*schemas.DeliveryCommand, arrivals map[string]int) (twice int) {
+	t.Helper()
+	for _, c := range cmds {
+		id := c.DeliveryID
+		if n := len(a.Outcomes[id]); n != 1 || a.Outcomes[id][0].Status != schemas.OutcomeDelivered {
+			t.Errorf("%s: outcomes %+v, want one delivered", id, a.Outcomes[id])
+		}
+		ambiguous := false
+		for n, at := range a.Attempts[id] {
+			if at.Attempt != n+1 {
+				t.Errorf("%s: attempt record %d is numbered %d", id, n+1, at.Attempt)
+			}
+			ambiguous = ambiguous || at.Result == schemas.AttemptAmbiguous
+		}
+		switch got := arrivals[id]; {
+		case got == 0:
+			t.Errorf("%s never reached the receiver", id)
+		case got > 1 && !ambiguous:
+			t.Errorf("%s reached the receiver %d times with no ambiguous attempt in the audit", id, got)
+		case got > 1:
+			twice++
+		}
+	}
+	return twice
+}
