@@ -47,6 +47,13 @@ func newRig(t *testing.T, brokers []string, opts []kgo.Opt, partitions int32, ou
 	return r
 }
 
+// forTest returns the rig for a subtest: its helpers then fail the subtest.
+func (r *rig) forTest(t *testing.T) *rig {
+	c := *r
+	c.t = t
+	return &c
+}
+
 func (r *rig) config() stage.Config {
 	return stage.Config{
 		Name: "counter", Brokers: r.brokers, Group: r.group, TransactionalID: r.txnID,
@@ -398,7 +405,7 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 		if err := first.stop(); err != nil {
 			t.Fatal(err)
 		}
-		loseOffsets := func() {
+		loseOffsets := func(t *testing.T) {
 			t.Helper()
 			adm := kadm.NewClient(testenv.Client(t, brokers))
 			resp, err := adm.DeleteGroup(context.Background(), r.group)
@@ -409,9 +416,10 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 				t.Fatalf("delete group %s: %v", r.group, err)
 			}
 		}
-		loseOffsets()
+		loseOffsets(t)
 
 		t.Run("without a reset flag it refuses to start", func(t *testing.T) {
+			r := r.forTest(t)
 			s := r.start(r.config())
 			select {
 			case err := <-s.done:
@@ -427,6 +435,7 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 			}
 		})
 		t.Run("with --reset-offsets=latest it skips the input it has not seen", func(t *testing.T) {
+			r := r.forTest(t)
 			r.produce(0, "c")
 			cfg := r.config()
 			cfg.ResetOffsets = stage.ResetLatest
@@ -457,7 +466,8 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 			}
 		})
 		t.Run("with --reset-offsets=earliest it re-decides the input against its restored state", func(t *testing.T) {
-			loseOffsets()
+			r := r.forTest(t)
+			loseOffsets(t)
 			before := len(r.outputs())
 			cfg := r.config()
 			cfg.ResetOffsets = stage.ResetEarliest
