@@ -54,7 +54,11 @@
 // Inside Kafka the bookkeeping is exactly-once: the intent commits with the
 // input offsets, the result (attempt, outcome, state) commits atomically, so
 // each attempt number of a delivery has exactly one Attempt record and each
-// delivery at most one Outcome. The provider call cannot be in a
+// delivery one Outcome (a second one, expired, only for a repeat of its
+// command after the sent-set pruned it; see below). Tests:
+// TestEachDeliveryOnceUnlessAuditedAmbiguousThroughSIGKILLs (SIGKILLs, the
+// emulator's faults, ClickHouse) and TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker.
+// The provider call cannot be in a
 // transaction. If the sink dies (or its result transaction aborts) after an
 // intent committed, the restored state holds that intent without a result:
 // the attempt is recorded as ambiguous (classification "interrupted") and the
