@@ -35,7 +35,10 @@
 // A send waits for its records' dedupe decisions when it asks (Prefer:
 // wait=N, capped by MaxWait) and always when it carries an idempotency key
 // (bounded by IdempotencyWait): the dedupe stage's decision is the
-// authoritative idempotency check. Those decisions come from a second
+// authoritative idempotency check. With Config.WaitForRoute it also waits
+// for the route stage's decision about each accepted notification (same
+// topic, same key, so after the dedupe decision) and answers deliveries[]
+// (channel, device, queued or deferred) and the route's skips. Those decisions come from a second
 // read_committed consumer of herald.decisions that starts at the end
 // offsets listed before Start returns, so it never reads history: a freshly
 // started API answers a replay and a conflict as soon as the stage has

@@ -356,12 +356,13 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 		writeProblem(w, unavailable(detail, 1))
 		return
 	}
-	var got map[string]schemas.Decision
+	var got, routed map[string]schemas.Decision
 	if wt != nil {
 		got = s.tr.wait(r.Context(), requestID, wt, wait)
+		routed = s.tr.routedOf(wt)
 	}
 	s.log.Debug("send written", "tenant", p.tenant, "request_id", requestID, "notifications", len(reqs), "decided", len(got))
-	s.answerSend(w, reqs, requestID, got)
+	s.answerSend(w, reqs, requestID, got, routed)
 }
 
 // answerSend builds the answer from the decisions received. An idempotent
@@ -369,7 +370,7 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 // request id and each notification's original outcome), which is exactly
 // what the original call answered once its decisions were in; ids are
 // derived from the body, so they are the same too.
-func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, requestID string, got map[string]schemas.Decision) {
+func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, requestID string, got, routed map[string]schemas.Decision) {
 	statuses := make([]sdk.NotificationStatus, len(reqs))
 	replays, conflict := 0, false
 	orig, sameOrig := "", true
@@ -412,6 +413,22 @@ func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, reque
 	for _, st := range statuses {
 		if st.Status != sdk.StatusPending && st.Status != schemas.DecisionAccepted {
 			res.Skipped = append(res.Skipped, sdk.Skipped{NotificationID: st.ID, Recipient: st.Recipient, Reason: st.Status})
+		}
+		rd, ok := routed[st.ID]
+		if !ok {
+			continue
+		}
+		for _, d := range rd.Deliveries {
+			res.Deliveries = append(res.Deliveries, sdk.Delivery{NotificationID: st.ID, DeliveryID: d.DeliveryID, DeviceID: d.DeviceID,
+				Channel: d.Channel, Status: d.State})
+		}
+		switch rd.Outcome {
+		case schemas.DecisionRateLimited, schemas.DecisionDigested, schemas.DecisionOptedOut:
+			res.Skipped = append(res.Skipped, sdk.Skipped{NotificationID: st.ID, Recipient: st.Recipient, Reason: rd.Outcome})
+		case schemas.DecisionNoTarget:
+			if len(rd.Deliveries) == 0 {
+				res.Skipped = append(res.Skipped, sdk.Skipped{NotificationID: st.ID, Recipient: st.Recipient, Reason: rd.Outcome})
+			}
 		}
 	}
 	if len(reqs) == 1 {

@@ -23,6 +23,7 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 	}
 	p := startPipeline(t, func(c *Config) {
 		c.RoutePolicy = policy
+		c.WaitForRoute = true
 		c.Now = func() time.Time { return now }
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,6 +80,27 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 	t.Run("explain answers wouldDigest for a digest type", func(t *testing.T) {
 		if e := explain(t, "batched", "r1", "k"); !e.WouldDigest || e.RouteOutcome != "digested" {
 			t.Fatalf("%+v", e)
+		}
+	})
+	t.Run("a send with Prefer: wait answers its deliveries once the route stage has decided", func(t *testing.T) {
+		deliveries := func(t *testing.T, user string) []string {
+			t.Helper()
+			a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"news","recipients":["`+user+`"],"title":"t","body":"b","dedupeKey":"wait"}`,
+				"Prefer", "wait=60")
+			if a.status != 202 {
+				t.Fatalf("send: %d %s", a.status, a.body)
+			}
+			var out []string
+			for _, d := range decode[sdk.SendResult](t, a).Deliveries {
+				out = append(out, d.Channel+"/"+d.DeviceID+" "+d.Status)
+			}
+			return out
+		}
+		if got := deliveries(t, "r1"); !slices.Equal(got, []string{"apns/phone queued", "fcm/pixel queued", "feed/feed queued"}) {
+			t.Fatalf("deliveries %q", got)
+		}
+		if got := deliveries(t, "r2"); !slices.Equal(got, []string{"apns/phone deferred", "feed/feed queued"}) {
+			t.Fatalf("deliveries in quiet hours %q", got)
 		}
 	})
 	t.Run("explain answers wouldRateLimit once the stage has counted the limit", func(t *testing.T) {

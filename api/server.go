@@ -37,6 +37,10 @@ type Config struct {
 	// Policy must match the dedupe stage's: explain evaluates with it.
 	// dedupe.DefaultPolicy when zero.
 	Policy dedupe.Policy
+	// WaitForRoute makes a send with Prefer: wait also wait for the route
+	// stage's decisions about its accepted notifications and answer their
+	// deliveries[]; set it where a route stage runs.
+	WaitForRoute bool
 	// RoutePolicy must match the route stage's: explain's wouldRateLimit,
 	// wouldDigest and wouldDefer evaluate with it.
 	RoutePolicy routestage.Policy
@@ -171,6 +175,7 @@ func New(cfg Config) (*Server, error) {
 		attemptsT: cat.Name(topics.Attempts), outcomesT: cat.Name(topics.Outcomes),
 	}
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
+	s.tr.waitRoute = cfg.WaitForRoute
 	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
 	s.rep.routeT = cat.Name(topics.Route)
 	s.feedT = cat.Name(topics.Feed)

@@ -43,6 +43,9 @@ type tracker struct {
 	// of herald.decisions; set before either consumer starts, read-only
 	// after.
 	liveFrom map[int32]int64
+	// waitRoute makes a waiting call wait for the route stage's decisions
+	// too (Config.WaitForRoute); set before serving, read-only after.
+	waitRoute bool
 }
 
 // noteKey scopes a notification id by tenant: canonical ids do not contain
@@ -55,11 +58,32 @@ type note struct {
 	timeline []sdk.TimelineEvent
 }
 
-// waiter collects the dedupe decisions about one call's records.
+// waiter collects the dedupe decisions about one call's records and, when
+// the tracker waits for the route stage too, the route decisions about the
+// accepted ones.
 type waiter struct {
-	want map[string]bool // notification ids
-	got  map[string]schemas.Decision
-	done chan struct{}
+	want   map[string]bool // notification ids
+	got    map[string]schemas.Decision
+	routed map[string]schemas.Decision
+	closed bool
+	done   chan struct{}
+}
+
+// complete reports whether every decision awaited is in: a dedupe decision
+// for each record and, with withRoute, a route decision for each accepted
+// one (a duplicate or a replay never reaches the route stage).
+func (w *waiter) complete(withRoute bool) bool {
+	if len(w.got) != len(w.want) {
+		return false
+	}
+	if withRoute {
+		for id, d := range w.got {
+			if _, ok := w.routed[id]; d.Outcome == schemas.DecisionAccepted && !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func newTracker(maxNotes int, quotaWindow time.Duration) *tracker {
@@ -70,7 +94,7 @@ func newTracker(maxNotes int, quotaWindow time.Duration) *tracker {
 // expect registers a waiter for the decisions about requestID's records;
 // call it before writing them. Cancel it with forget.
 func (t *tracker) expect(requestID string, ids []string) *waiter {
-	w := &waiter{want: map[string]bool{}, got: map[string]schemas.Decision{}, done: make(chan struct{})}
+	w := &waiter{want: map[string]bool{}, got: map[string]schemas.Decision{}, routed: map[string]schemas.Decision{}, done: make(chan struct{})}
 	for _, id := range ids {
 		w.want[id] = true
 	}
@@ -87,7 +111,8 @@ func (t *tracker) forget(requestID string) {
 }
 
 // wait blocks until every decision arrived, the deadline, or ctx ends, and
-// returns the decisions so far by notification id.
+// returns the dedupe decisions so far by notification id (the route
+// decisions are in routedOf).
 func (t *tracker) wait(ctx context.Context, requestID string, w *waiter, d time.Duration) map[string]schemas.Decision {
 	if d > 0 {
 		timer := time.NewTimer(d)
@@ -102,6 +127,13 @@ func (t *tracker) wait(ctx context.Context, requestID string, w *waiter, d time.
 	defer t.mu.Unlock()
 	delete(t.waiters, requestID)
 	return maps.Clone(w.got)
+}
+
+// routedOf returns the route decisions w received, by notification id.
+func (t *tracker) routedOf(w *waiter) map[string]schemas.Decision {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(w.routed)
 }
 
 func (t *tracker) noteFor(k noteKey) *note {
@@ -204,13 +236,21 @@ func (t *tracker) addLive(d schemas.Decision) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.countAccepted(d)
-	if w := t.waiters[d.RequestID]; w != nil && d.Stage == "dedupe" && w.want[d.NotificationID] {
+	w := t.waiters[d.RequestID]
+	if w == nil || !w.want[d.NotificationID] {
+		return
+	}
+	switch {
+	case d.Stage == "dedupe":
 		if _, dup := w.got[d.NotificationID]; !dup {
 			w.got[d.NotificationID] = d
-			if len(w.got) == len(w.want) {
-				close(w.done)
-			}
 		}
+	case d.Stage == "route" && d.Channel == "":
+		w.routed[d.NotificationID] = d
+	}
+	if !w.closed && w.complete(t.waitRoute) {
+		w.closed = true
+		close(w.done)
 	}
 }
 

@@ -227,6 +227,10 @@ type Decision struct {
 	OriginalAt             int64  `json:"originalAt,omitempty"`
 	// OriginalOutcome is the original's decision, returned on a replay.
 	OriginalOutcome string `json:"originalOutcome,omitempty"`
+	// Deliveries are the pushes and the feed item a route decision made
+	// (routed, deferred, no_target with a fallback), for callers waiting
+	// for it (Prefer: wait).
+	Deliveries []DecisionDelivery `json:"deliveries,omitempty"`
 	// At is the record time of the request the decision is about.
 	At              int64  `json:"at"`
 	SourceTopic     string `json:"sourceTopic"`
@@ -236,6 +240,23 @@ type Decision struct {
 
 // SchemaName implements Record.
 func (Decision) SchemaName() string { return DecisionV1 }
+
+// Delivery states in a route decision.
+const (
+	DeliveryQueued   = "queued"
+	DeliveryDeferred = "deferred"
+)
+
+// DecisionDelivery is one delivery command a route decision emitted (or
+// deferred).
+type DecisionDelivery struct {
+	DeliveryID string `json:"deliveryId"`
+	Channel    string `json:"channel"`
+	DeviceID   string `json:"deviceId"`
+	State      string `json:"state" jsonschema:"enum=queued,enum=deferred"`
+	// NotBefore is when a deferred delivery goes (ms).
+	NotBefore int64 `json:"notBefore,omitempty"`
+}
 
 // SeenKind names the two seen-sets of the dedupe stage.
 type SeenKind string

@@ -33,6 +33,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	rf.register(fs)
 	var of opsFlags
 	of.register(fs)
+	waitRoute := fs.Bool("wait-for-route", true, "a send with Prefer: wait also waits for the route stage's decisions and answers deliveries[] (false where no route stage runs)")
 	host, _ := os.Hostname()
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
 	keysFile := fs.String("api-keys", "", "file of API keys, one 'tenant:name:sha256hex' per line (default: the development key only)")
@@ -74,6 +75,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		Brokers: seeds, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
 		Policy:       policy,
 		RoutePolicy:  routePolicy,
+		WaitForRoute: *waitRoute,
 		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
 		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow, VAPIDPublicKey: wf.public,
 	})

@@ -257,7 +257,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return err
 	}
 	apiSrv, err := api.New(api.Config{
-		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, RoutePolicy: routePolicy, ClientOpts: embedded.ClientOpts(),
+		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, RoutePolicy: routePolicy, WaitForRoute: true, ClientOpts: embedded.ClientOpts(),
 		VAPIDPublicKey: vapid.PublicKey,
 	})
 	if err != nil {

@@ -389,9 +389,23 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 	default:
 		d.Outcome = schemas.DecisionRouted
 	}
+	for _, c := range res.State {
+		if c.Entry != nil && c.Entry.Kind == schemas.RouteDeferred {
+			d.Deliveries = appendDeliveries(d.Deliveries, c.Entry.Commands, schemas.DeliveryDeferred)
+		}
+	}
+	d.Deliveries = appendDeliveries(d.Deliveries, push, schemas.DeliveryQueued)
+	d.Deliveries = appendDeliveries(d.Deliveries, feed, schemas.DeliveryQueued)
 	res.Decisions = append(res.Decisions, d)
 	res.Commands = append(res.Commands, push...)
 	res.Commands = append(res.Commands, feed...)
+}
+
+func appendDeliveries(ds []schemas.DecisionDelivery, cmds []schemas.DeliveryCommand, state string) []schemas.DecisionDelivery {
+	for _, c := range cmds {
+		ds = append(ds, schemas.DecisionDelivery{DeliveryID: c.DeliveryID, Channel: c.Channel, DeviceID: c.DeviceID, State: state, NotBefore: c.NotBefore})
+	}
+	return ds
 }
 
 func intersect(a, b []string) []string {

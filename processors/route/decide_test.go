@@ -338,3 +338,22 @@ func TestStateIsTombstonedOnceDone(t *testing.T) {
 		t.Fatalf("state %v left after the window and the night", h.state)
 	}
 }
+
+func TestTheDecisionListsItsDeliveries(t *testing.T) {
+	h := newHarness(t, Policy{}, Recipient{Devices: fourDevices[:2], Prefs: &schemas.Preferences{
+		QuietHours: &schemas.QuietHours{Start: "22:00", End: "07:00", TimeZone: "UTC"}}})
+	n := note("x", "1")
+	h.send(n, 11*time.Hour) // 23:00 UTC
+	var got []string
+	for _, d := range h.decisions[0].Deliveries {
+		got = append(got, fmt.Sprintf("%s/%s %s %d", d.Channel, d.DeviceID, d.State, d.NotBefore))
+		if d.DeliveryID != identity.DeliveryID(n.NotificationID, d.DeviceID) {
+			t.Errorf("delivery %s of %s", d.DeliveryID, d.DeviceID)
+		}
+	}
+	until := base.Add(19 * time.Hour).UnixMilli()
+	want := []string{fmt.Sprintf("apns/ios-a deferred %d", until), fmt.Sprintf("apns/ios-b deferred %d", until), "feed/feed queued 0"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("deliveries %q, want %q", got, want)
+	}
+}
