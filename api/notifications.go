@@ -335,6 +335,7 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 	requestID := reqs[0].RequestID
 
 	wait := min(preferWait(r.Header), s.cfg.MaxWait)
+	withRoute := wait > 0 && s.cfg.WaitForRoute
 	if snd.n.IdempotencyKey != "" {
 		// The authoritative replay/conflict check is the dedupe stage's
 		// decision: wait for it (bounded) to answer as the original did.
@@ -342,7 +343,7 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 	}
 	var wt *waiter
 	if wait > 0 {
-		wt = s.tr.expect(requestID, ids)
+		wt = s.tr.expect(requestID, ids, withRoute)
 	}
 	if err := s.w.write(r.Context(), recs); err != nil {
 		if wt != nil {

@@ -39,7 +39,10 @@ type Config struct {
 	Policy dedupe.Policy
 	// WaitForRoute makes a send with Prefer: wait also wait for the route
 	// stage's decisions about its accepted notifications and answer their
-	// deliveries[]; set it where a route stage runs.
+	// deliveries[]; set it where a route stage runs. A send that waits only
+	// because of its idempotency key, and a replay, answer no deliveries
+	// (the route stage never sees a replay, and a replay answers as the
+	// original did).
 	WaitForRoute bool
 	// RoutePolicy must match the route stage's: explain's wouldRateLimit,
 	// wouldDigest and wouldDefer evaluate with it.
@@ -175,7 +178,6 @@ func New(cfg Config) (*Server, error) {
 		attemptsT: cat.Name(topics.Attempts), outcomesT: cat.Name(topics.Outcomes),
 	}
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
-	s.tr.waitRoute = cfg.WaitForRoute
 	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
 	s.rep.routeT = cat.Name(topics.Route)
 	s.feedT = cat.Name(topics.Feed)

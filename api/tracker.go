@@ -43,9 +43,6 @@ type tracker struct {
 	// of herald.decisions; set before either consumer starts, read-only
 	// after.
 	liveFrom map[int32]int64
-	// waitRoute makes a waiting call wait for the route stage's decisions
-	// too (Config.WaitForRoute); set before serving, read-only after.
-	waitRoute bool
 }
 
 // noteKey scopes a notification id by tenant: canonical ids do not contain
@@ -65,18 +62,20 @@ type waiter struct {
 	want   map[string]bool // notification ids
 	got    map[string]schemas.Decision
 	routed map[string]schemas.Decision
-	closed bool
-	done   chan struct{}
+	// withRoute: wait for the route decisions too (set before the write).
+	withRoute bool
+	closed    bool
+	done      chan struct{}
 }
 
 // complete reports whether every decision awaited is in: a dedupe decision
 // for each record and, with withRoute, a route decision for each accepted
 // one (a duplicate or a replay never reaches the route stage).
-func (w *waiter) complete(withRoute bool) bool {
+func (w *waiter) complete() bool {
 	if len(w.got) != len(w.want) {
 		return false
 	}
-	if withRoute {
+	if w.withRoute {
 		for id, d := range w.got {
 			if _, ok := w.routed[id]; d.Outcome == schemas.DecisionAccepted && !ok {
 				return false
@@ -91,10 +90,12 @@ func newTracker(maxNotes int, quotaWindow time.Duration) *tracker {
 		waiters: map[string]*waiter{}, accepted: map[string]int64{}}
 }
 
-// expect registers a waiter for the decisions about requestID's records;
-// call it before writing them. Cancel it with forget.
-func (t *tracker) expect(requestID string, ids []string) *waiter {
-	w := &waiter{want: map[string]bool{}, got: map[string]schemas.Decision{}, routed: map[string]schemas.Decision{}, done: make(chan struct{})}
+// expect registers a waiter for the decisions about requestID's records
+// (and the route decisions about the accepted ones, withRoute); call it
+// before writing them. Cancel it with forget.
+func (t *tracker) expect(requestID string, ids []string, withRoute bool) *waiter {
+	w := &waiter{want: map[string]bool{}, got: map[string]schemas.Decision{}, routed: map[string]schemas.Decision{},
+		withRoute: withRoute, done: make(chan struct{})}
 	for _, id := range ids {
 		w.want[id] = true
 	}
@@ -129,10 +130,15 @@ func (t *tracker) wait(ctx context.Context, requestID string, w *waiter, d time.
 	return maps.Clone(w.got)
 }
 
-// routedOf returns the route decisions w received, by notification id.
+// routedOf returns the route decisions w received, by notification id,
+// when it waited for them (nil otherwise: what arrived by chance is not
+// reported, so an answer does not depend on timing).
 func (t *tracker) routedOf(w *waiter) map[string]schemas.Decision {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !w.withRoute {
+		return nil
+	}
 	return maps.Clone(w.routed)
 }
 
@@ -248,7 +254,7 @@ func (t *tracker) addLive(d schemas.Decision) {
 	case d.Stage == "route" && d.Channel == "":
 		w.routed[d.NotificationID] = d
 	}
-	if !w.closed && w.complete(t.waitRoute) {
+	if !w.closed && w.complete() {
 		w.closed = true
 		close(w.done)
 	}
