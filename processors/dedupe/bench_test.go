@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/stage"
@@ -46,7 +45,7 @@ func BenchmarkStageOnKafka(b *testing.B) {
 					Run(ctx, Options{Brokers: brokers, Catalog: cat, Group: group, InstanceID: "bench",
 						MaxBatchRecords: size, BatchInterval: 2 * time.Second})
 				}()
-				waitCommitted(b, brokers, group, cat.Name(topics.Requests), n)
+				testenv.WaitCommitted(b, brokers, group, cat.Name(topics.Requests), n)
 				elapsed += time.Since(start)
 				cancel()
 				wg.Wait()
@@ -104,24 +103,3 @@ func produceBench(b *testing.B, brokers []string, cat *topics.Catalog, reqs []sc
 }
 
 // waitCommitted polls the group's committed offsets until they sum to n.
-func waitCommitted(b *testing.B, brokers []string, group, topic string, n int64) {
-	b.Helper()
-	adm := kadm.NewClient(testenv.Client(b, brokers))
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		offs, err := adm.FetchOffsets(context.Background(), group)
-		if err == nil {
-			var sum int64
-			offs.Each(func(o kadm.OffsetResponse) {
-				if o.Topic == topic {
-					sum += o.At
-				}
-			})
-			if sum >= n {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	b.Fatalf("group %s did not commit %d offsets in time", group, n)
-}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/stage"
@@ -91,7 +90,7 @@ func BenchmarkStageOnKafka(b *testing.B) {
 			Run(ctx, Options{Brokers: brokers, Catalog: cat, Group: group, InstanceID: "bench", Policy: crashPolicy,
 				TimerGrace: 100000 * time.Hour, MaxBatchRecords: 5000, BatchInterval: 2 * time.Second})
 		}()
-		waitCommitted(b, brokers, group, cat.Name(topics.Accepted), n)
+		testenv.WaitCommitted(b, brokers, group, cat.Name(topics.Accepted), n)
 		elapsed += time.Since(start)
 		cancel()
 		wg.Wait()
@@ -99,24 +98,3 @@ func BenchmarkStageOnKafka(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "records/s")
 }
 
-func waitCommitted(b *testing.B, brokers []string, group, topic string, n int64) {
-	b.Helper()
-	adm := kadm.NewClient(testenv.Client(b, brokers))
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		offs, err := adm.FetchOffsets(context.Background(), group)
-		if err == nil {
-			var sum int64
-			offs.Each(func(o kadm.OffsetResponse) {
-				if o.Topic == topic {
-					sum += o.At
-				}
-			})
-			if sum >= n {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	b.Fatalf("group %s did not commit %d offsets in time", group, n)
-}
