@@ -97,4 +97,3 @@ func BenchmarkStageOnKafka(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "records/s")
 }
-
