@@ -26,12 +26,7 @@ import (
 // that key across a restart on the same state dir; the feed item is served
 // by its API.
 func TestDevDeliversFCMWebPushAndTheFeedAndKeepsItsVAPIDKeys(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts herald dev with the chDB server; runs in the full suite")
-	}
-	if _, err := chdb.FindLib(); err != nil {
-		t.Fatalf("chDB engine missing (scripts/install installs it): %v", err)
-	}
+	requireDev(t)
 	push := testenv.WebPushService(t)
 	bin := testenv.Herald(t)
 	state := t.TempDir()
@@ -154,5 +149,17 @@ func postJSON(t *testing.T, url string, in, out any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// requireDev skips t under -short and fails it without the chDB engine
+// herald dev needs.
+func requireDev(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts herald dev with the chDB server; runs in the full suite")
+	}
+	if _, err := chdb.FindLib(); err != nil {
+		t.Fatalf("chDB engine missing (scripts/install installs it): %v", err)
 	}
 }

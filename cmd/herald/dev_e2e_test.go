@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/api"
-	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/sdk"
 )
@@ -32,12 +31,7 @@ import (
 // later send reaching all four shows the pipeline had time to deliver the
 // duplicate if it were going to.
 func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts herald dev with the chDB server; runs in the full suite")
-	}
-	if _, err := chdb.FindLib(); err != nil {
-		t.Fatalf("chDB engine missing (scripts/install installs it): %v", err)
-	}
+	requireDev(t)
 	push := testenv.WebPushService(t)
 	// The API takes only https subscriptions: web-push-testing behind a
 	// TLS proxy whose certificate herald dev trusts (SSL_CERT_FILE).
