@@ -194,6 +194,8 @@ type runtime struct {
 	byClass                     map[Class]*metrics.Counter
 	inFlight                    *metrics.Gauge
 	metrics                     *metrics.Registry
+	// rules bounds the rule label of herald_sink_attempts_total.
+	rules *metrics.Limit
 }
 
 // parked exports partition p's committed parked deliveries (waiting for a
@@ -281,6 +283,7 @@ func newRuntime(o Options) *runtime {
 		inFlight:   m.Gauge("herald_sink_in_flight", "provider calls in flight", "channel", o.Channel),
 		byClass:    map[Class]*metrics.Counter{},
 		metrics:    m,
+		rules:      metrics.NewLimit(100),
 	}
 	for _, c := range []Class{Success, Retryable, Permanent, Ambiguous} {
 		rt.byClass[c] = m.Counter("herald_sink_results_total", "provider call results by class", "channel", o.Channel, "class", c.String())
@@ -359,6 +362,8 @@ func (rt *runtime) afterCommit(ctx context.Context) bool {
 			r.res = Result{Class: Ambiguous, Rule: "unclassified", Err: fmt.Errorf("sinks: provider returned class %d", r.res.Class)}
 		}
 		rt.byClass[r.res.Class].Inc()
+		rt.metrics.Counter("herald_sink_attempts_total", "provider call results by class and classification rule (rules beyond the first 100 are \"other\")",
+			"channel", rt.channel, "class", r.res.Class.String(), "rule", rt.rules.Value(r.res.Rule)).Inc()
 		if r.res.Err != nil {
 			rt.log.Debug("provider call failed", "delivery", r.cmd.DeliveryID, "attempt", r.attempt, "class", r.res.Class.String(), "rule", r.res.Rule, "err", r.res.Err)
 		}
