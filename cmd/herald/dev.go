@@ -186,6 +186,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	suffix := embedded.TransactionalSuffix()
 	dedupeStage, err := dedupe.New(dedupe.Options{
 		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
+		ResetOffsets: embedded.ResetOffsets,
 	})
 	if err != nil {
 		ln.Close()
@@ -194,6 +195,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	goStage("dedupe", dedupeStage.Run)
 	routeStage, err := route.New(route.Options{
 		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: routePolicy, ClientOpts: embedded.ClientOpts(),
+		ResetOffsets: embedded.ResetOffsets,
 	})
 	if err != nil {
 		ln.Close()
@@ -211,7 +213,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	goStage("sink-apns", func(ctx context.Context) error {
 		return sinks.Run(ctx, sinks.Options{
 			Channel: "apns", Provider: apnsProvider.p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
-			ClientOpts: embedded.ClientOpts(),
+			ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets,
 		})
 	})
 
@@ -239,7 +241,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		goStage("sink-"+channel, func(ctx context.Context) error {
 			return sinks.Run(ctx, sinks.Options{
 				Channel: channel, Provider: p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
-				ClientOpts: embedded.ClientOpts(),
+				ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets,
 			})
 		})
 	}

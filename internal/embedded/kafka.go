@@ -20,6 +20,20 @@
 //     that an aborting transaction overwrote, losing seen-set entries. On
 //     kfake the seen-set topic uses cleanup.policy=delete with a retention
 //     longer than any window or TTL: restore reads more, loses nothing.
+//  4. A transaction's commit is not atomic across a crash: EndTxn writes
+//     (and persists) the commit marker of each partition, then applies the
+//     transaction's group offsets, with no log to finish the commit after a
+//     restart. A SIGKILL in between leaves the outputs and changelog records
+//     committed and the input offsets not, so a stage's changelog can hold
+//     state for a partition that has no committed offset at all; the stage
+//     runtime reads that as lost offsets and refuses to start. herald dev
+//     therefore starts its stages with ResetOffsets: the input of such a
+//     partition is read again from the start (or from its older offset),
+//     against the restored state. The dedupe stage recognises a request its
+//     restored seen-set already holds as applied and emits nothing for it;
+//     the sinks never resend a delivery their state holds. The route stage
+//     may decide such a notification again: on kfake, after a SIGKILL, and
+//     only for the transaction the kill interrupted.
 //
 // Exactly-once and crash claims are proven on real Apache Kafka; kfake is
 // for the embedded default and fast tests only.
@@ -85,6 +99,11 @@ func ClientOpts() []kgo.Opt {
 		kgo.FetchMaxBytes(int32(maxTopicsPerClient * Partitions * fetchMaxPartitionBytes)),
 	}
 }
+
+// ResetOffsets is where stages on kfake start a partition without a
+// committed offset (defect 4): "earliest", since kfake can lose the offsets
+// of a transaction whose outputs it committed.
+const ResetOffsets = "earliest"
 
 // TransactionalSuffix makes this process's transactional ids unique to its
 // start (defect 2). Append it to every instance id used on kfake.
