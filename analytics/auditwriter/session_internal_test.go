@@ -518,3 +518,21 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 		})
 	}
 }
+
+func TestTheResumeLogNamesEachPartitionsNextOffsetInOrder(t *testing.T) {
+	cases := []struct {
+		name   string
+		stored map[int32]int64
+		want   string
+	}{
+		{"nothing stored resumes at the log start", nil, "log start"},
+		{"partitions are listed in order with the offset after the highest stored", map[int32]int64{2: 9, 0: 4, 1: 0}, "0:5 1:1 2:10"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := describe(c.stored); got != c.want {
+				t.Fatalf("describe(%v) = %q, want %q", c.stored, got, c.want)
+			}
+		})
+	}
+}
