@@ -276,6 +276,19 @@ func TestEveryRoleExportsItsMetricsAndDrainsOnSIGTERM(t *testing.T) {
 			t.Errorf("herald_stage_partitions{stage=dedupe} = %v, want 2", v)
 		}
 	})
+	t.Run("the Grafana dashboard names only metrics the roles export", func(t *testing.T) {
+		exported := map[string]bool{}
+		for _, p := range roles {
+			for name := range p.scrape(t) {
+				exported[name] = true
+			}
+		}
+		for name := range dashboardMetrics(t) {
+			if !exported[name] {
+				t.Errorf("deploy/grafana-herald.json queries %s, which no role exports", name)
+			}
+		}
+	})
 	for _, name := range []string{"api", "dedupe", "route", "sink", "audit-writer"} {
 		t.Run("herald "+name+" exits 0 within the bound on SIGTERM", func(t *testing.T) {
 			roles[name].terminate(t)
