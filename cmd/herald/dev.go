@@ -25,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/processors/route"
+	"github.com/heraldhq/herald/sdk/web"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
@@ -276,6 +277,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", apiSrv)
 	mux.Handle("GET /metrics", metrics.Default.Handler())
+	// The web client (service worker and page helper) for browsers.
+	mux.Handle("GET "+web.Prefix, web.Handler())
 	mux.HandleFunc("GET /healthz", healthz(admin, ch.HTTPAddr(), dedupeStage.Ready))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
