@@ -120,13 +120,24 @@
 
   // src/sw.ts
   var seen = new SeenSet();
-  self.addEventListener("push", (event) => {
-    event.waitUntil(
-      handlePush(event.data?.text(), {
+  async function onPush(text) {
+    let outcome;
+    try {
+      outcome = await handlePush(text, {
         seen,
         show: (title, options) => self.registration.showNotification(title, options)
-      }).catch((err) => console.error("herald: push", err))
-    );
+      });
+    } catch (err) {
+      console.error("herald: push", err);
+      outcome = "error";
+    }
+    const id = parsePayload(text)?.id;
+    for (const c of await self.clients.matchAll({ type: "window", includeUncontrolled: true })) {
+      c.postMessage({ herald: "push", id, outcome });
+    }
+  }
+  self.addEventListener("push", (event) => {
+    event.waitUntil(onPush(event.data?.text()));
   });
   self.addEventListener("notificationclick", (event) => {
     event.notification.close();

@@ -1,0 +1,175 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/serviceworker"
+	"github.com/chromedp/chromedp"
+)
+
+// testPage registers herald's service worker with scope "/" and collects the
+// outcomes it posts ({herald: "push", id, outcome}) in window.outcomes.
+const testPage = `<!doctype html><title>herald sw test</title><script>
+window.outcomes = [];
+navigator.serviceWorker.addEventListener("message", (e) => { if (e.data && e.data.herald === "push") window.outcomes.push(e.data); });
+window.ready = navigator.serviceWorker.register("/sdk/herald-sw.js", {scope: "/"}).then(() => navigator.serviceWorker.ready).then(() => true);
+</script>`
+
+// chromium starts headless Debian Chromium (scripts/install.d/chromium) on a
+// page of srv that has registered the service worker, and returns its
+// DevTools context and the worker's registration id.
+func chromium(t *testing.T, srv *httptest.Server) (context.Context, serviceworker.RegistrationID) {
+	t.Helper()
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+
+	regs := make(chan serviceworker.RegistrationID, 8)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*serviceworker.EventWorkerRegistrationUpdated); ok {
+			for _, r := range e.Registrations {
+				if !r.IsDeleted && r.ScopeURL == srv.URL+"/" {
+					select {
+					case regs <- r.RegistrationID:
+					default:
+					}
+				}
+			}
+		}
+	}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	if _, err := chromedp.CallBrowser(ctx, browser.SetPermission, browser.SetPermissionParams{
+		Permission: &browser.PermissionDescriptor{Name: "notifications"},
+		Setting:    browser.PermissionSettingGranted,
+		Origin:     srv.URL,
+	}); err != nil {
+		t.Fatalf("grant notifications: %v", err)
+	}
+	if _, err := chromedp.Call(ctx, serviceworker.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.ready`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatalf("register the service worker: %v", err)
+	}
+	select {
+	case id := <-regs:
+		return ctx, id
+	case <-time.After(time.Minute):
+		t.Fatal("no service worker registration reported by DevTools")
+	}
+	return nil, ""
+}
+
+// push delivers each of data to the service worker as a push message, all
+// before waiting, then waits for the worker to post an outcome for each; it
+// returns the outcomes, sorted.
+func push(t *testing.T, ctx context.Context, origin string, reg serviceworker.RegistrationID, data ...string) []string {
+	t.Helper()
+	before, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.outcomes.length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range data {
+		if _, err := chromedp.Call(ctx, serviceworker.DeliverPushMessage, serviceworker.DeliverPushMessageParams{Origin: origin, RegistrationID: reg, Data: d}); err != nil {
+			t.Fatalf("deliver push: %v", err)
+		}
+	}
+	n := before + len(data)
+	wait := fmt.Sprintf(`new Promise((resolve) => { const f = () => window.outcomes.length >= %d ? resolve(window.outcomes.slice(%d, %d).map((o) => o.outcome).sort()) : setTimeout(f, 20); f(); })`, n, before, n)
+	outcomes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](wait, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("wait for the pushes' outcomes: %v", err)
+	}
+	return outcomes
+}
+
+// shown returns the tags of the notifications the registration shows.
+func shown(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	tags, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`navigator.serviceWorker.ready.then((r) => r.getNotifications()).then((ns) => ns.map((n) => n.tag).sort())`,
+		chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tags
+}
+
+func payload(id string) string {
+	b, _ := json.Marshal(map[string]string{"id": id, "title": "herald test " + id, "body": "b"})
+	return string(b)
+}
+
+// TestBrowser drives headless Chromium over the DevTools protocol: pushes
+// are delivered to the real service worker (ServiceWorker.deliverPushMessage),
+// each push's outcome (shown or duplicate) is what the worker posts to the
+// page, and the notifications are read with registration.getNotifications().
+// The outcomes are what fail without the seen-set: the notifications alone
+// would not, since a repeat with the same tag replaces rather than stacks.
+func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("headless Chromium: not under -short")
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+Prefix, Handler())
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, testPage)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx, reg := chromium(t, srv)
+
+	for _, c := range []struct {
+		name     string
+		restart  bool
+		pushes   []string
+		outcomes []string
+		shown    []string
+	}{
+		{"a first push shows a notification tagged with its id", false,
+			[]string{payload("a")}, []string{"shown"}, []string{"a"}},
+		{"the same payload delivered again shows no second notification", false, []string{payload("a")}, []string{"duplicate"}, []string{"a"}},
+		{"two ids show two notifications", false,
+			[]string{payload("b")}, []string{"shown"}, []string{"a", "b"}},
+		{"two pushes of one id arriving together show one notification", false,
+			[]string{payload("c"), payload("c")}, []string{"duplicate", "shown"}, []string{"a", "b", "c"}},
+		{"after the service worker is stopped and started again a repeat is still dropped", true,
+			[]string{payload("a")}, []string{"duplicate"}, []string{"a", "b", "c"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.restart {
+				if _, err := chromedp.Call(ctx, serviceworker.StopAllWorkers, cdp.Empty{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := push(t, ctx, srv.URL, reg, c.pushes...); !slices.Equal(got, c.outcomes) {
+				t.Errorf("outcomes %v, want %v", got, c.outcomes)
+			}
+			if got := shown(t, ctx); !slices.Equal(got, c.shown) {
+				t.Errorf("notifications %v, want %v", got, c.shown)
+			}
+		})
+	}
+}
