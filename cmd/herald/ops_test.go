@@ -121,29 +121,6 @@ const (
 	drainBound = 30 * time.Second
 )
 
-// hasSeries reports whether a scrape holds a series of name whose labels
-// include the given pairs.
-func hasSeries(m testenv.Metrics, name string, labels ...string) bool {
-	f, ok := m[name]
-	if !ok {
-		return false
-	}
-next:
-	for _, s := range f.Metric {
-		got := map[string]string{}
-		for _, l := range s.Label {
-			got[l.GetName()] = l.GetValue()
-		}
-		for i := 0; i+1 < len(labels); i += 2 {
-			if got[labels[i]] != labels[i+1] {
-				continue next
-			}
-		}
-		return true
-	}
-	return false
-}
-
 // metricWant is one metric a role must export, moved by the test's traffic
 // to at least min (summed over the series matching labels).
 type metricWant struct {
@@ -268,7 +245,7 @@ func TestEveryRoleExportsItsMetricsAndDrainsOnSIGTERM(t *testing.T) {
 			{"audit-writer", "herald_audit_restarts_total", nil},
 		}
 		for _, w := range present {
-			if m := roles[w.role].scrape(t); !hasSeries(m, w.name, w.labels...) {
+			if !roles[w.role].scrape(t).Has(w.name, w.labels...) {
 				t.Errorf("herald %s exports no %s%v", w.role, w.name, w.labels)
 			}
 		}

@@ -31,19 +31,16 @@ func Scrape(t testing.TB, url string) Metrics {
 	return fams
 }
 
-// Value returns name{labels} (key, value pairs; the series must have
-// exactly these labels) and whether it is there. A histogram's value is its
-// count of observations.
-func (m Metrics) Value(name string, labels ...string) (float64, bool) {
+// series returns the series of name whose labels include the given
+// key, value pairs.
+func (m Metrics) series(name string, labels ...string) []*dto.Metric {
 	f, ok := m[name]
 	if !ok {
-		return 0, false
+		return nil
 	}
+	var out []*dto.Metric
 next:
 	for _, s := range f.Metric {
-		if len(s.Label) != len(labels)/2 {
-			continue
-		}
 		got := map[string]string{}
 		for _, l := range s.Label {
 			got[l.GetName()] = l.GetValue()
@@ -53,13 +50,30 @@ next:
 				continue next
 			}
 		}
-		switch {
-		case s.Counter != nil:
-			return s.Counter.GetValue(), true
-		case s.Gauge != nil:
-			return s.Gauge.GetValue(), true
-		case s.Histogram != nil:
-			return float64(s.Histogram.GetSampleCount()), true
+		out = append(out, s)
+	}
+	return out
+}
+
+func value(s *dto.Metric) float64 {
+	switch {
+	case s.Counter != nil:
+		return s.Counter.GetValue()
+	case s.Gauge != nil:
+		return s.Gauge.GetValue()
+	case s.Histogram != nil:
+		return float64(s.Histogram.GetSampleCount())
+	}
+	return 0
+}
+
+// Value returns name{labels} (key, value pairs; the series must have
+// exactly these labels) and whether it is there. A histogram's value is its
+// count of observations.
+func (m Metrics) Value(name string, labels ...string) (float64, bool) {
+	for _, s := range m.series(name, labels...) {
+		if len(s.Label) == len(labels)/2 {
+			return value(s), true
 		}
 	}
 	return 0, false
@@ -68,30 +82,15 @@ next:
 // Sum returns the sum of every series of name whose labels include the
 // given key, value pairs (histograms: their counts).
 func (m Metrics) Sum(name string, labels ...string) float64 {
-	f, ok := m[name]
-	if !ok {
-		return 0
-	}
 	var sum float64
-next:
-	for _, s := range f.Metric {
-		got := map[string]string{}
-		for _, l := range s.Label {
-			got[l.GetName()] = l.GetValue()
-		}
-		for i := 0; i+1 < len(labels); i += 2 {
-			if got[labels[i]] != labels[i+1] {
-				continue next
-			}
-		}
-		switch {
-		case s.Counter != nil:
-			sum += s.Counter.GetValue()
-		case s.Gauge != nil:
-			sum += s.Gauge.GetValue()
-		case s.Histogram != nil:
-			sum += float64(s.Histogram.GetSampleCount())
-		}
+	for _, s := range m.series(name, labels...) {
+		sum += value(s)
 	}
 	return sum
+}
+
+// Has reports whether some series of name has labels including the given
+// key, value pairs.
+func (m Metrics) Has(name string, labels ...string) bool {
+	return len(m.series(name, labels...)) > 0
 }
