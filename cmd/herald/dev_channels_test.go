@@ -36,6 +36,13 @@ func TestDevDeliversFCMWebPushAndTheFeedAndKeepsItsVAPIDKeys(t *testing.T) {
 	cat := topics.New(embedded.CatalogOptions(24 * time.Hour))
 
 	key := vapidKeyOf(t, dev.http)
+	// The web client's service worker is served beside the API, allowed to
+	// control the whole origin.
+	if resp, err := http.Get(dev.http + "/sdk/herald-sw.js"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != 200 || resp.Header.Get("Service-Worker-Allowed") != "/" {
+		t.Fatalf("GET /sdk/herald-sw.js: %d, Service-Worker-Allowed %q", resp.StatusCode, resp.Header.Get("Service-Worker-Allowed"))
+	}
 	var sub struct {
 		Data struct {
 			Endpoint   string `json:"endpoint"`
