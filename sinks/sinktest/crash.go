@@ -43,8 +43,13 @@ func (c Crash) Run(t *testing.T, brokers []string, cat *topics.Catalog) Audit {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	t.Logf("crash run seed %d", seed)
 
+	// proc is one sink process; exited closes once its only Wait returns.
+	type proc struct {
+		cmd    *exec.Cmd
+		exited chan struct{}
+	}
 	var mu sync.Mutex
-	running := map[string]*exec.Cmd{}
+	running := map[string]proc{}
 	start := func(id string) {
 		logf, err := os.OpenFile(filepath.Join(dir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
@@ -59,10 +64,11 @@ func (c Crash) Run(t *testing.T, brokers []string, cat *topics.Catalog) Audit {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		p := proc{cmd, make(chan struct{})}
 		mu.Lock()
-		running[id] = cmd
+		running[id] = p
 		mu.Unlock()
-		go func() { cmd.Wait(); logf.Close() }()
+		go func() { cmd.Wait(); logf.Close(); close(p.exited) }()
 	}
 	ids := []string{"s1", "s2"}
 	for _, id := range ids {
@@ -72,10 +78,10 @@ func (c Crash) Run(t *testing.T, brokers []string, cat *topics.Catalog) Audit {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range running {
-			p.Process.Signal(syscall.SIGTERM)
+			p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 		for _, p := range running {
-			p.Wait()
+			<-p.exited
 		}
 	})
 
@@ -113,8 +119,10 @@ func (c Crash) Run(t *testing.T, brokers []string, cat *topics.Catalog) Audit {
 		if kills < c.Kills {
 			id := ids[rng.IntN(len(ids))]
 			mu.Lock()
-			running[id].Process.Signal(syscall.SIGKILL)
+			p := running[id]
 			mu.Unlock()
+			p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.exited
 			kills++
 			time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 			start(id)
