@@ -358,8 +358,11 @@ func TestTheAPIOnTheRealBroker(t *testing.T) {
 	t.Run("tenants cannot see or touch each other's notifications, devices or preferences", func(t *testing.T) {
 		a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"secret","recipientId":"shared-user","title":"t","body":"b","key":{"n":1}}`, "Prefer", "wait=60")
 		id := decode[sdk.SendResult](t, a).Notifications[0].ID
-		p.eventually(t, "the owner reads its notification", func() bool {
-			return p.call(t, "GET", "/v1/notifications/"+id, keyA, "").status == 200
+		// The read model sees the request before the stage's decision: wait
+		// for the decision, then check the record.
+		p.eventually(t, "the owner reads its decided notification", func() bool {
+			r := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
+			return r.status == 200 && decode[sdk.NotificationRecord](t, r).Status != sdk.StatusPending
 		})
 		rec := decode[sdk.NotificationRecord](t, p.call(t, "GET", "/v1/notifications/"+id, keyA, ""))
 		if rec.Status != schemas.DecisionAccepted || rec.Title != "t" || len(rec.Timeline) < 2 {
