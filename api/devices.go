@@ -231,6 +231,12 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 	if existed {
 		d.CreatedAt = old.CreatedAt
 	}
+	// A web device gets a fresh receipt token at each registration (see
+	// receipts.go): answered once, only its hash kept.
+	var token string
+	if d.Platform == sdk.PlatformWeb {
+		token, d.ReceiptTokenSHA256 = newReceiptToken(p.tenant, user, device)
+	}
 	key := schemas.DeviceKey(p.tenant, user, device)
 	if !s.put(w, r, s.devicesT, key, d) {
 		return
@@ -240,7 +246,10 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 	if existed {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, deviceOut(d))
+	out := deviceOut(d)
+	out.ReceiptToken = token
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, status, out)
 }
 
 func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, p principal) {

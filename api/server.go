@@ -143,6 +143,7 @@ type Server struct {
 	requestsT, decisionsT, devicesT, prefsT, segmentsT string
 	attemptsT, outcomesT                               string
 	feedT                                              string
+	receiptsT                                          string
 
 	w   *writer
 	tr  *tracker
@@ -181,6 +182,7 @@ func New(cfg Config) (*Server, error) {
 	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
 	s.rep.routeT = cat.Name(topics.Route)
 	s.feedT = cat.Name(topics.Feed)
+	s.receiptsT = cat.Name(topics.Receipts)
 	s.rep.feedT = s.feedT
 	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log)
 	s.routes = apiRoutes()
@@ -227,11 +229,20 @@ func apiRoutes() []route {
 		{"GET", "/v1/recipients/{recipientId}/feed", false, (*Server).getFeed},
 		{"POST", "/v1/recipients/{recipientId}/feed/{notificationId}/read", false, (*Server).postFeedRead},
 		{"POST", "/v1/recipients/{recipientId}/feed/read-all", false, (*Server).postFeedReadAll},
+		// Device routes: authenticated by the device's receipt token, not an
+		// API key (deviceAuth).
+		{"POST", "/v1/receipts", true, (*Server).postReceipt},
+		{"PUT", "/v1/device/webpush", true, (*Server).putDeviceWebPush},
 	}
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if cors(w, r) {
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // statusWriter remembers the status for the access log.
 type statusWriter struct {
@@ -303,7 +314,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	base := append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, s.cfg.ClientOpts...)
 	trCl, err := kgo.NewClient(append(base,
-		kgo.ConsumeTopics(s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT),
+		kgo.ConsumeTopics(s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT, s.receiptsT),
 		kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-s.cfg.Lookback).UnixMilli())),
 	)...)
 	if err != nil {
@@ -345,7 +356,7 @@ func (s *Server) Start(ctx context.Context) error {
 				return
 			}
 		}
-		s.tr.consume(runCtx, trCl, trackerTopics{s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT}, s.log)
+		s.tr.consume(runCtx, trCl, trackerTopics{s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT, s.receiptsT}, s.log)
 	}()
 	go func() {
 		defer s.wg.Done()

@@ -17,11 +17,11 @@ import (
 )
 
 // tracker is the API's read model of herald.requests, herald.decisions,
-// herald.attempts and herald.outcomes, consumed read_committed from Lookback
-// ago: each notification's first request and its timeline (GET
-// /v1/notifications/{id}: requests, decisions, the sinks' attempts and the
-// deliveries' outcomes) and the accepted count per tenant (quotas). It is
-// eventually consistent: a request the API has just written appears once
+// herald.attempts, herald.outcomes and herald.receipts, consumed
+// read_committed from Lookback ago: each notification's first request and
+// its timeline (GET /v1/notifications/{id}: requests, decisions, the sinks'
+// attempts, the deliveries' outcomes and the devices' receipts) and the
+// accepted count per tenant (quotas). It is eventually consistent: a request the API has just written appears once
 // the consumer reads it back, and a freshly started API shows a
 // notification only once the consumer has read up to it. The decisions
 // that callers wait for (Prefer: wait, idempotency keys) come from a second
@@ -53,6 +53,7 @@ type note struct {
 	req      *schemas.Request
 	first    *schemas.Decision // first decision of any request
 	timeline []sdk.TimelineEvent
+	receipts map[string]bool // receipt ids placed: a receipt sent again shows once
 }
 
 // waiter collects the dedupe decisions about one call's records and, when
@@ -197,6 +198,26 @@ func (t *tracker) addOutcome(o schemas.Outcome) {
 		Channel: o.Channel, DeviceID: o.DeviceID, Status: o.Status, Attempts: o.Attempts, Reason: o.Reason})
 }
 
+// addReceipt adds what a device reported to its notification's timeline,
+// once per receipt id.
+func (t *tracker) addReceipt(rc schemas.Receipt) {
+	if rc.Tenant == "" || rc.NotificationID == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.noteFor(noteKey{rc.Tenant, rc.NotificationID})
+	if n.receipts[rc.ReceiptID] {
+		return
+	}
+	if n.receipts == nil {
+		n.receipts = map[string]bool{}
+	}
+	n.receipts[rc.ReceiptID] = true
+	n.timeline = append(n.timeline, sdk.TimelineEvent{At: rc.At, Kind: sdk.EventReceipt, DeliveryID: rc.DeliveryID,
+		Channel: rc.Channel, DeviceID: rc.DeviceID, Receipt: rc.Kind, ReceiptID: rc.ReceiptID})
+}
+
 // addDecision adds a decision to the read model, and counts it against the
 // quota when countQuota (decisions below the live consumer's start, which
 // counts the rest: see addLive).
@@ -309,10 +330,10 @@ func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 
 // kindOrder orders the events of one millisecond as they happen: a request,
 // its decisions, the attempts of its deliveries, their outcomes.
-var kindOrder = map[string]int{sdk.EventRequested: 0, sdk.EventDecision: 1, sdk.EventAttempt: 2, sdk.EventOutcome: 3}
+var kindOrder = map[string]int{sdk.EventRequested: 0, sdk.EventDecision: 1, sdk.EventAttempt: 2, sdk.EventOutcome: 3, sdk.EventReceipt: 4}
 
 // trackerTopics names the topics the read model consumes.
-type trackerTopics struct{ requests, decisions, attempts, outcomes string }
+type trackerTopics struct{ requests, decisions, attempts, outcomes, receipts string }
 
 // consumeLive reads herald.decisions from where cl was positioned (the end
 // offsets listed when the server started, see Server.Start) until ctx ends,
@@ -380,6 +401,13 @@ func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics,
 				return
 			}
 			t.addOutcome(o)
+		case tp.receipts:
+			var rc schemas.Receipt
+			if err := schemas.Decode(r.Value, &rc); err != nil {
+				log.Debug("read model: skip undecodable receipt", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			t.addReceipt(rc)
 		}
 	})
 }

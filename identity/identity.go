@@ -121,6 +121,7 @@ const (
 	tagDedupe      = "herald/dedupe/v1"
 	tagIdempotency = "herald/idempotency/v1"
 	tagDelivery    = "herald/delivery/v1"
+	tagReceipt     = "herald/receipt/v1"
 )
 
 // apnsNamePrefix is prepended to the notification id to form the UUIDv5 name
@@ -177,6 +178,15 @@ func IdempotencyID(tenant, typ, recipient, idempotencyKey string) string {
 // enc(deviceID))[:16]), with enc as in [DedupeID].
 func DeliveryID(notificationID, deviceID string) string {
 	return derive(tagDelivery, notificationID, deviceID)
+}
+
+// ReceiptID returns the id of one receipt of a kind ("displayed",
+// "opened", "dropped") about one delivery: hex(sha256(enc("herald/receipt/v1")
+// || enc(deliveryID) || enc(kind))[:16]), with enc as in [DedupeID]. A
+// receipt the web client sends again (a retried POST /v1/receipts) has the
+// same id, so the audit counts it once.
+func ReceiptID(deliveryID, kind string) string {
+	return derive(tagReceipt, deliveryID, kind)
 }
 
 // NewRandomID returns a fresh UUIDv7 as 32 lower-case hex characters, the id

@@ -442,8 +442,14 @@ type Device struct {
 	Tags []string `json:"tags,omitempty"`
 	// RetiredReason is set when a provider invalidated the token.
 	RetiredReason string `json:"retiredReason,omitempty"`
-	CreatedAt     int64  `json:"createdAt"`
-	UpdatedAt     int64  `json:"updatedAt"`
+	// ReceiptTokenSHA256 is the hex SHA-256 of the device's receipt token
+	// (POST /v1/receipts): the API issues a fresh token at each
+	// registration, answers it once and keeps only this hash. Empty: the
+	// device cannot send receipts (registered before receipts existed, or
+	// retired by a sink, which rewrites the device without it).
+	ReceiptTokenSHA256 string `json:"receiptTokenSha256,omitempty"`
+	CreatedAt          int64  `json:"createdAt"`
+	UpdatedAt          int64  `json:"updatedAt"`
 }
 
 // SchemaName implements Record.
@@ -600,7 +606,45 @@ type FeedItem struct {
 // SchemaName implements Record.
 func (FeedItem) SchemaName() string { return FeedItemV1 }
 
+// Receipt kinds: what a device reports about a notification.
+const (
+	// ReceiptDisplayed: the web client showed the notification.
+	ReceiptDisplayed = "displayed"
+	// ReceiptOpened: the user clicked it (notificationclick).
+	ReceiptOpened = "opened"
+	// ReceiptDropped: the web client's seen-set dropped a repeat of a
+	// notification it had already shown (a client-side dedupe hit).
+	ReceiptDropped = "dropped"
+)
+
+// Receipt is what a device reported about one notification (POST
+// /v1/receipts, authenticated by the device's receipt token), on
+// herald.receipts, keyed by delivery id. ReceiptID is
+// identity.ReceiptID(DeliveryID, Kind): a receipt sent again carries the
+// same id, and the audit counts receipts by it, so each kind counts at most
+// once per delivery. Tenant, Recipient and DeviceID come from the token;
+// NotificationID and Type are what the device reported.
+type Receipt struct {
+	Schema         string `json:"schema"`
+	ReceiptID      string `json:"receiptId"`
+	Kind           string `json:"kind" jsonschema:"enum=displayed,enum=opened,enum=dropped"`
+	DeliveryID     string `json:"deliveryId"`
+	NotificationID string `json:"notificationId"`
+	Tenant         string `json:"tenant"`
+	Type           string `json:"type,omitempty"`
+	Recipient      string `json:"recipient"`
+	DeviceID       string `json:"deviceId"`
+	Channel        string `json:"channel" jsonschema:"enum=webpush"`
+	// At is when herald received the receipt (ms); ClientAt the device's
+	// clock when it happened, as reported (0: not reported).
+	At       int64 `json:"at"`
+	ClientAt int64 `json:"clientAt,omitempty"`
+}
+
+// SchemaName implements Record.
+func (Receipt) SchemaName() string { return ReceiptV1 }
+
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}}
 }

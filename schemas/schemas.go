@@ -31,6 +31,7 @@ const (
 	RouteEntryV1      = "herald.route/v1"
 	SinkEntryV1       = "herald.sinkentry/v1"
 	FeedItemV1        = "herald.feeditem/v1"
+	ReceiptV1         = "herald.receipt/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

@@ -47,7 +47,8 @@ func samples() []schemas.Record {
 		&schemas.Outcome{DeliveryID: "d1", NotificationID: "n1", Tenant: "acme", Type: "t", Recipient: "u", DeviceID: "dev1", Channel: "fcm",
 			Status: schemas.OutcomeDeadLettered, Reason: "exhausted", Attempts: 5, At: 9},
 		&schemas.Device{Tenant: "acme", Recipient: "u", DeviceID: "dev1", Platform: "web", Token: "t", WebPush: sub, Locale: "en",
-			TimeZone: "Europe/Paris", Enabled: true, Tags: []string{"beta", "vip"}, RetiredReason: "Unregistered", CreatedAt: 1, UpdatedAt: 2},
+			TimeZone: "Europe/Paris", Enabled: true, Tags: []string{"beta", "vip"}, RetiredReason: "Unregistered",
+			ReceiptTokenSHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", CreatedAt: 1, UpdatedAt: 2},
 		&schemas.Preferences{Tenant: "acme", Recipient: "u", Channels: map[string]bool{"apns": false}, OptedOutTypes: []string{"promo"},
 			QuietHours: &schemas.QuietHours{Start: "22:00", End: "07:00", TimeZone: "Europe/Paris"}, UpdatedAt: 3},
 		&schemas.Segment{Tenant: "acme", Name: "beta-testers", Members: []string{"u_1", "u_2"}, UpdatedAt: 4},
@@ -58,6 +59,9 @@ func samples() []schemas.Record {
 			Command: &schemas.DeliveryCommand{DeliveryID: "d1", NotificationID: "n1", Channel: "apns"}, UpdatedAt: 13},
 		&schemas.FeedItem{Tenant: "acme", Recipient: "u1", NotificationID: "n1", Type: "invoice.paid", Title: "Paid", Body: "b",
 			Payload: json.RawMessage(`{"url":"https://example.com"}`), CreatedAt: 1, DeliveredAt: 2, ReadAt: 3},
+		&schemas.Receipt{ReceiptID: "f2e2a50abd2af5c6e9e71c6fb95ee5b8", Kind: schemas.ReceiptDropped, DeliveryID: "4eb160981ce0a5e34585008dc860b5ec",
+			NotificationID: "52f364d9288c640b306b566e509104bd", Tenant: "acme", Type: "invoice.paid", Recipient: "u_8831", DeviceID: "dev-1",
+			Channel: "webpush", At: 5, ClientAt: 4},
 	}
 }
 

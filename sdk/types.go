@@ -250,12 +250,15 @@ const (
 	EventDecision  = "decision"
 	EventAttempt   = "attempt"
 	EventOutcome   = "outcome"
+	// EventReceipt: what the device reported (Receipt: displayed, opened,
+	// dropped), apart from the provider's acceptance (EventAttempt).
+	EventReceipt = "receipt"
 )
 
 // TimelineEvent is one step in a notification's history: a request
 // ("requested"), a stage's decision ("decision"), a sink's call to a
-// provider for one device ("attempt") or a delivery's final state
-// ("outcome").
+// provider for one device ("attempt"), a delivery's final state
+// ("outcome") or what the device reported ("receipt").
 type TimelineEvent struct {
 	At   int64  `json:"at"`
 	Kind string `json:"kind"`
@@ -285,6 +288,11 @@ type TimelineEvent struct {
 	// Reason is the provider's reason on an attempt, the outcome's reason
 	// on an outcome.
 	Reason string `json:"reason,omitempty"`
+	// Receipt is what the device reported on a receipt event: displayed,
+	// opened, or dropped (its seen-set dropped a repeat); ReceiptID names
+	// it (one per delivery and kind: a receipt sent twice shows once).
+	Receipt   string `json:"receipt,omitempty"`
+	ReceiptID string `json:"receiptId,omitempty"`
 }
 
 // Platforms of a device.
@@ -325,6 +333,26 @@ type Device struct {
 	Tags      []string             `json:"tags,omitempty"`
 	CreatedAt int64                `json:"createdAt"`
 	UpdatedAt int64                `json:"updatedAt"`
+	// ReceiptToken is answered once, by the registration (PUT) of a web
+	// device: the device's bearer token for POST /v1/receipts and PUT
+	// /v1/device/webpush. herald keeps only its hash; registering the
+	// device again issues a new one and the old one stops working.
+	ReceiptToken string `json:"receiptToken,omitempty"`
+}
+
+// Receipt kinds a device reports (POST /v1/receipts).
+const (
+	ReceiptDisplayed = "displayed"
+	ReceiptOpened    = "opened"
+	ReceiptDropped   = "dropped"
+)
+
+// ReceiptResult is the answer to POST /v1/receipts: the receipt's id, the
+// same for the same notification, device and kind however often it is
+// sent, and the delivery it is about.
+type ReceiptResult struct {
+	ReceiptID  string `json:"receiptId"`
+	DeliveryID string `json:"deliveryId"`
 }
 
 // DeviceList is the answer to GET /v1/users/{userId}/devices.

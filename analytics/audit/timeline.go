@@ -1,6 +1,7 @@
 // Package audit owns the auditors' view of the audit record: the timeline
 // of one notification, one recipient or one dedupe key (every request,
-// decision, attempt and outcome, with its reasons), and the plain answer to
+// decision, attempt and outcome, with its reasons, and what the devices
+// reported: displayed, opened, a repeat dropped by the web client), and the plain answer to
 // "did anything reach a device twice?".
 //
 // It reads the audit tables written by analytics/auditwriter. Rows are
@@ -137,6 +138,21 @@ type Outcome struct {
 	Attempts       uint16    `ch:"attempts"`
 }
 
+// Receipt is a receipt row: what a device reported (displayed, opened,
+// or dropped: its seen-set dropped a repeat).
+type Receipt struct {
+	Position
+	At             time.Time `ch:"at"`
+	ReceiptID      string    `ch:"receipt_id"`
+	Kind           string    `ch:"kind"`
+	DeliveryID     string    `ch:"delivery_id"`
+	NotificationID string    `ch:"notification_id"`
+	Tenant         string    `ch:"tenant"`
+	Recipient      string    `ch:"recipient"`
+	DeviceID       string    `ch:"device_id"`
+	Channel        string    `ch:"channel"`
+}
+
 // Timeline is everything the audit holds about a selection.
 type Timeline struct {
 	Selector  Selector
@@ -144,7 +160,10 @@ type Timeline struct {
 	Decisions []Decision
 	Attempts  []Attempt
 	Outcomes  []Outcome
-	Verdict   Verdict
+	// Receipts hold one row per receipt id (a receipt the device sent
+	// twice is one receipt), the first received.
+	Receipts []Receipt
+	Verdict  Verdict
 }
 
 // Load reads the timeline of sel from database.
@@ -196,6 +215,13 @@ func Load(ctx context.Context, conn driver.Conn, database string, sel Selector) 
 	}
 	if err := q.load(ctx, &tl.Outcomes, "outcomes", "at, delivery_id, notification_id, tenant, type, recipient, device_id, channel, status, reason, attempts", where, args); err != nil {
 		return nil, err
+	}
+	// One row per receipt id, not per position: a receipt sent twice is
+	// one receipt (see migrations/sql/0005_receipts.sql).
+	receipts := "SELECT kafka_topic, kafka_partition, kafka_offset, at, receipt_id, kind, delivery_id, notification_id, tenant, recipient, device_id, channel FROM " +
+		q.db + ".receipts WHERE decode_error = '' AND " + where + " ORDER BY at, kafka_partition, kafka_offset LIMIT 1 BY receipt_id"
+	if err := q.conn.Select(ctx, &tl.Receipts, receipts, args...); err != nil {
+		return nil, fmt.Errorf("audit: read receipts: %w", err)
 	}
 	tl.Verdict = judge(tl)
 	return tl, nil
@@ -372,7 +398,7 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z
 // event is one line of the printed timeline.
 type event struct {
 	at    time.Time
-	kind  int // order of kinds at equal times: request, decision, attempt, outcome
+	kind  int // order of kinds at equal times: request, decision, attempt, outcome, receipt
 	pos   Position
 	label string
 	text  string
@@ -434,6 +460,13 @@ func (tl *Timeline) events() []event {
 		}
 		evs = append(evs, event{o.At, 3, o.Position, "outcome", text})
 	}
+	for _, r := range tl.Receipts {
+		text := fmt.Sprintf("%s device %s reported %s, delivery %s, receipt %s", r.Channel, r.DeviceID, r.Kind, r.DeliveryID, r.ReceiptID)
+		if r.Kind == schemas.ReceiptDropped {
+			text += " (its seen-set dropped a repeat: the device received this notification again and did not show it)"
+		}
+		evs = append(evs, event{r.At, 4, r.Position, "receipt", text})
+	}
 	sort.SliceStable(evs, func(i, j int) bool {
 		a, b := evs[i], evs[j]
 		if !a.at.Equal(b.at) {
@@ -478,8 +511,8 @@ func (tl *Timeline) Print(w io.Writer) error {
 	if s.Tenant != "" {
 		fmt.Fprintf(&b, " in tenant %s", s.Tenant)
 	}
-	fmt.Fprintf(&b, ": %d request(s), %d decision(s), %d attempt(s), %d outcome(s)\n\n",
-		len(tl.Requests), len(tl.Decisions), len(tl.Attempts), len(tl.Outcomes))
+	fmt.Fprintf(&b, ": %d request(s), %d decision(s), %d attempt(s), %d outcome(s), %d receipt(s)\n\n",
+		len(tl.Requests), len(tl.Decisions), len(tl.Attempts), len(tl.Outcomes), len(tl.Receipts))
 	for _, e := range tl.events() {
 		fmt.Fprintf(&b, "%s  %-8s  %s\n", stamp(e.at), e.label, e.text)
 	}

@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +180,49 @@ func TestTimelinesOnAPipelineRun(t *testing.T) {
 		for i := 1; i < len(tl.Decisions); i++ {
 			if tl.Decisions[i].At.Before(tl.Decisions[i-1].At) {
 				t.Fatal("decisions are not in time order")
+			}
+		}
+	})
+
+	t.Run("a notification's receipts are shown apart from its attempts, a receipt sent twice once", func(t *testing.T) {
+		copies := map[string]int{}
+		var twice schemas.Receipt
+		for _, rc := range f.Receipts {
+			if copies[rc.ReceiptID]++; copies[rc.ReceiptID] == 2 {
+				twice = rc
+			}
+		}
+		if twice.ReceiptID == "" {
+			t.Fatal("the fixture sends no receipt twice")
+		}
+		tl, err := audit.Load(ctx, f.Conn, f.DB, audit.Selector{NotificationID: twice.NotificationID, Tenant: twice.Tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []string
+		for _, r := range tl.Receipts {
+			got = append(got, r.DeviceID+" "+r.Kind+" "+r.ReceiptID)
+		}
+		kept := map[string]bool{}
+		for _, rc := range f.Receipts {
+			if rc.NotificationID == twice.NotificationID && rc.Tenant == twice.Tenant && !kept[rc.ReceiptID] {
+				kept[rc.ReceiptID] = true
+				want = append(want, rc.DeviceID+" "+rc.Kind+" "+rc.ReceiptID)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("receipts %q, want %q", got, want)
+		}
+		var out strings.Builder
+		if err := tl.Print(&out); err != nil {
+			t.Fatal(err)
+		}
+		text := out.String()
+		for _, s := range []string{"reported displayed", "reported dropped", "seen-set dropped a repeat", "attempt 1: sent"} {
+			if !strings.Contains(text, s) {
+				t.Errorf("timeline lacks %q:\n%s", s, text)
 			}
 		}
 	})

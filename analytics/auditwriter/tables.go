@@ -389,3 +389,44 @@ func (b *outcomesBatch) columns() ([]string, []any) {
 }
 
 func (b *outcomesBatch) reset() { *b = outcomesBatch{position: b.position}; b.resetPosition() }
+
+// receiptsBatch rows go to the receipts table.
+type receiptsBatch struct {
+	position
+	v schemas.Receipt // loaded, not yet kept
+
+	receiptID, kind, deliveryID, notificationID, tenant, typ, recipient, deviceID, channel []string
+	clientAt                                                                               []time.Time
+}
+
+func (b *receiptsBatch) load(r *kgo.Record) int32 {
+	b.v = schemas.Receipt{}
+	err := decodeValue(r, &b.v, &b.v.Schema)
+	if err != nil {
+		b.v = schemas.Receipt{}
+	}
+	return b.loadPosition(r, b.v.At, err)
+}
+
+func (b *receiptsBatch) keep() {
+	v := &b.v
+	b.keepPosition()
+	b.receiptID = append(b.receiptID, v.ReceiptID)
+	b.kind = append(b.kind, v.Kind)
+	b.deliveryID = append(b.deliveryID, v.DeliveryID)
+	b.notificationID = append(b.notificationID, v.NotificationID)
+	b.tenant = append(b.tenant, v.Tenant)
+	b.typ = append(b.typ, v.Type)
+	b.recipient = append(b.recipient, v.Recipient)
+	b.deviceID = append(b.deviceID, v.DeviceID)
+	b.channel = append(b.channel, v.Channel)
+	b.clientAt = append(b.clientAt, ms(v.ClientAt))
+}
+
+func (b *receiptsBatch) columns() ([]string, []any) {
+	names, cols := b.positionColumns()
+	return append(names, "receipt_id", "kind", "delivery_id", "notification_id", "tenant", "type", "recipient", "device_id", "channel", "client_at"),
+		append(cols, b.receiptID, b.kind, b.deliveryID, b.notificationID, b.tenant, b.typ, b.recipient, b.deviceID, b.channel, b.clientAt)
+}
+
+func (b *receiptsBatch) reset() { *b = receiptsBatch{position: b.position}; b.resetPosition() }

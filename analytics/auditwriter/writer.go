@@ -1,7 +1,7 @@
 // Package auditwriter owns the audit writer: the process that copies every
-// record of herald's requests, decisions, attempts and outcomes topics into
-// ClickHouse (the tables of analytics/migrations), exactly once, in large
-// batches.
+// record of herald's requests, decisions, attempts, outcomes and receipts
+// topics into ClickHouse (the tables of analytics/migrations), exactly once,
+// in large batches.
 //
 // Exactly once, without a consumer group:
 //   - Each topic has its own table, and each row carries its record's
@@ -206,6 +206,7 @@ func New(o Options) (*Writer, error) {
 	add("decisions", topics.Decisions, func() batch { return &decisionsBatch{} })
 	add("attempts", topics.Attempts, func() batch { return &attemptsBatch{} })
 	add("outcomes", topics.Outcomes, func() batch { return &outcomesBatch{} })
+	add("receipts", topics.Receipts, func() batch { return &receiptsBatch{} })
 	w.lag = metrics.ConsumerLag(o.Metrics, "audit-writer")
 	w.errs = o.Metrics.Counter("herald_audit_restarts_total", "times the writer started over from ClickHouse after an error")
 	return w, nil

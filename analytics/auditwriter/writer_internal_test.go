@@ -36,6 +36,7 @@ func TestEveryBatchHasOneColumnPerName(t *testing.T) {
 		{"decisions rows have a value for every column", &decisionsBatch{}},
 		{"attempts rows have a value for every column", &attemptsBatch{}},
 		{"outcomes rows have a value for every column", &outcomesBatch{}},
+		{"receipts rows have a value for every column", &receiptsBatch{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -101,14 +101,18 @@ func TestQueriesOnAPipelineRun(t *testing.T) {
 	}
 	week := hitsByType(f, until.Add(-7*24*time.Hour), until)
 
+	// hitRateRow is a row of hit_rate_by_type_7d.
+	type hitRateRow struct {
+		Tenant      string  `ch:"tenant"`
+		Type        string  `ch:"type"`
+		Hits        uint64  `ch:"hits"`
+		Misses      uint64  `ch:"misses"`
+		HitRate     float64 `ch:"hit_rate"`
+		ClientDrops uint64  `ch:"client_drops"`
+		WithClient  float64 `ch:"hit_rate_with_client_drops"`
+	}
 	t.Run("hit rate per type over 7 days matches the decisions", func(t *testing.T) {
-		var rows []struct {
-			Tenant  string  `ch:"tenant"`
-			Type    string  `ch:"type"`
-			Hits    uint64  `ch:"hits"`
-			Misses  uint64  `ch:"misses"`
-			HitRate float64 `ch:"hit_rate"`
-		}
+		var rows []hitRateRow
 		run(t, "hit_rate_by_type_7d", &rows, map[string]string{"until": queries.Time(until)})
 		got := map[string]hm{}
 		for _, r := range rows {
@@ -125,6 +129,36 @@ func TestQueriesOnAPipelineRun(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("query %v\ndecisions %v", got, want)
+		}
+	})
+
+	t.Run("client-side drops count each dropped receipt once, however often it was sent", func(t *testing.T) {
+		var rows []hitRateRow
+		run(t, "hit_rate_by_type_7d", &rows, map[string]string{"until": queries.Time(until.Add(time.Hour))})
+		got := map[string]uint64{}
+		for _, r := range rows {
+			if r.ClientDrops > 0 {
+				got[r.Tenant+"/"+r.Type] = r.ClientDrops
+			}
+			if w := float64(r.Hits+r.ClientDrops) / float64(r.Hits+r.ClientDrops+r.Misses); math.Abs(r.WithClient-w) > 1e-12 {
+				t.Errorf("%s/%s: rate with client drops %v, want %v", r.Tenant, r.Type, r.WithClient, w)
+			}
+		}
+		want := map[string]uint64{}
+		ids := map[string]int{}
+		sentTwice := 0
+		for _, rc := range f.Receipts {
+			if rc.Kind != schemas.ReceiptDropped {
+				continue
+			}
+			if ids[rc.ReceiptID]++; ids[rc.ReceiptID] == 1 {
+				want[rc.Tenant+"/"+rc.Type]++
+			} else {
+				sentTwice++
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) || len(want) == 0 || sentTwice == 0 {
+			t.Fatalf("query %v\nreceipts %v (want some, %d of them sent twice)", got, want, sentTwice)
 		}
 	})
 
