@@ -124,13 +124,12 @@ func (t *task) Process(r *kgo.Record, out *stage.Out) error {
 		return nil
 	}
 	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, ExpiresAt: t.expiresAt(&cmd), Command: &cmd}
-	switch {
-	case now.UnixMilli() >= e.ExpiresAt:
+	if now.UnixMilli() >= e.ExpiresAt {
 		t.finish(out, e, schemas.OutcomeExpired, "expired before the first attempt", now)
-	case cmd.NotBefore > now.UnixMilli():
+	} else if cmd.NotBefore > now.UnixMilli() {
 		e.Status, e.NotBefore = schemas.SinkParked, cmd.NotBefore
 		t.put(out, e, now)
-	default:
+	} else {
 		t.start(out, e, 1, now)
 	}
 	return nil

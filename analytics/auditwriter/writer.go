@@ -220,9 +220,8 @@ func (w *Writer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("auditwriter: check schema: %w", err)
 	}
-	if len(pending) > 0 {
-		return fmt.Errorf("auditwriter: database %s lacks %d migration(s) (first: %04d_%s): run herald migrate",
-			w.o.Database, len(pending), pending[0].Version, pending[0].Name)
+	if err := notMigrated(w.o.Database, pending); err != nil {
+		return err
 	}
 	defer func() {
 		args := []any{}
@@ -232,6 +231,16 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.log.Info("audit writer stopped; rows inserted since the process started", args...)
 	}()
 	w.sessions(ctx)
+	return nil
+}
+
+// notMigrated refuses a database with migrations still pending: the writer
+// would insert into tables that lack columns or do not exist.
+func notMigrated(database string, pending []migrations.Migration) error {
+	if len(pending) > 0 {
+		return fmt.Errorf("auditwriter: database %s lacks %d migration(s) (first: %04d_%s): run herald migrate",
+			database, len(pending), pending[0].Version, pending[0].Name)
+	}
 	return nil
 }
 
@@ -505,13 +514,8 @@ func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 
 func (w *Writer) insert(ctx context.Context, table string, b batch, tok string) error {
 	names, cols := b.columns()
-	ctx = clickhouse.Context(ctx, clickhouse.WithQueryID(w.queryIDPrefix()+table+"-"+randomHex()),
-		clickhouse.WithSettings(clickhouse.Settings{
-			"insert_deduplication_token": tok,
-			"insert_deduplicate":         1,
-		}))
-	q := "INSERT INTO `" + w.o.Database + "`.`" + table + "` (" + strings.Join(names, ", ") + ")"
-	pb, err := w.o.ClickHouse.PrepareBatch(ctx, q)
+	ctx = clickhouse.Context(ctx, clickhouse.WithQueryID(w.insertQueryID(table)), clickhouse.WithSettings(insertSettings(tok)))
+	pb, err := w.o.ClickHouse.PrepareBatch(ctx, insertStatement(w.o.Database, table, names))
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
@@ -528,6 +532,26 @@ func (w *Writer) insert(ctx context.Context, table string, b batch, tok string) 
 		return fmt.Errorf("send: %w", err)
 	}
 	return nil
+}
+
+// insertStatement is the INSERT of one batch's columns into a table.
+func insertStatement(database, table string, names []string) string {
+	return "INSERT INTO `" + database + "`.`" + table + "` (" + strings.Join(names, ", ") + ")"
+}
+
+// insertSettings make ClickHouse drop an insert whose token it has already
+// stored: a retry of an insert that landed but whose answer was lost.
+func insertSettings(tok string) clickhouse.Settings {
+	return clickhouse.Settings{
+		"insert_deduplication_token": tok,
+		"insert_deduplicate":         1,
+	}
+}
+
+// insertQueryID is a new query id for an insert into table: unique, and
+// starting with queryIDPrefix, which awaitInFlightInserts looks for.
+func (w *Writer) insertQueryID(table string) string {
+	return w.queryIDPrefix() + table + "-" + randomHex()
 }
 
 // queryIDPrefix starts the query id of every insert into this database.
@@ -556,11 +580,8 @@ func (w *Writer) awaitInFlightInserts(ctx context.Context) error {
 			}
 			return nil
 		}
-		switch {
-		case waited == 0:
-			w.log.Info("waiting for inserts of an earlier writer to end before resuming", "in_flight", n)
-		case waited%(10*time.Second) == 0:
-			w.log.Warn("inserts of an earlier writer are still running (is another audit writer running against this database?)", "in_flight", n, "waited", waited)
+		if level, msg, ok := inFlightNotice(waited); ok {
+			w.log.Log(ctx, level, msg, "in_flight", n, "waited", waited)
 		}
 		select {
 		case <-ctx.Done():
@@ -569,6 +590,19 @@ func (w *Writer) awaitInFlightInserts(ctx context.Context) error {
 		}
 		waited += w.pollEvery
 	}
+}
+
+// inFlightNotice says whether the wait for inserts in flight is logged
+// after waited, at which level and with which message: once at info when it
+// begins, then a warning every 10 s (one waiting that long suggests a
+// second writer).
+func inFlightNotice(waited time.Duration) (level slog.Level, msg string, ok bool) {
+	if waited == 0 {
+		return slog.LevelInfo, "waiting for inserts of an earlier writer to end before resuming", true
+	} else if waited%(10*time.Second) == 0 {
+		return slog.LevelWarn, "inserts of an earlier writer are still running (is another audit writer running against this database?)", true
+	}
+	return 0, "", false
 }
 
 // inFlightInserts counts the server's queries that are inserts of an audit
@@ -628,8 +662,7 @@ func resumeFrom(stored map[int32]int64, partitions []int32) map[int32]kgo.Offset
 
 // storedOffsets returns the highest offset the table holds per partition.
 func (w *Writer) storedOffsets(ctx context.Context, t *table) (map[int32]int64, error) {
-	rows, err := w.o.ClickHouse.Query(ctx, "SELECT kafka_partition, max(kafka_offset) FROM `"+w.o.Database+"`.`"+t.name+
-		"` WHERE kafka_topic = ? GROUP BY kafka_partition", t.topic)
+	rows, err := w.o.ClickHouse.Query(ctx, storedOffsetsQuery(w.o.Database, t.name), t.topic)
 	if err != nil {
 		return nil, fmt.Errorf("auditwriter: read stored offsets of %s: %w", t.name, err)
 	}
@@ -647,6 +680,13 @@ func (w *Writer) storedOffsets(ctx context.Context, t *table) (map[int32]int64, 
 		return nil, fmt.Errorf("auditwriter: read stored offsets of %s: %w", t.name, err)
 	}
 	return out, nil
+}
+
+// storedOffsetsQuery selects the highest offset a table holds per
+// partition of one topic (its one parameter).
+func storedOffsetsQuery(database, table string) string {
+	return "SELECT kafka_partition, max(kafka_offset) FROM `" + database + "`.`" + table +
+		"` WHERE kafka_topic = ? GROUP BY kafka_partition"
 }
 
 func describe(stored map[int32]int64) string {

@@ -76,7 +76,7 @@ func TestAnAbortedTransactionInARunningStageLeavesNoStateBehind(t *testing.T) {
 			}
 		}
 		wait := func(n int) []string {
-			deadline := time.Now().Add(time.Minute)
+			deadline := time.Now().Add(guard())
 			for {
 				var got []string
 				for _, rec := range testenv.ReadCommitted(t, brokers, out, opts...) {
@@ -153,7 +153,7 @@ func TestLastStableOffsetsStopBeforeAnOpenTransaction(t *testing.T) {
 		// Committed: each partition holds its record and the commit marker.
 		// Kafka writes the markers after EndTxn returns, each partition
 		// on its own: wait for them (a guard, not a timed assertion).
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(guard()); ; time.Sleep(20 * time.Millisecond) {
 			if ends, err = stage.LastStableOffsets(ctx, plain, topic, 0, 1); err != nil {
 				t.Fatal(err)
 			}

@@ -21,8 +21,17 @@ import (
 )
 
 // guard bounds how long a test waits for a stage to make progress. It only
-// turns a hang into a failure; no test asserts a duration.
-const guard = 2 * time.Minute
+// turns a hang into a failure; no test asserts a duration. Under -short the
+// tests run on kfake, where each takes well under two seconds: a stage that
+// makes no progress for 20 s is stuck, and failing then keeps a broken
+// stage (a mutant of scripts/mutation) from holding the fast suite for
+// minutes.
+func guard() time.Duration {
+	if testing.Short() {
+		return 20 * time.Second
+	}
+	return 2 * time.Minute
+}
 
 // rig is one counter stage's topics on one cluster.
 type rig struct {
@@ -125,7 +134,7 @@ func (r *rig) outputs() []string {
 // the stage fails) and returns their values.
 func (r *rig) awaitOut(s *running, n int) []string {
 	r.t.Helper()
-	deadline := time.Now().Add(guard)
+	deadline := time.Now().Add(guard())
 	for {
 		got := r.outputs()
 		if len(got) >= n {
@@ -138,7 +147,7 @@ func (r *rig) awaitOut(s *running, n int) []string {
 		default:
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("no progress within %v: outputs %v, want %d", guard, got, n)
+			r.t.Fatalf("no progress within %v: outputs %v, want %d", guard(), got, n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -302,7 +311,7 @@ func TestPartitionsRestoreInParallelAndTheStageIsNotReadyUntilAllHave(t *testing
 		for i := 0; i < 2; i++ {
 			select {
 			case <-arrived:
-			case <-time.After(guard):
+			case <-time.After(guard()):
 				close(release)
 				t.Fatalf("only %d of 2 partitions began restoring: they restore one at a time", i)
 			}
@@ -382,7 +391,7 @@ func TestAStageRefusesAChangelogThatIsNotCoPartitionedWithItsInput(t *testing.T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		ctx, cancel := context.WithTimeout(context.Background(), guard())
 		defer cancel()
 		err = st.Run(ctx)
 		if err == nil {
@@ -427,7 +436,7 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), "--reset-offsets") {
 					t.Fatalf("Run returned %v, want a refusal naming --reset-offsets", err)
 				}
-			case <-time.After(guard):
+			case <-time.After(guard()):
 				t.Fatal("the stage is running on a group that lost its offsets")
 			}
 			if got := r.outputs(); len(got) != 2 {
@@ -443,7 +452,7 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 			// Its position is the end when it starts: keep writing d until
 			// one is processed.
 			var got []string
-			for deadline := time.Now().Add(guard); ; {
+			for deadline := time.Now().Add(guard()); ; {
 				r.produce(0, "d")
 				if got = r.awaitOut(s, 2); len(got) > 2 {
 					break
@@ -519,7 +528,7 @@ func TestAStageStopsWhileARestoreWaits(t *testing.T) {
 		s := r.start(cfg)
 		select {
 		case <-watch.seen:
-		case <-time.After(guard):
+		case <-time.After(guard()):
 			t.Fatal("the restore did not wait for the open transaction")
 		}
 		stopped := make(chan error, 1)
@@ -529,7 +538,7 @@ func TestAStageStopsWhileARestoreWaits(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run returned %v on shutdown, want nil", err)
 			}
-		case <-time.After(guard):
+		case <-time.After(guard()):
 			t.Fatal("Run did not return while its restore waited")
 		}
 		if err := open.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
@@ -564,7 +573,7 @@ func TestARetriableProduceErrorIsRetriedAfterABackoffUntilItClears(t *testing.T)
 		s := r.start(cfg)
 		select {
 		case <-watch.seen: // the missing topic (UNKNOWN_TOPIC_OR_PARTITION) is retriable
-		case <-time.After(guard):
+		case <-time.After(guard()):
 			t.Fatal("no retry after a produce error")
 		}
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))

@@ -91,7 +91,7 @@ func TestRestorePartitionReadsOnlyCommittedRecordsOfItsPartition(t *testing.T) {
 		var res result
 		select {
 		case res = <-done:
-		case <-time.After(time.Minute):
+		case <-time.After(guard()):
 			t.Fatal("restore did not return")
 		}
 		if res.err != nil {

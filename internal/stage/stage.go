@@ -380,10 +380,9 @@ func (r *Runner) checkCoPartitioned(ctx context.Context) error {
 	counts := make(map[string]int, len(names))
 	for _, name := range names {
 		d, ok := td[name]
-		switch {
-		case !ok:
+		if !ok {
 			return fmt.Errorf("stage %s: topic %s: not in metadata", r.cfg.Name, name)
-		case d.Err != nil:
+		} else if d.Err != nil {
 			return fmt.Errorf("stage %s: topic %s: %w", r.cfg.Name, name, d.Err)
 		}
 		counts[name] = len(d.Partitions)

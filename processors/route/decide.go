@@ -363,20 +363,19 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 	if len(push) > 0 && !p.Urgent[n.Type] && prefs != nil && prefs.QuietHours != nil {
 		until, _ = QuietUntil(at, *prefs.QuietHours)
 	}
-	switch {
-	case noTarget:
+	if noTarget {
 		d.Outcome = schemas.DecisionNoTarget
 		d.Detail = "no enabled device on " + strings.Join(intersect(pushChannels, wanted), ", ")
 		if fallback != "" {
 			d.Detail += "; fallback " + fallback
 		}
-	case len(push) == 0 && len(feed) == 0:
+	} else if len(push) == 0 && len(feed) == 0 {
 		d.Outcome = schemas.DecisionOptedOut
 		d.Detail = "every channel opted out"
 		if len(skipped) == 0 {
 			d.Detail = "no channel asked for"
 		}
-	case until > 0:
+	} else if until > 0 {
 		d.Outcome = schemas.DecisionDeferred
 		d.Detail = "quiet hours until " + fmtTime(until)
 		for i := range push {
@@ -386,7 +385,7 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 		res.State = append(res.State, Change{Key: key, Entry: &schemas.RouteEntry{Kind: schemas.RouteDeferred,
 			Tenant: n.Tenant, Recipient: n.Recipient, Type: n.Type, DueAt: until, NotificationID: n.NotificationID, Commands: push}})
 		push = nil
-	default:
+	} else {
 		d.Outcome = schemas.DecisionRouted
 	}
 	for _, c := range res.State {
@@ -458,14 +457,13 @@ func decision(n schemas.Accepted, at int64, src Source, id string) schemas.Decis
 }
 
 func invalid(n schemas.Accepted) string {
-	switch {
-	case n.Tenant == "":
+	if n.Tenant == "" {
 		return "tenant is empty"
-	case n.Type == "":
+	} else if n.Type == "" {
 		return "type is empty"
-	case n.Recipient == "":
+	} else if n.Recipient == "" {
 		return "recipient is empty"
-	case !identity.Valid(n.NotificationID):
+	} else if !identity.Valid(n.NotificationID) {
 		return "notificationId is not 32 lower-case hex characters"
 	}
 	return ""

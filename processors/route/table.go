@@ -209,12 +209,11 @@ func (t *Table) sync(ctx context.Context, p *int32) error {
 				}
 			}
 		}
-		switch {
-		case !behind:
+		if !behind {
 			return nil
-		case ctx.Err() != nil:
+		} else if ctx.Err() != nil {
 			return fmt.Errorf("route: table: sync: %w", ctx.Err())
-		case t.err != nil:
+		} else if t.err != nil {
 			return t.err
 		}
 		t.changed.Wait()

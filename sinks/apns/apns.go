@@ -94,10 +94,9 @@ func New(c Config) (*Provider, error) {
 	}
 	tlsCfg := &tls.Config{RootCAs: c.RootCAs, MinVersion: tls.VersionTLS12}
 	var cl *apns2.Client
-	switch {
-	case c.KeyFile != "" && c.CertFile != "":
+	if c.KeyFile != "" && c.CertFile != "" {
 		return nil, errors.New("apns: configure token auth (key file) or certificate auth, not both")
-	case c.KeyFile != "":
+	} else if c.KeyFile != "" {
 		key, err := token.AuthKeyFromFile(c.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("apns: read the .p8 key: %w", err) // the error names the file, never the key
@@ -106,7 +105,7 @@ func New(c Config) (*Provider, error) {
 			return nil, errors.New("apns: token auth needs the key id and the team id")
 		}
 		cl = apns2.NewTokenClient(&token.Token{AuthKey: key, KeyID: c.KeyID, TeamID: c.TeamID})
-	case c.CertFile != "":
+	} else if c.CertFile != "" {
 		var cert tls.Certificate
 		var err error
 		if len(c.CertFile) > 4 && c.CertFile[len(c.CertFile)-4:] == ".p12" {
@@ -119,7 +118,7 @@ func New(c Config) (*Provider, error) {
 		}
 		cl = apns2.NewClient(cert)
 		tlsCfg.Certificates = []tls.Certificate{cert}
-	default:
+	} else {
 		cl = &apns2.Client{}
 	}
 	// Our own transport: HTTP/2 over TLS with the configured roots, many
@@ -221,28 +220,27 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 // Classify is the table of the package doc for an HTTP answer.
 func Classify(status int, reason string) sinks.Result {
 	r := sinks.Result{Status: status, Reason: reason}
-	switch {
-	case status == http.StatusOK:
+	if status == http.StatusOK {
 		r.Class, r.Rule = sinks.Success, "accepted"
-	case status == http.StatusBadRequest && (reason == apns2.ReasonBadDeviceToken || reason == apns2.ReasonDeviceTokenNotForTopic):
+	} else if status == http.StatusBadRequest && (reason == apns2.ReasonBadDeviceToken || reason == apns2.ReasonDeviceTokenNotForTopic) {
 		r.Class, r.Rule, r.RetireDevice = sinks.Permanent, "bad_device_token", true
-	case status == http.StatusGone:
+	} else if status == http.StatusGone {
 		r.Class, r.Rule, r.RetireDevice = sinks.Permanent, "unregistered", true
-	case status == http.StatusForbidden:
+	} else if status == http.StatusForbidden {
 		r.Class, r.Rule = sinks.Permanent, "auth"
-	case status == http.StatusRequestEntityTooLarge || reason == apns2.ReasonPayloadTooLarge:
+	} else if status == http.StatusRequestEntityTooLarge || reason == apns2.ReasonPayloadTooLarge {
 		r.Class, r.Rule = sinks.Permanent, "payload_too_large"
-	case status == http.StatusBadRequest, status == http.StatusNotFound, status == http.StatusMethodNotAllowed:
+	} else if status == http.StatusBadRequest || status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
 		r.Class, r.Rule = sinks.Permanent, "bad_request"
-	case status == http.StatusTooManyRequests:
+	} else if status == http.StatusTooManyRequests {
 		r.Class, r.Rule = sinks.Retryable, "too_many_requests"
-	case status == http.StatusInternalServerError:
+	} else if status == http.StatusInternalServerError {
 		r.Class, r.Rule = sinks.Retryable, "server_error"
-	case status == http.StatusServiceUnavailable:
+	} else if status == http.StatusServiceUnavailable {
 		r.Class, r.Rule = sinks.Retryable, "unavailable"
-	case status >= 500:
+	} else if status >= 500 {
 		r.Class, r.Rule = sinks.Retryable, "http_5xx"
-	default:
+	} else {
 		r.Class, r.Rule = sinks.Permanent, "http_4xx"
 	}
 	return r

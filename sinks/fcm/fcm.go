@@ -205,10 +205,9 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch {
-	case !a.reached:
+	if !a.reached {
 		return sinks.Result{Class: sinks.Permanent, Rule: "bad_request", Reason: "refused by the SDK", Err: err}
-	case !a.sent:
+	} else if !a.sent {
 		// The oauth2 transport failed before the request: the token
 		// endpoint did not give a token.
 		var re *oauth2.RetrieveError
@@ -224,7 +223,7 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 			return sinks.Result{Class: sinks.Permanent, Rule: "auth", Reason: code, Status: re.Response.StatusCode, Err: errors.New("fcm: the token endpoint refused the service account key")}
 		}
 		return sinks.Result{Class: sinks.Retryable, Rule: "not_sent", Err: a.err}
-	case a.status == 0:
+	} else if a.status == 0 {
 		return sinks.NoAnswer(a.err, wrote.Load())
 	}
 	res := Classify(a.status, a.body)
@@ -259,30 +258,29 @@ func Classify(status int, body []byte) sinks.Result {
 	if r.Reason == "" {
 		r.Reason = e.Error.Status
 	}
-	switch {
-	case status == http.StatusOK:
+	if status == http.StatusOK {
 		r.Class, r.Rule, r.Reason = sinks.Success, "accepted", ""
-	case code == "UNREGISTERED":
+	} else if code == "UNREGISTERED" {
 		r.Class, r.Rule, r.RetireDevice = sinks.Permanent, "unregistered", true
-	case code == "INVALID_ARGUMENT" && strings.Contains(strings.ToLower(e.Error.Message), "registration token"):
+	} else if code == "INVALID_ARGUMENT" && strings.Contains(strings.ToLower(e.Error.Message), "registration token") {
 		r.Class, r.Rule, r.RetireDevice = sinks.Permanent, "bad_token", true
-	case code == "INVALID_ARGUMENT":
+	} else if code == "INVALID_ARGUMENT" {
 		r.Class, r.Rule = sinks.Permanent, "invalid_argument"
-	case code == "SENDER_ID_MISMATCH":
+	} else if code == "SENDER_ID_MISMATCH" {
 		r.Class, r.Rule = sinks.Permanent, "sender_id_mismatch"
-	case code == "THIRD_PARTY_AUTH_ERROR":
+	} else if code == "THIRD_PARTY_AUTH_ERROR" {
 		r.Class, r.Rule = sinks.Permanent, "third_party_auth"
-	case code == "QUOTA_EXCEEDED", code == "" && status == http.StatusTooManyRequests:
+	} else if code == "QUOTA_EXCEEDED" || (code == "" && status == http.StatusTooManyRequests) {
 		r.Class, r.Rule = sinks.Retryable, "quota_exceeded"
-	case code == "UNAVAILABLE", code == "" && status == http.StatusServiceUnavailable:
+	} else if code == "UNAVAILABLE" || (code == "" && status == http.StatusServiceUnavailable) {
 		r.Class, r.Rule = sinks.Retryable, "unavailable"
-	case code == "INTERNAL", code == "" && status == http.StatusInternalServerError:
+	} else if code == "INTERNAL" || (code == "" && status == http.StatusInternalServerError) {
 		r.Class, r.Rule = sinks.Retryable, "internal"
-	case status == http.StatusUnauthorized, status == http.StatusForbidden:
+	} else if status == http.StatusUnauthorized || status == http.StatusForbidden {
 		r.Class, r.Rule = sinks.Permanent, "auth"
-	case status >= 500:
+	} else if status >= 500 {
 		r.Class, r.Rule = sinks.Retryable, "http_5xx"
-	default:
+	} else {
 		r.Class, r.Rule = sinks.Permanent, "http_4xx"
 	}
 	return r

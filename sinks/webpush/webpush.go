@@ -165,22 +165,21 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 // Classify is the table of the package doc for an HTTP answer.
 func Classify(status int) sinks.Result {
 	r := sinks.Result{Status: status, Reason: http.StatusText(status)}
-	switch {
-	case status >= 200 && status < 300:
+	if status >= 200 && status < 300 {
 		r.Class, r.Rule, r.Reason = sinks.Success, "accepted", ""
-	case status == http.StatusNotFound, status == http.StatusGone:
+	} else if status == http.StatusNotFound || status == http.StatusGone {
 		r.Class, r.Rule, r.RetireDevice = sinks.Permanent, "expired_subscription", true
-	case status == http.StatusRequestEntityTooLarge:
+	} else if status == http.StatusRequestEntityTooLarge {
 		r.Class, r.Rule = sinks.Permanent, "payload_too_large"
-	case status == http.StatusBadRequest:
+	} else if status == http.StatusBadRequest {
 		r.Class, r.Rule = sinks.Permanent, "bad_request"
-	case status == http.StatusUnauthorized, status == http.StatusForbidden:
+	} else if status == http.StatusUnauthorized || status == http.StatusForbidden {
 		r.Class, r.Rule = sinks.Permanent, "auth"
-	case status == http.StatusTooManyRequests:
+	} else if status == http.StatusTooManyRequests {
 		r.Class, r.Rule = sinks.Retryable, "too_many_requests"
-	case status >= 500:
+	} else if status >= 500 {
 		r.Class, r.Rule = sinks.Retryable, "server_error"
-	default:
+	} else {
 		r.Class, r.Rule = sinks.Permanent, "http_4xx"
 	}
 	return r

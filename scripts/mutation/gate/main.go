@@ -54,6 +54,7 @@ func (m mutant) String() string { return m.pos + " " + m.kind }
 // tally is one package's counts.
 type tally struct {
 	detected, lived, notCovered int
+	timedOut                    int // of detected
 	equivalent                  []string
 	survivors                   []string
 }
@@ -104,8 +105,11 @@ func count(pkg string, rep report, eq map[mutant]string, used map[mutant]bool) t
 				continue
 			}
 			switch m.Status {
-			case "KILLED", "TIMED OUT":
+			case "KILLED":
 				t.detected++
+			case "TIMED OUT":
+				t.detected++
+				t.timedOut++
 			case "LIVED":
 				t.lived++
 				t.survivors = append(t.survivors, "lived       "+id.String())
@@ -162,8 +166,8 @@ func main() {
 		if t.efficacy() < *minEff || t.coverage() < *minCov {
 			verdict, failed = "FAIL", true
 		}
-		fmt.Printf("%-28s efficacy %5.1f%% (≥ %.0f)  coverage %5.1f%% (≥ %.0f)  detected %d lived %d not-covered %d equivalent %d  %s\n",
-			pkg, t.efficacy(), *minEff, t.coverage(), *minCov, t.detected, t.lived, t.notCovered, len(t.equivalent), verdict)
+		fmt.Printf("%-28s efficacy %5.1f%% (≥ %.0f)  coverage %5.1f%% (≥ %.0f)  detected %d (timed out %d) lived %d not-covered %d equivalent %d  %s\n",
+			pkg, t.efficacy(), *minEff, t.coverage(), *minCov, t.detected, t.timedOut, t.lived, t.notCovered, len(t.equivalent), verdict)
 		for _, s := range t.equivalent {
 			fmt.Println("    equivalent  " + s)
 		}

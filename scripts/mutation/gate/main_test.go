@@ -28,6 +28,9 @@ func TestGateCounting(t *testing.T) {
 		if got.detected != 2 {
 			t.Fatalf("detected = %d, want 2", got.detected)
 		}
+		if got.timedOut != 1 {
+			t.Fatalf("timed out = %d, want 1 (printed apart from the kills)", got.timedOut)
+		}
 	})
 	t.Run("a listed equivalent mutant leaves both ratios and is reported with its reason", func(t *testing.T) {
 		if got.lived != 1 || len(got.equivalent) != 1 || !strings.Contains(got.equivalent[0], "same value") {
