@@ -55,7 +55,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		_, err := fmt.Fprintln(stdout, api.HashKey(*hashKey))
 		return err
 	}
-	seeds, err := kf.seeds()
+	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	srv, err := api.New(api.Config{
-		Brokers: seeds, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
+		Brokers: seeds, ClientOpts: kopts, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
 		Policy:       policy,
 		RoutePolicy:  routePolicy,
 		WaitForRoute: *waitRoute,

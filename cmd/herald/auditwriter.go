@@ -33,7 +33,7 @@ func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	seeds, err := kf.seeds()
+	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err
 	}
@@ -52,6 +52,7 @@ func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	w, err := auditwriter.New(auditwriter.Options{
 		Brokers:       seeds,
+		ClientOpts:    kopts,
 		Catalog:       kf.catalog(),
 		ClickHouse:    conn,
 		Database:      ch.database,

@@ -28,6 +28,21 @@ func (f *fcmFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.project, "fcm-project", "", "the Firebase project id (default: the key's project_id)")
 	fs.StringVar(&f.endpoint, "fcm-endpoint", "", "FCM HTTP v1 base URL (default https://fcm.googleapis.com/v1; an emulator's URL + /v1)")
 	fs.StringVar(&f.priority, "fcm-priority", "high", "android.priority: high or normal")
+	addCheck(fs, f.check)
+}
+
+// check reports every bad FCM setting that can be seen without a channel.
+func (f *fcmFlags) check() error {
+	var errs []error
+	if f.credentialsFile != "" {
+		if _, err := os.Stat(f.credentialsFile); err != nil {
+			errs = append(errs, badField("fcm-credentials-file", "cannot be read: %v", err))
+		}
+	}
+	if f.priority != "high" && f.priority != "normal" {
+		errs = append(errs, badField("fcm-priority", "must be high or normal, got %q", f.priority))
+	}
+	return errors.Join(errs...)
 }
 
 func (f *fcmFlags) provider(ctx context.Context) (*fcm.Provider, error) {
@@ -48,6 +63,13 @@ func (w *webpushFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.private, "webpush-vapid-private-key", "", "the VAPID private key, unpadded base64url (prefer HERALD_WEBPUSH_VAPID_PRIVATE_KEY)")
 	fs.StringVar(&w.subscriber, "webpush-subscriber", "", "the VAPID contact: mailto: address or https URL")
 	fs.StringVar(&w.urgency, "webpush-urgency", "high", "Urgency header: very-low, low, normal or high")
+	addCheck(fs, func() error {
+		switch w.urgency {
+		case "very-low", "low", "normal", "high":
+			return nil
+		}
+		return badField("webpush-urgency", "must be very-low, low, normal or high, got %q", w.urgency)
+	})
 }
 
 // registerPublic registers only the public key (what the API serves).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -21,6 +22,7 @@ type clickhouseFlags struct {
 	database string
 	user     string
 	password string
+	tls      tlsFlags
 }
 
 func (c *clickhouseFlags) register(fs *flag.FlagSet) {
@@ -28,6 +30,31 @@ func (c *clickhouseFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.database, "database", "herald", "ClickHouse database holding herald's audit tables (never chDB's Overlay 'default')")
 	fs.StringVar(&c.user, "clickhouse-user", "default", "ClickHouse user")
 	fs.StringVar(&c.password, "clickhouse-password", "", "ClickHouse password (prefer the environment: HERALD_CLICKHOUSE_PASSWORD)")
+	c.tls.register(fs, "clickhouse", "ClickHouse")
+	addCheck(fs, c.check)
+}
+
+func (c *clickhouseFlags) addrs() []string {
+	var addrs []string
+	for _, a := range strings.Split(c.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
+}
+
+// check reports every bad ClickHouse setting but the TLS ones (tlsFlags
+// checks those).
+func (c *clickhouseFlags) check() error {
+	var errs []error
+	if err := migrations.ValidDatabase(c.database); err != nil {
+		errs = append(errs, badField("database", "%v", err))
+	}
+	if len(c.addrs()) == 0 {
+		errs = append(errs, badField("clickhouse-addr", "is empty"))
+	}
+	return errors.Join(errs...)
 }
 
 // open connects and pings. The connection's default database is the
@@ -44,20 +71,16 @@ func (c *clickhouseFlags) openInDatabase(ctx context.Context) (driver.Conn, erro
 }
 
 func (c *clickhouseFlags) openWith(ctx context.Context, database string) (driver.Conn, error) {
-	if err := migrations.ValidDatabase(c.database); err != nil {
-		return nil, fmt.Errorf("%w: --database: %v", errUsage, err)
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	var addrs []string
-	for _, a := range strings.Split(c.addr, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%w: --clickhouse-addr (HERALD_CLICKHOUSE_ADDR) is empty", errUsage)
+	tlsConfig, err := c.tls.config()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
-		Addr:        addrs,
+		Addr:        c.addrs(),
+		TLS:         tlsConfig,
 		Auth:        clickhouse.Auth{Database: database, Username: c.user, Password: c.password},
 		DialTimeout: 10 * time.Second,
 		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},

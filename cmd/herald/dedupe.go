@@ -22,7 +22,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	seeds, err := kf.seeds()
+	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err
 	}
@@ -35,6 +35,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	r, err := dedupe.New(dedupe.Options{
 		Brokers:            seeds,
+		ClientOpts:         kopts,
 		Catalog:            kf.catalog(),
 		Group:              sf.group,
 		InstanceID:         sf.instance,

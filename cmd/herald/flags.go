@@ -1,22 +1,96 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
+	"sync"
 )
 
+// The configuration of every subcommand is its flags, and there is one way
+// to set each one, from three places. In order of precedence:
+//
+//  1. the command line: --brokers kafka-1:9092
+//  2. the environment: HERALD_BROKERS=kafka-1:9092 (HERALD_ + the name in
+//     upper case, dashes as underscores)
+//  3. the configuration file named by --config (or HERALD_CONFIG), a YAML
+//     mapping whose keys are flag names: brokers: kafka-1:9092
+//  4. the flag's default.
+//
+// One file serves every role: a key that is a flag of another subcommand is
+// ignored by the roles that do not have it, a key that is no subcommand's
+// flag is an error everywhere. Each flag group registers checks of its
+// values (addCheck); parseFlags runs them and reports every bad setting,
+// not just the first, as `herald config check` does for a file.
+
 // newFlagSet returns a flag set for one subcommand whose errors are returned,
-// not printed and exited on.
+// not printed and exited on. name is the command's path ("dedupe", "topics
+// create"); its help shows the command's summary, its example (examples)
+// and its flags. Every flag set takes --config.
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("herald "+name, flag.ContinueOnError)
+	fs.String(configFlag, "", "YAML file of settings, one 'flag-name: value' a key (lists and maps allowed); the command line and HERALD_* win over it")
+	fs.Usage = func() { printHelp(fs.Output(), name, fs) }
+	registry.mu.Lock()
+	observe := registry.observe
+	registry.mu.Unlock()
+	if observe != nil {
+		observe(name, fs)
+	}
 	return fs
 }
 
+// configFlag is the flag (and HERALD_CONFIG) naming the configuration file.
+const configFlag = "config"
+
+// registry holds the checks each flag group registers, and the observer
+// that `herald config check` and the help test set to collect every
+// command's flag set.
+var registry struct {
+	mu      sync.Mutex
+	checks  map[*flag.FlagSet][]func() error
+	observe func(name string, fs *flag.FlagSet)
+}
+
+// addCheck registers a check of fs's values, run by parseFlags once every
+// source is applied. It returns nil or errors naming the field (badField),
+// joined when several are bad.
+func addCheck(fs *flag.FlagSet, check func() error) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if registry.checks == nil {
+		registry.checks = map[*flag.FlagSet][]func() error{}
+	}
+	registry.checks[fs] = append(registry.checks[fs], check)
+}
+
+// takeChecks returns and forgets fs's checks.
+func takeChecks(fs *flag.FlagSet) []func() error {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	c := registry.checks[fs]
+	delete(registry.checks, fs)
+	return c
+}
+
+// fieldError is a bad value of one setting.
+type fieldError struct{ field, msg string }
+
+func (e *fieldError) Error() string { return "--" + e.field + " " + e.msg }
+
+// badField returns the error of a bad value of the flag named field.
+func badField(field, format string, args ...any) error {
+	return &fieldError{field: field, msg: fmt.Sprintf(format, args...)}
+}
+
 // parseFlags parses args, then fills every flag not given on the command line
-// from its environment variable (HERALD_ + upper-cased name, dashes as
-// underscores). A bad environment value is an error naming the variable.
+// from its environment variable, then every flag still unset from the
+// configuration file, then runs the flag set's checks. It reports every bad
+// setting (each naming its flag and where its value came from), not just the
+// first.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -24,23 +98,237 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
+	probs := applySources(fs, os.LookupEnv)
+	sortProblems(probs)
+	if len(probs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	if len(probs) == 1 {
+		b.WriteString(probs[0].String())
+	} else {
+		fmt.Fprintf(&b, "%d bad settings:", len(probs))
+		for _, p := range probs {
+			b.WriteString("\n  " + p.String())
+		}
+	}
+	return fmt.Errorf("%w: %s", errUsage, b.String())
+}
+
+// problem is one bad setting: the field (empty when the problem is the file
+// as a whole), where its value came from, and what is wrong.
+type problem struct {
+	field, source, msg string
+	// line is the file's line of the field, 0 when it is not from the file.
+	line int
+}
+
+func (p problem) String() string {
+	s := p.msg
+	if p.field != "" {
+		s = "--" + p.field + " " + p.msg
+	}
+	if p.source != "" {
+		s += " (" + p.source + ")"
+	}
+	return s
+}
+
+// applySources applies the environment and the configuration file to the
+// flags the command line left unset, then runs fs's checks, and returns
+// every problem.
+func applySources(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) []problem {
+	var probs []problem
+	source := map[string]string{}
+	line := map[string]int{}
+	fs.Visit(func(f *flag.Flag) { source[f.Name] = "--" + f.Name })
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
+		if source[f.Name] != "" {
 			return
 		}
 		env := envName(f.Name)
-		if v, ok := os.LookupEnv(env); ok {
-			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("%w: environment %s=%q: %v", errUsage, env, v, e)
-			}
+		v, ok := lookupEnv(env)
+		if !ok {
+			return
+		}
+		source[f.Name] = "environment " + env
+		if err := f.Value.Set(v); err != nil {
+			probs = append(probs, problem{f.Name, source[f.Name], setError(f, v, err), 0})
 		}
 	})
-	return err
+	if path := fs.Lookup(configFlag).Value.String(); path != "" {
+		file, err := loadConfigFile(path)
+		if err != nil {
+			return append(probs, problem{msg: err.Error()})
+		}
+		known := knownSettings()
+		for _, s := range file.settings {
+			f := fs.Lookup(s.key)
+			switch {
+			case s.err != nil:
+				probs = append(probs, problem{s.key, file.where(s), s.err.Error(), s.line})
+			case s.key == configFlag:
+				probs = append(probs, problem{s.key, file.where(s), "cannot be set in the file itself", s.line})
+			case f == nil && !known[s.key]:
+				probs = append(probs, problem{s.key, file.where(s), "is not a setting of any herald command" + suggest(s.key, known), s.line})
+			case f == nil || source[s.key] != "":
+				// another command's setting, or set on the command line or in the environment
+			default:
+				source[s.key], line[s.key] = file.where(s), s.line
+				if err := f.Value.Set(s.value); err != nil {
+					probs = append(probs, problem{s.key, source[s.key], setError(f, s.value, err), s.line})
+				}
+			}
+		}
+	}
+	// The checks run even when a value could not be set, so that every bad
+	// setting is named at once; a field already named is not named again.
+	named := map[string]bool{}
+	for _, p := range probs {
+		named[p.field] = true
+	}
+	for _, check := range takeChecks(fs) {
+		for _, err := range unjoin(check()) {
+			var fe *fieldError
+			switch {
+			case !errors.As(err, &fe):
+				probs = append(probs, problem{msg: err.Error()})
+			case !named[fe.field]:
+				probs = append(probs, problem{fe.field, source[fe.field], fe.msg, line[fe.field]})
+			}
+		}
+	}
+	return probs
+}
+
+// sortProblems orders problems by their line in the file, the others last.
+func sortProblems(probs []problem) {
+	sort.SliceStable(probs, func(i, j int) bool {
+		a, b := probs[i].line, probs[j].line
+		return a != 0 && (b == 0 || a < b)
+	})
+}
+
+// setError says why value is not a value of f (the flag package's own
+// errors say little: "parse error").
+func setError(f *flag.Flag, value string, err error) string {
+	typ, _ := flag.UnquoteUsage(f)
+	if typ == "" {
+		typ = "value"
+	}
+	if typ == "value" {
+		if _, ok := f.Value.(interface{ IsBoolFlag() bool }); ok {
+			typ = "bool (true or false)"
+		}
+	}
+	return fmt.Sprintf("= %s is not a valid %s: %v", shown(f.Name, value), typ, err)
+}
+
+// unjoin splits an errors.Join result into its errors.
+func unjoin(err error) []error {
+	if err == nil || err == errUsage {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }
 
 func envName(flagName string) string {
 	return "HERALD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// secretFlags are the settings whose values are secrets: no message, log or
+// `herald config check` output shows them.
+var secretFlags = map[string]bool{
+	"clickhouse-password":       true,
+	"kafka-sasl-password":       true,
+	"apns-cert-password":        true,
+	"webpush-vapid-private-key": true,
+	"hash-key":                  true,
+}
+
+// shown is how a value appears in a message: quoted, or hidden when the
+// setting is a secret.
+func shown(name, value string) string {
+	if secretFlags[name] {
+		return "(secret, not shown)"
+	}
+	return fmt.Sprintf("%q", value)
+}
+
+// commandFlagSets returns the flag set of every command path that has an
+// example (see examples), made by freshFlagSet.
+func commandFlagSets() map[string]*flag.FlagSet {
+	out := map[string]*flag.FlagSet{}
+	for _, path := range commandPaths() {
+		if fs := freshFlagSet(path); fs != nil {
+			takeChecks(fs)
+			out[path] = fs
+		}
+	}
+	return out
+}
+
+var known struct {
+	once sync.Once
+	set  map[string]bool
+}
+
+// knownSettings is every flag name of every command: the keys a
+// configuration file may hold.
+func knownSettings() map[string]bool {
+	known.once.Do(func() {
+		known.set = map[string]bool{}
+		for _, fs := range commandFlagSets() {
+			fs.VisitAll(func(f *flag.Flag) { known.set[f.Name] = true })
+		}
+	})
+	return known.set
+}
+
+// suggest names the known setting closest to a misspelled key, if one is
+// close.
+func suggest(key string, known map[string]bool) string {
+	best, bestD := "", 3
+	names := make([]string, 0, len(known))
+	for k := range known {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if d := editDistance(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

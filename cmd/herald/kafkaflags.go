@@ -1,22 +1,32 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/heraldhq/herald/topics"
 )
 
-// kafkaFlags are the flags every command that talks to Kafka shares.
+// kafkaFlags are the flags every command that talks to Kafka shares: the
+// brokers, the topic catalog, and how to connect (SASL, TLS). The SASL
+// password is best given as HERALD_KAFKA_SASL_PASSWORD; it is never logged.
 type kafkaFlags struct {
-	brokers     string
-	prefix      string
-	partitions  int
-	replication int
+	brokers string
+	// saslMechanism is empty (no SASL), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	saslMechanism, saslUser, saslPassword string
+	tls                                   tlsFlags
+	prefix                                string
+	partitions                            int
+	replication                           int
 	// feedRetention is herald.feed's retention (topics.Options.FeedRetentionMs).
 	feedRetention time.Duration
 }
@@ -29,6 +39,89 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.replication, "replication", int(d.Replication), "replication factor of every herald topic")
 	fs.DurationVar(&k.feedRetention, "feed-retention", time.Duration(d.FeedRetentionMs)*time.Millisecond,
 		"how long in-app feed items are kept (herald.feed's retention.ms; the API serves none older)")
+	fs.StringVar(&k.saslMechanism, "kafka-sasl-mechanism", "", "SASL mechanism to authenticate to Kafka with: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: none)")
+	fs.StringVar(&k.saslUser, "kafka-sasl-user", "", "SASL user name")
+	fs.StringVar(&k.saslPassword, "kafka-sasl-password", "", "SASL password (prefer the environment: HERALD_KAFKA_SASL_PASSWORD)")
+	k.tls.register(fs, "kafka", "Kafka")
+	addCheck(fs, k.check)
+}
+
+// check reports every bad Kafka setting.
+func (k *kafkaFlags) check() error {
+	var errs []error
+	if len(k.seedList()) == 0 {
+		errs = append(errs, badField("brokers", "is empty"))
+	}
+	if k.partitions < 1 {
+		errs = append(errs, badField("partitions", "must be at least 1, got %d", k.partitions))
+	}
+	if k.replication < 1 {
+		errs = append(errs, badField("replication", "must be at least 1, got %d", k.replication))
+	}
+	if _, err := k.sasl(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// sasl returns the SASL mechanism, nil when there is none.
+func (k *kafkaFlags) sasl() (sasl.Mechanism, error) {
+	if k.saslMechanism == "" {
+		if k.saslUser != "" || k.saslPassword != "" {
+			return nil, badField("kafka-sasl-mechanism", "is required with --kafka-sasl-user or --kafka-sasl-password (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+		}
+		return nil, nil
+	}
+	var errs []error
+	if k.saslUser == "" {
+		errs = append(errs, badField("kafka-sasl-user", "is required with --kafka-sasl-mechanism %s", k.saslMechanism))
+	}
+	if k.saslPassword == "" {
+		errs = append(errs, badField("kafka-sasl-password", "is required with --kafka-sasl-mechanism %s (HERALD_KAFKA_SASL_PASSWORD)", k.saslMechanism))
+	}
+	var m sasl.Mechanism
+	switch a := (scram.Auth{User: k.saslUser, Pass: k.saslPassword}); strings.ToUpper(k.saslMechanism) {
+	case "PLAIN":
+		m = plain.Auth{User: k.saslUser, Pass: k.saslPassword}.AsMechanism()
+	case "SCRAM-SHA-256":
+		m = a.AsSha256Mechanism()
+	case "SCRAM-SHA-512":
+		m = a.AsSha512Mechanism()
+	default:
+		errs = append(errs, badField("kafka-sasl-mechanism", "%q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.saslMechanism))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return m, nil
+}
+
+// clientOpts are the connection options of every Kafka client of a role
+// (SASL, TLS): the roles pass them as their Options.ClientOpts. It logs
+// how Kafka is reached, without secrets.
+func (k *kafkaFlags) clientOpts() ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	m, err := k.sasl()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	cfg, err := k.tls.config()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if cfg != nil {
+		// franz-go clones cfg per dial and sets ServerName to the broker's host when empty.
+		opts = append(opts, kgo.DialTLSConfig(cfg))
+	}
+	sec := k.tls.describe()
+	if m != nil {
+		sec += ", SASL " + m.Name() + " as " + k.saslUser
+	}
+	slog.Info("kafka connection", "brokers", k.brokers, "security", sec)
+	return opts, nil
 }
 
 func (k *kafkaFlags) catalog() *topics.Catalog {
@@ -36,31 +129,46 @@ func (k *kafkaFlags) catalog() *topics.Catalog {
 		FeedRetentionMs: k.feedRetention.Milliseconds()})
 }
 
-func (k *kafkaFlags) seeds() ([]string, error) {
+func (k *kafkaFlags) seedList() []string {
 	var out []string
 	for _, b := range strings.Split(k.brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			out = append(out, b)
 		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: --brokers (HERALD_BROKERS) is empty", errUsage)
-	}
-	if k.partitions < 1 {
-		return nil, fmt.Errorf("%w: --partitions must be at least 1, got %d", errUsage, k.partitions)
-	}
-	if k.replication < 1 {
-		return nil, fmt.Errorf("%w: --replication must be at least 1, got %d", errUsage, k.replication)
-	}
-	return out, nil
+	return out
 }
 
-func (k *kafkaFlags) client(opts ...kgo.Opt) (*kgo.Client, error) {
+// seeds returns the brokers, checked (check).
+func (k *kafkaFlags) seeds() ([]string, error) {
+	if err := k.check(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return k.seedList(), nil
+}
+
+// connect returns the brokers and the connection options (clientOpts) a
+// role passes to its Kafka clients (Options.Brokers, Options.ClientOpts).
+func (k *kafkaFlags) connect() ([]string, []kgo.Opt, error) {
 	seeds, err := k.seeds()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := k.clientOpts()
+	if err != nil {
+		return nil, nil, err
+	}
+	return seeds, opts, nil
+}
+
+// client returns a client of the brokers with the connection options
+// (clientOpts) and opts.
+func (k *kafkaFlags) client(opts ...kgo.Opt) (*kgo.Client, error) {
+	seeds, conn, err := k.connect()
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, conn...), opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

@@ -9,7 +9,10 @@
 //
 // Every flag can also be set from the environment: --brokers is
 // HERALD_BROKERS, --state-dir is HERALD_STATE_DIR, and so on (upper case,
-// dashes become underscores, HERALD_ prefix). Flags win over the environment.
+// dashes become underscores, HERALD_ prefix), and from the YAML file named
+// by --config (HERALD_CONFIG), whose keys are flag names. The command line
+// wins over the environment, the environment over the file (see flags.go;
+// `herald config check --config FILE` checks a file).
 package main
 
 import (
@@ -41,6 +44,7 @@ func commands() []command {
 		{"audit", "print the audit timeline of a notification, recipient or dedupe key (timeline)", runAudit},
 		{"audit-writer", "copy requests, decisions, attempts and outcomes into ClickHouse, exactly once", runAuditWriter},
 		{"bench", "measure dedupe throughput side by side: herald on Kafka, PostgreSQL, Redis", runBench},
+		{"config", "check a configuration file: every bad setting, by name and line (herald config check --config FILE)", runConfig},
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
@@ -79,6 +83,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
+		}
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") && printVerbsHelp(stderr, c.name) {
+			return 0
 		}
 		err := c.run(ctx, args[1:], stdout)
 		switch {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/heraldhq/herald/analytics/replay"
 	"github.com/heraldhq/herald/processors/route"
 )
@@ -37,14 +39,14 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	seeds, err := kf.seeds()
+	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err
 	}
 	switch *stageName {
 	case "dedupe":
 	case "route":
-		return replayRoute(ctx, seeds, kf, rf, stdout)
+		return replayRoute(ctx, seeds, kopts, kf, rf, stdout)
 	default:
 		return fmt.Errorf("%w: --stage must be dedupe or route, got %q", errUsage, *stageName)
 	}
@@ -64,6 +66,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 
 	o := replay.Options{
 		Brokers:    seeds,
+		ClientOpts: kopts,
 		Catalog:    kf.catalog(),
 		ClickHouse: conn,
 		Database:   ch.database,
@@ -95,12 +98,12 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // replayRoute implements `herald replay --stage route`.
-func replayRoute(ctx context.Context, seeds []string, kf kafkaFlags, rf routeFlags, stdout io.Writer) error {
+func replayRoute(ctx context.Context, seeds []string, kopts []kgo.Opt, kf kafkaFlags, rf routeFlags, stdout io.Writer) error {
 	policy, err := rf.policy()
 	if err != nil {
 		return err
 	}
-	rep, err := route.Replay(ctx, seeds, kf.catalog(), policy)
+	rep, err := route.Replay(ctx, seeds, kf.catalog(), policy, kopts...)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	seeds, err := kf.seeds()
+	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err
 	}
@@ -41,6 +41,7 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	s, err := route.New(route.Options{
 		Brokers:            seeds,
+		ClientOpts:         kopts,
 		Catalog:            kf.catalog(),
 		Group:              sf.group,
 		InstanceID:         sf.instance,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -21,11 +22,14 @@ func (r *routeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.digests, "digests", "", "digest windows per type, optionally with a digest key, e.g. 'comment.added=15m,like=1h:social'")
 	fs.StringVar(&r.urgent, "urgent-types", "", "types that go through quiet hours, comma separated")
 	fs.StringVar(&r.fallback, "fallback-channels", "", "channel per type when no device is reachable, e.g. 'invoice.paid=feed' (feed is the only deviceless channel)")
+	addCheck(fs, func() error { _, err := r.policy(); return err })
 }
 
+// policy returns the route policy; its error names every bad flag and
+// entry.
 func (r *routeFlags) policy() (route.Policy, error) {
 	p := route.Policy{Rates: map[string]route.RateLimit{}, Digests: map[string]route.Digest{}, Urgent: map[string]bool{}, Fallback: map[string]string{}}
-	err := eachPair("--rate-limits", r.rates, func(typ, v string) error {
+	errs := eachPair("rate-limits", r.rates, func(typ, v string) error {
 		n, w, ok := strings.Cut(v, "/")
 		max, err := strconv.Atoi(n)
 		if !ok || err != nil || max < 1 {
@@ -38,10 +42,7 @@ func (r *routeFlags) policy() (route.Policy, error) {
 		p.Rates[typ] = route.RateLimit{Max: max, WindowMs: d.Milliseconds()}
 		return nil
 	})
-	if err != nil {
-		return p, err
-	}
-	err = eachPair("--digests", r.digests, func(typ, v string) error {
+	errs = append(errs, eachPair("digests", r.digests, func(typ, v string) error {
 		w, key, _ := strings.Cut(v, ":")
 		d, err := time.ParseDuration(w)
 		if err != nil || d < time.Millisecond {
@@ -49,23 +50,23 @@ func (r *routeFlags) policy() (route.Policy, error) {
 		}
 		p.Digests[typ] = route.Digest{WindowMs: d.Milliseconds(), Key: key}
 		return nil
-	})
-	if err != nil {
-		return p, err
-	}
-	err = eachPair("--fallback-channels", r.fallback, func(typ, ch string) error {
+	})...)
+	errs = append(errs, eachPair("fallback-channels", r.fallback, func(typ, ch string) error {
 		if ch != route.FeedChannel {
 			return fmt.Errorf("%q: only %q needs no device", ch, route.FeedChannel)
 		}
 		p.Fallback[typ] = ch
 		return nil
-	})
+	})...)
 	for _, typ := range strings.Split(r.urgent, ",") {
 		if typ = strings.TrimSpace(typ); typ != "" {
 			p.Urgent[typ] = true
 		}
 	}
-	return p, err
+	if len(errs) > 0 {
+		return p, fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
+	}
+	return p, nil
 }
 
 // maxWindow is the longest rate or digest window: route state lives at
@@ -81,19 +82,23 @@ func routeMaxWindow(p route.Policy) time.Duration {
 	return time.Duration(m) * time.Millisecond
 }
 
-// eachPair calls f for every "name=value" of a comma-separated flag.
-func eachPair(flagName, s string, f func(name, value string) error) error {
+// eachPair calls f for every "name=value" of the comma-separated flag
+// named flagName, and returns an error naming the flag and the entry for
+// every pair that is not name=value or that f refuses.
+func eachPair(flagName, s string, f func(name, value string) error) []error {
+	var errs []error
 	for _, kv := range strings.Split(s, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
 			continue
 		}
 		name, v, ok := strings.Cut(kv, "=")
 		if !ok || name == "" {
-			return fmt.Errorf("%w: %s: %q is not name=value", errUsage, flagName, kv)
+			errs = append(errs, badField(flagName, "%q is not name=value", kv))
+			continue
 		}
 		if err := f(name, v); err != nil {
-			return fmt.Errorf("%w: %s: %s: %v", errUsage, flagName, name, err)
+			errs = append(errs, badField(flagName, "%s: %v", name, err))
 		}
 	}
-	return nil
+	return errs
 }

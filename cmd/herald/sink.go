@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,21 +48,46 @@ func (s *sinkFlags) register(fs *flag.FlagSet) {
 		"where a partition with no committed group offset starts: empty refuses to start when the sink state already holds entries "+
 			"(the group's offsets were lost); earliest replays the retained deliveries (the sent-set skips the final ones), latest skips to the end. Pass it for one restart, then remove it")
 	fs.DurationVar(&s.maxAge, "max-age", 24*time.Hour, "expiry of a delivery command that carries none, after its creation")
+	addCheck(fs, s.check)
+}
+
+// check reports every bad sink runtime setting.
+func (s *sinkFlags) check() error {
+	var errs []error
+	if s.instance == "" {
+		errs = append(errs, badField("instance-id", "is empty"))
+	}
+	if err := stage.CheckResetOffsets(s.reset); err != nil {
+		errs = append(errs, badField("reset-offsets", "%v", err))
+	}
+	if s.maxInFlight < 1 {
+		errs = append(errs, badField("max-in-flight", "must be at least 1, got %d", s.maxInFlight))
+	}
+	if s.maxAttempts < 1 {
+		errs = append(errs, badField("max-attempts", "must be at least 1, got %d", s.maxAttempts))
+	}
+	if s.callTO <= 0 {
+		errs = append(errs, badField("call-timeout", "must be positive, got %v", s.callTO))
+	}
+	if s.backoffMin <= 0 || s.backoffMax < s.backoffMin {
+		errs = append(errs, badField("backoff-max", "must be at least --backoff-min, both positive (got %v and %v)", s.backoffMax, s.backoffMin))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
+	}
+	return nil
 }
 
 func (s *sinkFlags) options(channel string, p sinks.Provider, kf *kafkaFlags) (sinks.Options, error) {
-	seeds, err := kf.seeds()
+	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return sinks.Options{}, err
 	}
-	if s.instance == "" {
-		return sinks.Options{}, fmt.Errorf("%w: --instance-id is empty", errUsage)
-	}
-	if err := stage.CheckResetOffsets(s.reset); err != nil {
-		return sinks.Options{}, fmt.Errorf("%w: --reset-offsets %v", errUsage, err)
+	if err := s.check(); err != nil {
+		return sinks.Options{}, err
 	}
 	return sinks.Options{
-		Channel: channel, Provider: p, Brokers: seeds, Catalog: kf.catalog(), Group: s.group, InstanceID: s.instance,
+		Channel: channel, Provider: p, Brokers: seeds, ClientOpts: kopts, Catalog: kf.catalog(), Group: s.group, InstanceID: s.instance,
 		Policy:      sinks.Policy{MaxAttempts: s.maxAttempts, Backoff: backoff.Policy{Min: s.backoffMin, Max: s.backoffMax}, MaxAge: s.maxAge},
 		MaxInFlight: s.maxInFlight, CallTimeout: s.callTO, MaxBatchRecords: s.batch, BatchInterval: s.interval,
 		TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset,
@@ -86,6 +112,29 @@ func (a *apnsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.caFile, "apns-ca-file", "", "PEM certificates to trust instead of the system's (an emulator's)")
 	fs.IntVar(&a.priority, "apns-priority", 10, "apns-priority: 10 (immediate) or 5 (power-saving)")
 	fs.StringVar(&a.pushType, "apns-push-type", "alert", "apns-push-type")
+	addCheck(fs, a.check)
+}
+
+// check reports every bad APNs setting that can be seen without a
+// channel: the files named must be readable, the priority 5 or 10, token
+// auth complete.
+func (a *apnsFlags) check() error {
+	var errs []error
+	for _, f := range []struct{ name, path string }{{"apns-key-file", a.keyFile}, {"apns-cert-file", a.certFile}, {"apns-ca-file", a.caFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, badField(f.name, "cannot be read: %v", err))
+		}
+	}
+	if a.keyFile != "" && (a.keyID == "" || a.teamID == "") {
+		errs = append(errs, badField("apns-key-file", "needs --apns-key-id and --apns-team-id (token auth)"))
+	}
+	if a.priority != 5 && a.priority != 10 {
+		errs = append(errs, badField("apns-priority", "must be 10 or 5, got %d", a.priority))
+	}
+	return errors.Join(errs...)
 }
 
 func (a *apnsFlags) provider() (*apns.Provider, error) {

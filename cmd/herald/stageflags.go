@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -35,15 +36,20 @@ func (s *stageFlags) register(fs *flag.FlagSet, stageName, group, stateName, rep
 		"where a partition with no committed group offset starts: empty refuses to start when "+stateName+" already holds state "+
 			"(the group's offsets were lost, e.g. expired after offsets.retention.minutes with no member, and a replay would decide "+
 			"history again); earliest "+replay+", latest skips to the end. Pass it for one restart, then remove it")
+	addCheck(fs, s.check)
 }
 
 // check reports a usage error in the parsed flags.
 func (s *stageFlags) check() error {
+	var errs []error
 	if s.instance == "" {
-		return fmt.Errorf("%w: --instance-id is empty", errUsage)
+		errs = append(errs, badField("instance-id", "is empty"))
 	}
 	if err := stage.CheckResetOffsets(s.reset); err != nil {
-		return fmt.Errorf("%w: --reset-offsets %v", errUsage, err)
+		errs = append(errs, badField("reset-offsets", "%v", err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
 	}
 	return nil
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// examples holds, for every command path (a command, or a command and its
+// verb), the example its -h shows. Every command of commands() has one
+// (TestEveryCommandsHelpHasAnExample): add yours with the command.
+var examples = map[string]string{
+	"api": "herald api --config /etc/herald/herald.yaml --listen :8080 --api-keys /etc/herald/api-keys --metrics-addr :9464\n" +
+		"herald api --hash-key \"$NEW_KEY\"    # the sha256 hex for the key file",
+	"audit timeline": "herald audit timeline --id 6f1c2b0e-9c57-5d0a-8e7e-1a2b3c4d5e6f\n" +
+		"herald audit timeline --recipient user-42 --since 72h --tenant acme\n" +
+		"herald audit timeline --dedupe-key order-1001-shipped --type order.shipped",
+	"audit-writer":      "herald audit-writer --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --migrate --metrics-addr :9464",
+	"bench":             "herald bench --brokers 127.0.0.1:39092 --redis 127.0.0.1:36379 --requests 200000 --markdown",
+	"clickhouse-server": "herald clickhouse-server --path /var/lib/herald-chdb --tcp-port 39000 --http-port 39123",
+	"config check":      "herald config check --config /etc/herald/herald.yaml",
+	"dedupe": "herald dedupe --config /etc/herald/herald.yaml --instance-id dedupe-0 --metrics-addr :9464\n" +
+		"HERALD_KAFKA_SASL_PASSWORD=... herald dedupe --brokers kafka-1:9093 --kafka-sasl-mechanism SCRAM-SHA-512 --kafka-sasl-user herald --kafka-tls",
+	"dev":          "herald dev --state-dir .herald-dev --http-addr 127.0.0.1:8080",
+	"emulate apns": "herald emulate apns --addr 127.0.0.1:2197 --cert-out /tmp/apns-emulator.pem --reset-rate 0.05",
+	"emulate fcm":  "herald emulate fcm --addr 127.0.0.1:4010 --credentials-out /tmp/fcm-emulator.json",
+	"id":           "herald id --type invoice.paid --recipient user-42 --key '{\"invoice\":\"inv_2201\"}'",
+	"migrate":      "herald migrate --clickhouse-addr clickhouse:9000 --database herald --ttl-days 90",
+	"probe":        "herald probe http://127.0.0.1:9464/readyz",
+	"replay": "herald replay --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --from 24h\n" +
+		"herald replay --stage route --config /etc/herald/herald.yaml",
+	"route": "herald route --config /etc/herald/herald.yaml --instance-id route-0 --rate-limits 'chat.message=5/1h' --metrics-addr :9464",
+	"sink": "herald sink --channel apns --config /etc/herald/herald.yaml --apns-key-file /etc/herald/AuthKey.p8 --apns-key-id ABC123 --apns-team-id TEAM42 --apns-topic com.example.app\n" +
+		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0",
+	"topics create": "herald topics create --brokers kafka-1:9092 --partitions 12 --replication 3",
+	"topics verify": "herald topics verify --config /etc/herald/herald.yaml",
+}
+
+// commandPaths lists the keys of examples: every command path that makes a
+// flag set.
+func commandPaths() []string {
+	out := make([]string, 0, len(examples))
+	for p := range examples {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// summaryOf is the one-line summary of the command path's command.
+func summaryOf(path string) string {
+	first, _, _ := strings.Cut(path, " ")
+	for _, c := range commands() {
+		if c.name == first {
+			return c.summary
+		}
+	}
+	return ""
+}
+
+// printHelp writes a command's help: usage, summary, example, flags.
+func printHelp(w io.Writer, path string, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: herald %s [flags]\n\n%s\n\n", path, summaryOf(path))
+	if ex := examples[path]; ex != "" {
+		fmt.Fprintf(w, "Example:\n  %s\n\n", strings.ReplaceAll(ex, "\n", "\n  "))
+	}
+	fmt.Fprintln(w, "Flags (each also HERALD_<NAME> in the environment, or '<name>: value' in the --config file; the command line wins, then the environment, then the file):")
+	fs.PrintDefaults()
+}
+
+// printVerbsHelp writes the help of a command with verbs (topics, audit,
+// emulate, config) given -h without a verb: each verb's example.
+func printVerbsHelp(w io.Writer, name string) bool {
+	var paths []string
+	for _, p := range commandPaths() {
+		if strings.HasPrefix(p, name+" ") {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return false
+	}
+	verbs := make([]string, len(paths))
+	for i, p := range paths {
+		verbs[i] = strings.TrimPrefix(p, name+" ")
+	}
+	fmt.Fprintf(w, "usage: herald %s %s [flags]\n\n%s\n\nExample:\n", name, strings.Join(verbs, "|"), summaryOf(name))
+	for _, p := range paths {
+		fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(examples[p], "\n", "\n  "))
+	}
+	fmt.Fprintf(w, "\nRun 'herald %s <verb> -h' for its flags.\n", name)
+	return true
+}
