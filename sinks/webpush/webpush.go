@@ -24,6 +24,8 @@
 //	201      created (any 2xx)                         success     accepted
 //	404/410  the subscription expired or is unknown    permanent   expired_subscription (retires the device)
 //	413      payload too large                         permanent   payload_too_large
+//	-        payload over one 4096-byte record (found  permanent   payload_too_large (keeps the device)
+//	         by webpush-go before sending)
 //	400      malformed request                         permanent   bad_request
 //	401/403  VAPID rejected                            permanent   auth (configuration)
 //	429      too many requests                         retryable   too_many_requests (Retry-After honoured)
@@ -147,6 +149,9 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 		VAPIDPublicKey: p.c.VAPIDPublicKey, VAPIDPrivateKey: p.c.VAPIDPrivateKey,
 	})
 	if err != nil {
+		if errors.Is(err, wp.ErrMaxPadExceeded) { // the payload cannot fit one 4096-byte record: the device is fine
+			return sinks.Result{Class: sinks.Permanent, Rule: "payload_too_large", Reason: "payload over 4096 bytes", Err: err}
+		}
 		if !reached { // webpush-go could not encrypt for these keys or build the request
 			return sinks.Result{Class: sinks.Permanent, Rule: "bad_subscription", Reason: "unusable subscription", RetireDevice: true, Err: err}
 		}
