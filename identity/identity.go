@@ -122,6 +122,7 @@ const (
 	tagIdempotency = "herald/idempotency/v1"
 	tagDelivery    = "herald/delivery/v1"
 	tagReceipt     = "herald/receipt/v1"
+	tagWebhook     = "herald/webhook-event/v1"
 )
 
 // apnsNamePrefix is prepended to the notification id to form the UUIDv5 name
@@ -187,6 +188,15 @@ func DeliveryID(notificationID, deviceID string) string {
 // same id, so the audit counts it once.
 func ReceiptID(deliveryID, kind string) string {
 	return derive(tagReceipt, deliveryID, kind)
+}
+
+// WebhookEventID is the id of the outbound webhook event of one type about
+// one delivery's outcome: the same for every endpoint it goes to and every
+// retry (Standard Webhooks' webhook-id is "msg_" and this id), so
+// receivers dedupe on it. Its delivery to one endpoint is
+// DeliveryID(WebhookEventID(...), endpointID).
+func WebhookEventID(deliveryID, eventType string) string {
+	return derive(tagWebhook, deliveryID, eventType)
 }
 
 // NewRandomID returns a fresh UUIDv7 as 32 lower-case hex characters, the id

@@ -299,6 +299,7 @@ func TestDerivedIDs(t *testing.T) {
 		{"an idempotency id is derived from tenant, type, recipient and key", IdempotencyID("acme", "invoice.paid", "u_8831", "ik-1"), "bc028f72eb509950f274e50ea45f1c39"},
 		{"a delivery id is derived from notification and device", DeliveryID("52f364d9288c640b306b566e509104bd", "dev-1"), "4eb160981ce0a5e34585008dc860b5ec"},
 		{"a receipt id is derived from delivery and kind", ReceiptID("4eb160981ce0a5e34585008dc860b5ec", "displayed"), "f2e2a50abd2af5c6e9e71c6fb95ee5b8"},
+		{"a webhook event id is derived from delivery and event type", WebhookEventID("4eb160981ce0a5e34585008dc860b5ec", "delivery.failed"), "7840cec06bd0b042c658185c62071a2f"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

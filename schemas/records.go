@@ -334,7 +334,7 @@ type DeliveryCommand struct {
 	Type           string               `json:"type"`
 	Recipient      string               `json:"recipient"`
 	DeviceID       string               `json:"deviceId"`
-	Channel        string               `json:"channel" jsonschema:"enum=apns,enum=fcm,enum=webpush,enum=feed"`
+	Channel        string               `json:"channel" jsonschema:"enum=apns,enum=fcm,enum=webpush,enum=feed,enum=webhook"`
 	Token          string               `json:"token,omitempty"`
 	WebPush        *WebPushSubscription `json:"webPush,omitempty"`
 	CollapseID     string               `json:"collapseId"`
@@ -644,7 +644,48 @@ type Receipt struct {
 // SchemaName implements Record.
 func (Receipt) SchemaName() string { return ReceiptV1 }
 
+// Webhook events a tenant's endpoint subscribes to (Webhook.Events). Each
+// is built from one Outcome on herald.outcomes (sinks/webhook).
+const (
+	// EventDeliveryCompleted: a delivery reached its final state, whatever
+	// it is (delivered, failed, expired, device_retired).
+	EventDeliveryCompleted = "delivery.completed"
+	// EventDeliveryFailed: a delivery ended failed (permanent error or
+	// retries exhausted, dead-lettered) or expired.
+	EventDeliveryFailed = "delivery.failed"
+	// EventDeviceRetired: a provider invalidated a device's token and
+	// herald disabled the device.
+	EventDeviceRetired = "device.retired"
+)
+
+// WebhookEvents lists every event type, sorted.
+var WebhookEvents = []string{EventDeliveryCompleted, EventDeliveryFailed, EventDeviceRetired}
+
+// Webhook is one endpoint a tenant registered for outbound webhooks, on the
+// compacted topic herald.webhooks, keyed by RecipientKey(Tenant, ID). A
+// tombstone deletes it.
+type Webhook struct {
+	Schema string `json:"schema"`
+	Tenant string `json:"tenant"`
+	ID     string `json:"id"`
+	URL    string `json:"url" jsonschema:"format=uri"`
+	// Secret signs every delivery (Standard Webhooks symmetric scheme):
+	// "whsec_" and the base64 of 24 to 64 random bytes. Never logged.
+	Secret string `json:"secret"`
+	// Events are the event types the endpoint receives.
+	Events  []string `json:"events"`
+	Enabled bool     `json:"enabled"`
+	// DisabledReason is set when herald disabled the endpoint (it answered
+	// 410 Gone).
+	DisabledReason string `json:"disabledReason,omitempty"`
+	CreatedAt      int64  `json:"createdAt"`
+	UpdatedAt      int64  `json:"updatedAt"`
+}
+
+// SchemaName implements Record.
+func (Webhook) SchemaName() string { return WebhookV1 }
+
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}, Webhook{}}
 }

@@ -32,6 +32,7 @@ const (
 	SinkEntryV1       = "herald.sinkentry/v1"
 	FeedItemV1        = "herald.feeditem/v1"
 	ReceiptV1         = "herald.receipt/v1"
+	WebhookV1         = "herald.webhook/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

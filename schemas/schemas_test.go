@@ -62,6 +62,8 @@ func samples() []schemas.Record {
 		&schemas.Receipt{ReceiptID: "f2e2a50abd2af5c6e9e71c6fb95ee5b8", Kind: schemas.ReceiptDropped, DeliveryID: "4eb160981ce0a5e34585008dc860b5ec",
 			NotificationID: "52f364d9288c640b306b566e509104bd", Tenant: "acme", Type: "invoice.paid", Recipient: "u_8831", DeviceID: "dev-1",
 			Channel: "webpush", At: 5, ClientAt: 4},
+		&schemas.Webhook{Tenant: "acme", ID: "wh_1", URL: "https://hooks.example/h", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+			Events: []string{schemas.EventDeliveryFailed}, Enabled: true, DisabledReason: "gone", CreatedAt: 1, UpdatedAt: 2},
 	}
 }
 

@@ -83,6 +83,14 @@ type Writer interface {
 	Records(cmd *schemas.DeliveryCommand, now time.Time) ([]*kgo.Record, error)
 }
 
+// Retirer is a Provider whose invalidated target is not a herald.devices
+// entry (a webhook endpoint): on an outcome device_retired the runtime
+// emits Retire's records, in the outcome's transaction, in place of the
+// device update.
+type Retirer interface {
+	Retire(cmd *schemas.DeliveryCommand, reason string, now time.Time) []*kgo.Record
+}
+
 // Policy bounds retries.
 type Policy struct {
 	// MaxAttempts is the most calls per delivery (8 by default); then the

@@ -300,6 +300,12 @@ func (t *task) resolve(out *stage.Out, d done) {
 		t.put(out, e, now)
 		return
 	case schemas.OutcomeDeviceRetired:
+		if r, ok := t.rt.provider.(Retirer); ok {
+			for _, rec := range r.Retire(cmd, v.reason, now) {
+				out.Emit(rec)
+			}
+			break
+		}
 		out.Emit(t.record(t.rt.topics.Devices, schemas.DeviceKey(cmd.Tenant, cmd.Recipient, cmd.DeviceID), &schemas.Device{
 			Tenant: cmd.Tenant, Recipient: cmd.Recipient, DeviceID: cmd.DeviceID, Platform: platformOf(t.rt.channel),
 			Token: cmd.Token, WebPush: cmd.WebPush, Locale: cmd.Locale, Enabled: false, RetiredReason: v.reason,

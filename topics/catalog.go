@@ -17,8 +17,17 @@ import (
 	"strconv"
 )
 
-// Channels that have a delivery topic and a sink.
+// Channels a notification may ask for (and a recipient's preferences name):
+// each has a delivery topic and a sink.
 var Channels = []string{"apns", "fcm", "webpush", "feed"}
+
+// Webhook is the outbound webhooks' channel: a delivery topic and a sink
+// like the others, fed by the webhook fan-out (sinks/webhook) from
+// herald.outcomes, not by the route stage, and never a notification's.
+const Webhook = "webhook"
+
+// SinkChannels are every channel with a delivery topic and a sink.
+var SinkChannels = append(append([]string(nil), Channels...), Webhook)
 
 // Topic is one entry of the catalog.
 type Topic struct {
@@ -152,10 +161,10 @@ func New(o Options) *Catalog {
 	} else {
 		compacted("route", routeDoc, map[string]string{"delete.retention.ms": strconv.FormatInt(o.SeenTombstoneRetentionMs, 10)})
 	}
-	for _, ch := range Channels {
+	for _, ch := range SinkChannels {
 		events("deliveries."+ch, "delivery commands for the "+ch+" sink; key: delivery id")
 	}
-	for _, ch := range Channels {
+	for _, ch := range SinkChannels {
 		doc := "the " + ch + " sink's state: sent-set, write-ahead intents, parked retries; key: delivery id, co-partitioned with deliveries." + ch
 		if o.SeenCleanupPolicy == "delete" { // the same hazard as the seen-set's, the same workaround
 			c.add(SinkState(ch), doc, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(o.SeenRetentionMs, 10)})
@@ -169,6 +178,7 @@ func New(o Options) *Catalog {
 	events("deadletters", "what can never be processed: delivery commands whose retries are exhausted (key: delivery id), and a stage's input records whose outputs can never be written (a stage.DeadLetter with header herald-dead-letter-stage; key: the input's key)")
 	compacted("devices", "registered devices; key: tenant/recipient/device, partitioned by tenant/recipient", nil)
 	compacted("preferences", "per-user channel preferences and quiet hours; key: tenant/recipient", nil)
+	compacted(Webhooks, "tenants' outbound webhook endpoints (url, secret, events); key: tenant/id", nil)
 	compacted("segments", "tenant-defined named sets of users (target kind segment); key: tenant/name", nil)
 	// The feed is written in transactions (the feed sink's, the API's read
 	// marks), so it takes the seen-set's cleanup policy (kfake's defect 3).
@@ -220,6 +230,7 @@ const (
 	Receipts    = "receipts"
 	Preferences = "preferences"
 	Segments    = "segments"
+	Webhooks    = "webhooks"
 )
 
 // Deliveries is the short name of a channel's delivery topic.

@@ -16,7 +16,7 @@ import (
 //     default of the Java client, so producers in other languages agree.
 func (c *Catalog) Partitioner() kgo.Partitioner {
 	manual := map[string]bool{c.Name(Seen): true, c.Name(Route): true}
-	for _, ch := range Channels {
+	for _, ch := range SinkChannels {
 		manual[c.Name(SinkState(ch))] = true
 	}
 	return &partitioner{

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks/apns/emulator"
+	whemulator "github.com/heraldhq/herald/sinks/webhook/emulator"
+	wpemulator "github.com/heraldhq/herald/sinks/webpush/emulator"
 )
 
 // runEmulate implements `herald emulate apns`: a local APNs (HTTP/2 over
@@ -18,8 +20,14 @@ func runEmulate(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "fcm" {
 		return runEmulateFCM(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "webhook" {
+		return runEmulateWebhook(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "webpush" {
+		return runEmulateWebPush(ctx, args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "apns" {
-		return fmt.Errorf("%w: herald emulate apns|fcm [flags]", errUsage)
+		return fmt.Errorf("%w: herald emulate apns|fcm|webhook|webpush [flags]", errUsage)
 	}
 	fs := newFlagSet("emulate apns")
 	addr := fs.String("addr", "127.0.0.1:2197", "address to listen on")
@@ -46,6 +54,65 @@ func runEmulate(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "apns emulator listening on %s (pushes: %s/emulator/pushes)\n", em.URL(), em.URL())
+	<-ctx.Done()
+	return nil
+}
+
+// runEmulateWebhook implements `herald emulate webhook`: a local webhook
+// receiver (POST /hooks/{endpoint}) that verifies Standard Webhooks
+// signatures with --secret, until SIGINT or SIGTERM. Register an endpoint
+// with url http://ADDR/hooks/NAME and the same secret; GET
+// /emulator/messages lists what it read.
+func runEmulateWebhook(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("emulate webhook")
+	addr := fs.String("addr", "127.0.0.1:4020", "address to listen on")
+	secrets := fs.String("secret", "", "whsec_ secrets to verify with, comma separated (prefer HERALD_SECRET)")
+	latency := fs.Duration("latency", 0, "delay of every answer")
+	resetRate := fs.Float64("reset-rate", 0, "share of messages answered by a connection reset after the request was read")
+	slowRate := fs.Float64("slow-rate", 0, "share of messages answered only after --slow-delay")
+	slowDelay := fs.Duration("slow-delay", time.Minute, "delay of a slow answer (past the sink's call timeout)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var list []string
+	for _, s := range strings.Split(*secrets, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			list = append(list, s)
+		}
+	}
+	em, err := whemulator.Start(whemulator.Options{Addr: *addr, Secrets: list, Latency: *latency, MaxRecords: 10_000})
+	if err != nil {
+		return err
+	}
+	defer em.Close()
+	em.SetFaults(whemulator.Faults{ResetRate: *resetRate, SlowRate: *slowRate, SlowDelay: *slowDelay})
+	fmt.Fprintf(stdout, "webhook receiver listening on %s (endpoints: %s/hooks/NAME, messages: %s/emulator/messages)\n", em.URL(), em.URL(), em.URL())
+	<-ctx.Done()
+	return nil
+}
+
+// runEmulateWebPush implements `herald emulate webpush`: a local Web Push
+// service that answers RFC 8030's errors with fault injection (pushes at
+// POST /push/{subscription}; POST /emulator/subscribe makes a
+// subscription; GET /emulator/pushes lists what it read), until SIGINT or
+// SIGTERM.
+func runEmulateWebPush(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("emulate webpush")
+	addr := fs.String("addr", "127.0.0.1:4030", "address to listen on")
+	latency := fs.Duration("latency", 0, "delay of every answer")
+	resetRate := fs.Float64("reset-rate", 0, "share of pushes answered by a connection reset after the request was read")
+	slowRate := fs.Float64("slow-rate", 0, "share of pushes answered only after --slow-delay")
+	slowDelay := fs.Duration("slow-delay", time.Minute, "delay of a slow answer (past the sink's call timeout)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	em, err := wpemulator.Start(wpemulator.Options{Addr: *addr, Latency: *latency, MaxRecords: 10_000})
+	if err != nil {
+		return err
+	}
+	defer em.Close()
+	em.SetFaults(wpemulator.Faults{ResetRate: *resetRate, SlowRate: *slowRate, SlowDelay: *slowDelay})
+	fmt.Fprintf(stdout, "webpush emulator listening on %s (subscribe: POST %s/emulator/subscribe, pushes: %s/emulator/pushes)\n", em.URL(), em.URL(), em.URL())
 	<-ctx.Done()
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/feed"
+	"github.com/heraldhq/herald/sinks/webhook"
 )
 
 // sinkFlags are the runtime's flags, shared by every channel.
@@ -155,8 +156,9 @@ func (a *apnsFlags) provider() (*apns.Provider, error) {
 	return apns.New(cfg)
 }
 
-// runSink implements `herald sink --channel apns|fcm|webpush|feed`: one
-// instance of a channel's sink.
+// runSink implements `herald sink --channel apns|fcm|webpush|feed|webhook`:
+// one instance of a channel's sink (for webhook, also the fan-out from
+// herald.outcomes and the endpoints table: sinks/webhook).
 func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	fs := newFlagSet("sink")
 	var kf kafkaFlags
@@ -202,10 +204,12 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 		p = wp
 	case "feed":
 		p = feed.New(kf.catalog())
+	case webhook.Channel:
+		return runWebhookSink(ctx, &sf, &kf, &of)
 	case "":
-		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm, webpush or feed", errUsage)
+		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm, webpush, feed or webhook", errUsage)
 	default:
-		return fmt.Errorf("%w: --channel %q has no sink yet (apns, fcm, webpush, feed)", errUsage, *channel)
+		return fmt.Errorf("%w: --channel %q has no sink yet (apns, fcm, webpush, feed, webhook)", errUsage, *channel)
 	}
 	o, err := sf.options(*channel, p, &kf)
 	if err != nil {
@@ -221,4 +225,24 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	defer stop()
 	return r.Run(ctx)
+}
+
+// runWebhookSink runs the webhook channel: the endpoints table, the
+// fan-out (group herald-webhook-fanout) and the sink.
+func runWebhookSink(ctx context.Context, sf *sinkFlags, kf *kafkaFlags, of *opsFlags) error {
+	o, err := sf.options(webhook.Channel, nil, kf)
+	if err != nil {
+		return err
+	}
+	r, err := webhook.NewChannel(webhook.ChannelOptions{Sink: o})
+	if err != nil {
+		return err
+	}
+	defer r.Provider.CloseIdleConnections()
+	stop, err := of.serve(ops.Check{Name: "webhook sink (endpoints loaded, fan-out and sink assigned and restored)", Ready: r.Ready})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return r.Run(ctx, o.Brokers, nil, nil)
 }

@@ -1,0 +1,171 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Event is the body of one webhook message (Standard Webhooks' payload
+// structure).
+type Event struct {
+	Type      string    `json:"type"`
+	Timestamp string    `json:"timestamp"`
+	Data      EventData `json:"data"`
+}
+
+// EventData is an event's data: the outcome it reports.
+type EventData struct {
+	EventID          string `json:"eventId"`
+	DeliveryID       string `json:"deliveryId"`
+	NotificationID   string `json:"notificationId"`
+	NotificationType string `json:"notificationType"`
+	Recipient        string `json:"recipient"`
+	DeviceID         string `json:"deviceId"`
+	Channel          string `json:"channel"`
+	Status           string `json:"status"`
+	Reason           string `json:"reason,omitempty"`
+	Attempts         int    `json:"attempts"`
+	At               int64  `json:"at"`
+}
+
+// EventsOf lists the event types an outcome raises (none for a webhook
+// delivery's own outcome).
+func EventsOf(o *schemas.Outcome) []string {
+	if o.Channel == Channel {
+		return nil
+	}
+	var evs []string
+	switch o.Status {
+	case schemas.OutcomeDelivered:
+		evs = []string{schemas.EventDeliveryCompleted}
+	case schemas.OutcomeFailed, schemas.OutcomeExpired, schemas.OutcomeDeadLettered:
+		evs = []string{schemas.EventDeliveryCompleted, schemas.EventDeliveryFailed}
+	case schemas.OutcomeDeviceRetired:
+		evs = []string{schemas.EventDeliveryCompleted, schemas.EventDeviceRetired}
+	}
+	return evs
+}
+
+// Commands is the fan-out's pure function: the delivery commands of one
+// outcome for a tenant's endpoints, one per event and enabled endpoint
+// subscribed to it and created at or before the outcome. Their delivery
+// ids (identity.DeliveryID of the event id and the endpoint id) and
+// bodies depend only on the outcome and the endpoint, so an outcome read
+// twice yields the same commands, which the sink's sent-set sends once.
+func Commands(o *schemas.Outcome, endpoints []schemas.Webhook) []*schemas.DeliveryCommand {
+	var out []*schemas.DeliveryCommand
+	for _, ev := range EventsOf(o) {
+		eventID := identity.WebhookEventID(o.DeliveryID, ev)
+		var body []byte
+		for _, ep := range endpoints {
+			if !ep.Enabled || ep.Tenant != o.Tenant || o.At < ep.CreatedAt || !slices.Contains(ep.Events, ev) {
+				continue
+			}
+			if body == nil {
+				body, _ = json.Marshal(Event{ // only strings and numbers: cannot fail
+					Type: ev, Timestamp: time.UnixMilli(o.At).UTC().Format("2006-01-02T15:04:05.000Z"),
+					Data: EventData{EventID: eventID, DeliveryID: o.DeliveryID, NotificationID: o.NotificationID, NotificationType: o.Type,
+						Recipient: o.Recipient, DeviceID: o.DeviceID, Channel: o.Channel, Status: o.Status, Reason: o.Reason,
+						Attempts: o.Attempts, At: o.At},
+				})
+			}
+			out = append(out, &schemas.DeliveryCommand{
+				DeliveryID: identity.DeliveryID(eventID, ep.ID), NotificationID: o.NotificationID, Tenant: o.Tenant,
+				Type: o.Type, Recipient: o.Recipient, DeviceID: ep.ID, Channel: Channel, CollapseID: "msg_" + eventID,
+				Title: ev, Payload: body, CreatedAt: o.At,
+			})
+		}
+	}
+	return out
+}
+
+// FanOutOptions configure the fan-out stage.
+type FanOutOptions struct {
+	Brokers []string
+	Catalog *topics.Catalog
+	Table   *Table
+	// Group is "herald-webhook-fanout" by default; InstanceID names this
+	// instance (its transactional id is Group + "-" + InstanceID).
+	Group, InstanceID string
+	// ResetOffsets, SessionTimeout, RebalanceTimeout, BatchInterval and
+	// TransactionTimeout are stage.Config's.
+	ResetOffsets                     string
+	SessionTimeout, RebalanceTimeout time.Duration
+	BatchInterval                    time.Duration
+	TransactionTimeout               time.Duration
+	ClientOpts                       []kgo.Opt
+	Logger                           *slog.Logger
+	Metrics                          *metrics.Registry
+}
+
+// NewFanOut builds the fan-out stage: herald.outcomes in,
+// herald.deliveries.webhook out. Run it once its Table is ready.
+func NewFanOut(o FanOutOptions) (*stage.Runner, error) {
+	if o.Catalog == nil || o.Table == nil || o.InstanceID == "" {
+		return nil, errors.New("webhook: fan-out needs Catalog, Table and InstanceID")
+	}
+	if o.Group == "" {
+		o.Group = "herald-webhook-fanout"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	deliveries := o.Catalog.Name(topics.Deliveries(Channel))
+	log := o.Logger.With("stage", "webhook-fanout")
+	return stage.New(stage.Config{
+		Name: "webhook-fanout", Brokers: o.Brokers, Group: o.Group, TransactionalID: o.Group + "-" + o.InstanceID,
+		GroupInstanceID: o.InstanceID, SessionTimeout: o.SessionTimeout, RebalanceTimeout: o.RebalanceTimeout,
+		ResetOffsets: o.ResetOffsets, Input: o.Catalog.Name(topics.Outcomes), DeadLetterTopic: o.Catalog.Name(topics.DeadLetters),
+		NewTask: func(int32) stage.Task {
+			return &fanTask{table: o.Table, topic: deliveries, log: log}
+		},
+		Partitioner: o.Catalog.Partitioner(), BatchInterval: o.BatchInterval, TransactionTimeout: o.TransactionTimeout,
+		ClientOpts: o.ClientOpts, Logger: o.Logger, Metrics: o.Metrics,
+	})
+}
+
+// fanTask is the fan-out of one herald.outcomes partition: stateless (the
+// endpoints are the shared Table).
+type fanTask struct {
+	table *Table
+	topic string
+	log   *slog.Logger
+}
+
+func (*fanTask) Restore(*kgo.Record) error { return nil }
+func (*fanTask) Tick(*stage.Out)           {}
+func (*fanTask) Commit()                   {}
+func (*fanTask) Abort()                    {}
+
+// Process emits the webhook deliveries of one outcome; an undecodable
+// record is skipped (logged): it raises no event.
+func (f *fanTask) Process(r *kgo.Record, out *stage.Out) error {
+	var o schemas.Outcome
+	if err := schemas.Decode(r.Value, &o); err != nil {
+		f.log.Warn("skip an undecodable outcome", "partition", r.Partition, "offset", r.Offset, "err", err)
+		return nil
+	}
+	if EventsOf(&o) == nil {
+		return nil
+	}
+	for _, cmd := range Commands(&o, f.table.Tenant(o.Tenant)) {
+		b, err := schemas.Encode(cmd)
+		if err != nil {
+			return err // cannot happen: the command is built above
+		}
+		out.Emit(&kgo.Record{Topic: f.topic, Key: []byte(cmd.DeliveryID), Value: b,
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(cmd.SchemaName())}}})
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/topics"
+)
+
+// ChannelOptions configure the webhook channel of one process: the endpoints table,
+// then, once it has caught up, the fan-out and the sink.
+type ChannelOptions struct {
+	// Sink configures the sink (its Channel and Provider are set here).
+	Sink sinks.Options
+	// FanOut configures the fan-out (its Brokers, Catalog, Table,
+	// InstanceID, ResetOffsets and ClientOpts default to the sink's).
+	FanOut FanOutOptions
+	// Client is the adapter's HTTP client (Config.Client).
+	Client *http.Client
+}
+
+// Runners are the two stages of a webhook channel, for readiness checks.
+type Runners struct {
+	Table        *Table
+	FanOut, Sink *stage.Runner
+	Provider     *Provider
+}
+
+// NewChannel builds the table, the adapter and both stages.
+func NewChannel(o ChannelOptions) (*Runners, error) {
+	if o.Sink.Catalog == nil {
+		return nil, errors.New("webhook: the sink's Catalog is required")
+	}
+	cat := o.Sink.Catalog
+	r := &Runners{Table: NewTable(cat.Name(topics.Webhooks))}
+	p, err := New(Config{Endpoints: r.Table, Topic: cat.Name(topics.Webhooks), Client: o.Client})
+	if err != nil {
+		return nil, err
+	}
+	r.Provider = p
+	o.Sink.Channel, o.Sink.Provider = Channel, p
+	if r.Sink, err = sinks.New(o.Sink); err != nil {
+		return nil, err
+	}
+	f := o.FanOut
+	f.Table = r.Table
+	if f.Brokers == nil {
+		f.Brokers = o.Sink.Brokers
+	}
+	if f.Catalog == nil {
+		f.Catalog = cat
+	}
+	if f.InstanceID == "" {
+		f.InstanceID = o.Sink.InstanceID
+	}
+	if f.ResetOffsets == "" {
+		f.ResetOffsets = o.Sink.ResetOffsets
+	}
+	if f.ClientOpts == nil {
+		f.ClientOpts = o.Sink.ClientOpts
+	}
+	if f.Logger == nil {
+		f.Logger = o.Sink.Logger
+	}
+	if f.Metrics == nil {
+		f.Metrics = o.Sink.Metrics
+	}
+	if r.FanOut, err = NewFanOut(f); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Ready reports whether the table has caught up and both stages are
+// assigned and restored.
+func (r *Runners) Ready() bool {
+	select {
+	case <-r.Table.Ready():
+	default:
+		return false
+	}
+	return r.FanOut.Ready() && r.Sink.Ready()
+}
+
+// Run reads the table until it has caught up, then runs the fan-out and
+// the sink until ctx ends or one of them fails. brokers and opts are the
+// table's client's.
+func (r *Runners) Run(ctx context.Context, brokers []string, opts []kgo.Opt, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("webhook: %s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("endpoints table", func(ctx context.Context) error {
+		return r.Table.Run(ctx, append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...), log)
+	})
+	if err := r.Table.WaitReady(ctx); err != nil {
+		cancel()
+		wg.Wait()
+		select {
+		case e := <-errc:
+			return e
+		default:
+		}
+		if parent.Err() != nil {
+			return nil // shut down while loading
+		}
+		return err
+	}
+	log.Info("webhook endpoints loaded")
+	run("fan-out", r.FanOut.Run)
+	run("sink", r.Sink.Run)
+	wg.Wait()
+	select {
+	case e := <-errc:
+		return e
+	default:
+		return nil
+	}
+}
