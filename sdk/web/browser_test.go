@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,13 +18,60 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// testPage registers herald's service worker with scope "/" and collects the
-// outcomes it posts ({herald: "push", id, outcome}) in window.outcomes.
-const testPage = `<!doctype html><title>herald sw test</title><script>
+// testPage registers herald's service worker with scope "/", registers the
+// browser as a device with the page helper (a subscription of its own and
+// a registerDevice that answers the receipt token testToken, so the worker
+// sends receipts to this server), and collects the outcomes the worker
+// posts ({herald: "push", id, outcome}) in window.outcomes.
+const testPage = `<!doctype html><title>herald sw test</title><script type="module">
+import { registerWith, DeviceStore } from "/sdk/herald.js";
 window.outcomes = [];
 navigator.serviceWorker.addEventListener("message", (e) => { if (e.data && e.data.herald === "push") window.outcomes.push(e.data); });
-window.ready = navigator.serviceWorker.register("/sdk/herald-sw.js", {scope: "/"}).then(() => navigator.serviceWorker.ready).then(() => true);
+window.ready = navigator.serviceWorker.register("/sdk/herald-sw.js", {scope: "/"}).then(() => navigator.serviceWorker.ready)
+  .then(() => registerWith({endpoint: "https://push.test/s/1", keys: {p256dh: "BNc", auth: "tBH"}},
+    {userId: "u1", deviceId: "chromium", base: location.origin, store: new DeviceStore(), fetch: fetch.bind(globalThis),
+     registerDevice: async () => ({receiptToken: "` + testToken + `"})}))
+  .then(() => true);
 </script>`
+
+const testToken = "hrt1.test-token"
+
+// receiptLog records the receipts the worker posts to POST /v1/receipts,
+// as "kind id", and answers the first one 503 so the worker retries it.
+type receiptLog struct {
+	mu    sync.Mutex
+	calls int
+	got   []string
+	auth  []string
+}
+
+func (l *receiptLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body struct{ NotificationID, Kind, Type string }
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	l.auth = append(l.auth, r.Header.Get("Authorization"))
+	if l.calls == 1 {
+		http.Error(w, "try again", http.StatusServiceUnavailable)
+		return
+	}
+	l.got = append(l.got, body.Kind+" "+body.NotificationID)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// take returns the receipts recorded since the last take, sorted.
+func (l *receiptLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	got := l.got
+	l.got = nil
+	slices.Sort(got)
+	return got
+}
 
 // chromium starts headless Debian Chromium (scripts/install.d/chromium) on a
 // page of srv that has registered the service worker, and returns its
@@ -131,8 +179,10 @@ func TestBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("headless Chromium: not under -short")
 	}
+	receipts := &receiptLog{}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Prefix, Handler())
+	mux.Handle("POST /v1/receipts", receipts)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, testPage)
@@ -147,16 +197,18 @@ func TestBrowser(t *testing.T) {
 		pushes   []string
 		outcomes []string
 		shown    []string
+		receipts []string
 	}{
-		{"a first push shows a notification tagged with its id", false,
-			[]string{payload("a")}, []string{"shown"}, []string{"a"}},
-		{"the same payload delivered again shows no second notification", false, []string{payload("a")}, []string{"duplicate"}, []string{"a"}},
+		{"a first push shows a notification tagged with its id and reports it displayed (after a retry)", false,
+			[]string{payload("a")}, []string{"shown"}, []string{"a"}, []string{"displayed a"}},
+		{"the same payload delivered again shows no second notification and reports it dropped", false,
+			[]string{payload("a")}, []string{"duplicate"}, []string{"a"}, []string{"dropped a"}},
 		{"two ids show two notifications", false,
-			[]string{payload("b")}, []string{"shown"}, []string{"a", "b"}},
+			[]string{payload("b")}, []string{"shown"}, []string{"a", "b"}, []string{"displayed b"}},
 		{"two pushes of one id arriving together show one notification", false,
-			[]string{payload("c"), payload("c")}, []string{"duplicate", "shown"}, []string{"a", "b", "c"}},
-		{"after the service worker is stopped and started again a repeat is still dropped", true,
-			[]string{payload("a")}, []string{"duplicate"}, []string{"a", "b", "c"}},
+			[]string{payload("c"), payload("c")}, []string{"duplicate", "shown"}, []string{"a", "b", "c"}, []string{"displayed c", "dropped c"}},
+		{"after the service worker is stopped and started again a repeat is still dropped, and reported", true,
+			[]string{payload("a")}, []string{"duplicate"}, []string{"a", "b", "c"}, []string{"dropped a"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.restart {
@@ -170,6 +222,22 @@ func TestBrowser(t *testing.T) {
 			if got := shown(t, ctx); !slices.Equal(got, c.shown) {
 				t.Errorf("notifications %v, want %v", got, c.shown)
 			}
+			// The worker reports before it posts the push's outcome.
+			if got := receipts.take(); !slices.Equal(got, c.receipts) {
+				t.Errorf("receipts %v, want %v", got, c.receipts)
+			}
 		})
 	}
+	t.Run("every receipt carries the device's receipt token", func(t *testing.T) {
+		receipts.mu.Lock()
+		defer receipts.mu.Unlock()
+		if receipts.calls < 7 {
+			t.Fatalf("%d receipt calls, want the 6 receipts and a retry", receipts.calls)
+		}
+		for _, a := range receipts.auth {
+			if a != "Bearer "+testToken {
+				t.Fatalf("Authorization %q", a)
+			}
+		}
+	})
 }

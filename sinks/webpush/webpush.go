@@ -102,17 +102,20 @@ func New(c Config) (*Provider, error) {
 	return &Provider{c: c, base: base, hc: &http.Client{Transport: base}}, nil
 }
 
-// Payload is the JSON a service worker decrypts.
+// Payload is the JSON a service worker decrypts. Type is the
+// notification's type, which the web client repeats in its receipts (POST
+// /v1/receipts) so the hit-rate queries can count its drops by type.
 type Payload struct {
 	ID    string `json:"id"`
 	Title string `json:"title,omitempty"`
 	Body  string `json:"body,omitempty"`
 	URL   string `json:"url,omitempty"`
+	Type  string `json:"type,omitempty"`
 }
 
 // PayloadOf is the payload of a delivery.
 func PayloadOf(cmd *schemas.DeliveryCommand) Payload {
-	p := Payload{ID: cmd.NotificationID, Title: cmd.Title, Body: cmd.Body}
+	p := Payload{ID: cmd.NotificationID, Title: cmd.Title, Body: cmd.Body, Type: cmd.Type}
 	var data struct {
 		URL string `json:"url"`
 	}

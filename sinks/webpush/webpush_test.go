@@ -140,7 +140,7 @@ func TestAPushArrivesDecryptsAndCarriesTheTopicHeader(t *testing.T) {
 	if err := json.Unmarshal([]byte(got[0]), &payload); err != nil {
 		t.Fatalf("decrypted payload %q: %v", got[0], err)
 	}
-	if want := (webpush.Payload{ID: nid, Title: "Paid", Body: "Invoice inv_2201 is paid", URL: "https://example.com/inv_2201"}); payload != want {
+	if want := (webpush.Payload{ID: nid, Title: "Paid", Body: "Invoice inv_2201 is paid", URL: "https://example.com/inv_2201", Type: "invoice.paid"}); payload != want {
 		t.Fatalf("payload %+v, want %+v", payload, want)
 	}
 	topic, _ := identity.WebPushTopic(nid)

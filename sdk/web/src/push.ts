@@ -9,6 +9,8 @@ export interface Payload {
   title: string;
   body?: string;
   url?: string;
+  /** The notification's type, repeated in receipts. */
+  type?: string;
 }
 
 /** What handlePush did with one push. */
@@ -17,6 +19,9 @@ export type Outcome = "shown" | "duplicate" | "invalid";
 export interface PushDeps {
   seen: Pick<SeenSet, "claim">;
   show: (title: string, options: NotificationOptions) => Promise<void>;
+  /** Reports a receipt to herald: displayed once shown, dropped for a
+   * repeat the seen-set dropped. Its failure never changes the outcome. */
+  report?: (p: Payload, kind: "displayed" | "dropped") => Promise<unknown>;
 }
 
 /**
@@ -37,11 +42,13 @@ export function parsePayload(text: string | undefined | null): Payload | undefin
   const p: Payload = { id: o.id, title: o.title };
   if (typeof o.body === "string") p.body = o.body;
   if (typeof o.url === "string") p.url = o.url;
+  if (typeof o.type === "string" && o.type !== "") p.type = o.type;
   return p;
 }
 
 /**
- * handlePush shows the push's notification unless its id was seen: the id is
+ * handlePush shows the push's notification unless its id was seen, and
+ * reports displayed or dropped (deps.report): the id is
  * claimed in the seen-set first, so of two pushes of one id (a push service
  * delivering twice, two sends racing a replaced subscription) only the one
  * whose claim wins is shown, and the notification's tag is the id, so the
@@ -50,7 +57,44 @@ export function parsePayload(text: string | undefined | null): Payload | undefin
 export async function handlePush(text: string | undefined | null, deps: PushDeps): Promise<Outcome> {
   const p = parsePayload(text);
   if (!p) return "invalid";
-  if (!(await deps.seen.claim(p.id))) return "duplicate";
+  if (!(await deps.seen.claim(p.id))) {
+    await report(deps, p, "dropped");
+    return "duplicate";
+  }
   await deps.show(p.title, { tag: p.id, body: p.body, data: p });
+  await report(deps, p, "displayed");
   return "shown";
+}
+
+async function report(deps: PushDeps, p: Payload, kind: "displayed" | "dropped"): Promise<void> {
+  if (!deps.report) return;
+  try {
+    await deps.report(p, kind);
+  } catch (err) {
+    console.error("herald: receipt", kind, err);
+  }
+}
+
+export interface ClickDeps {
+  /** Opens a window on url (clients.openWindow). */
+  open: (url: string) => Promise<unknown>;
+  report?: (p: Payload, kind: "opened") => Promise<unknown>;
+}
+
+/**
+ * handleClick answers a notificationclick on one of herald's notifications
+ * (data is the notification's data, the payload): opens its url, if any,
+ * and reports opened, at once. Data that is not herald's payload is left
+ * alone. Neither step's failure stops the other.
+ */
+export async function handleClick(data: unknown, deps: ClickDeps): Promise<Payload | undefined> {
+  const p = parsePayload(JSON.stringify(data ?? null));
+  if (!p) return undefined;
+  const work: Promise<unknown>[] = [];
+  if (p.url) work.push(deps.open(p.url));
+  if (deps.report) work.push(deps.report(p, "opened"));
+  for (const r of await Promise.allSettled(work)) {
+    if (r.status === "rejected") console.error("herald: notificationclick", r.reason);
+  }
+  return p;
 }
