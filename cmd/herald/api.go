@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/ops"
+	"github.com/heraldhq/herald/sdk/web"
 )
 
 // runAPI implements `herald api`: the HTTP API for producer services.
@@ -46,6 +47,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	lookback := fs.Duration("lookback", 24*time.Hour, "how far back the notification read model reads")
 	quota := fs.Int64("quota", 0, "accepted notifications per tenant per --quota-window (0: no quota)")
 	quotaWindow := fs.Duration("quota-window", time.Minute, "quota window")
+	demo := fs.Bool("demo", false, "also serve the web client's demo page at / (it sends with an API key typed into the page)")
 	var wf webpushFlags
 	wf.registerPublic(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -95,8 +97,16 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *listen, err)
 	}
+	// The web client's built files, served beside the API: browsers load
+	// them from herald, no Node at run time.
+	mux := http.NewServeMux()
+	mux.Handle("/", srv)
+	mux.Handle("GET "+web.Prefix, web.Handler())
+	if *demo {
+		mux.Handle("GET /{$}", web.Demo())
+	}
 	hs := &http.Server{
-		Handler:           srv,
+		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      *maxWait + *idemWait + 30*time.Second,

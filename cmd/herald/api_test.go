@@ -90,6 +90,23 @@ func TestAPICommandServesUntilCancelled(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET devices with the configured key: %d", resp.StatusCode)
 	}
+	for _, c := range []struct {
+		path, contentType string
+		status            int
+	}{
+		{"/sdk/herald-sw.js", "text/javascript; charset=utf-8", 200},
+		{"/sdk/herald.js", "text/javascript; charset=utf-8", 200},
+		{"/", "application/problem+json", 404}, // the demo page only with --demo
+	} {
+		resp, err := http.Get("http://" + addr + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != c.contentType {
+			t.Errorf("GET %s: %d %s, want %d %s", c.path, resp.StatusCode, resp.Header.Get("Content-Type"), c.status, c.contentType)
+		}
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit code %d after cancel, want 0", code)

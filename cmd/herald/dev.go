@@ -279,6 +279,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	mux.Handle("GET /metrics", metrics.Default.Handler())
 	// The web client (service worker and page helper) for browsers.
 	mux.Handle("GET "+web.Prefix, web.Handler())
+	mux.Handle("GET /{$}", web.Demo())
 	mux.HandleFunc("GET /healthz", healthz(admin, ch.HTTPAddr(), dedupeStage.Ready))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -286,7 +287,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 			errc <- fmt.Errorf("dev: http: %w", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "herald dev is up: http://%s (API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · state %s\n",
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (demo page, API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · state %s\n",
 		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, fcmNote, c.stateDir)
 
 	var runErr error

@@ -123,3 +123,30 @@ func TestHandler(t *testing.T) {
 		})
 	}
 }
+
+func TestDemo(t *testing.T) {
+	srv := httptest.NewServer(Demo())
+	defer srv.Close()
+	for _, c := range []struct {
+		name, path string
+		status     int
+	}{
+		{"the demo page is served at /", "/", 200},
+		{"nothing else is", "/index.html", 404},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := http.Get(srv.URL + c.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode != c.status {
+				t.Fatalf("status %d, want %d", res.StatusCode, c.status)
+			}
+			if c.status == 200 && (res.Header.Get("Content-Type") != "text/html; charset=utf-8" || !bytes.Contains(body, []byte(`from "/sdk/herald.js"`))) {
+				t.Fatalf("%s: %.200s", res.Header.Get("Content-Type"), body)
+			}
+		})
+	}
+}
