@@ -46,6 +46,7 @@ func TestADeadLetterNamesItsInputWithoutItsPayload(t *testing.T) {
 		wantKey []byte
 	}{
 		{"a short key is kept", []byte("n1"), []byte("n1")},
+		{"a key of the longest length kept is kept", make([]byte, maxDeadLetterKey), make([]byte, maxDeadLetterKey)},
 		{"a key too long to be a safe key is dropped", make([]byte, maxDeadLetterKey+1), nil},
 	}
 	for _, tc := range cases {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -134,20 +135,30 @@ func (r *rig) outputs() []string {
 // the stage fails) and returns their values.
 func (r *rig) awaitOut(s *running, n int) []string {
 	r.t.Helper()
+	got, err := r.awaitOutOrErr(s, n)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return got
+}
+
+// awaitOutOrErr is awaitOut for a goroutine other than the test's, which
+// must not call t.Fatal: it returns the failure instead.
+func (r *rig) awaitOutOrErr(s *running, n int) ([]string, error) {
 	deadline := time.Now().Add(guard())
 	for {
 		got := r.outputs()
 		if len(got) >= n {
-			return got
+			return got, nil
 		}
 		select {
 		case err := <-s.done:
 			s.done <- err
-			r.t.Fatalf("stage stopped (%v) with outputs %v, want %d", err, got, n)
+			return got, fmt.Errorf("stage stopped (%v) with outputs %v, want %d", err, got, n)
 		default:
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("no progress within %v: outputs %v, want %d", guard(), got, n)
+			return got, fmt.Errorf("no progress within %v: outputs %v, want %d", guard(), got, n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -200,18 +211,29 @@ func TestRestoreWaitsForTheChangelogsLastTransactionBeforeReadingIt(t *testing.T
 		watch := newLogWatch("restore waits for open transactions on the changelog")
 		cfg.Logger = slog.New(watch)
 		second := r.start(cfg)
-		outs := make(chan []string, 1)
-		go func() { outs <- r.awaitOut(second, 2) }()
+		type result struct {
+			got []string
+			err error
+		}
+		outs := make(chan result, 1)
+		go func() {
+			got, err := r.awaitOutOrErr(second, 2)
+			outs <- result{got, err}
+		}()
 		select {
 		case <-watch.seen:
 			// The restore waits: let the marker arrive.
 			if err := prev.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
 				t.Fatal(err)
 			}
-		case got := <-outs:
-			t.Fatalf("the restore read the changelog without waiting for its open transaction: outputs %v", got)
+		case res := <-outs:
+			t.Fatalf("the restore read the changelog without waiting for its open transaction: outputs %v (%v)", res.got, res.err)
 		}
-		got := <-outs
+		res := <-outs
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		got := res.got
 		if want := []string{"a=1", "a=6"}; !equal(got, want) {
 			t.Fatalf("outputs %v, want %v: the restore must include the previous owner's last transaction", got, want)
 		}
