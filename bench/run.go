@@ -17,6 +17,9 @@ type Config struct {
 	Postgres *PostgresOptions
 	Redis    *RedisOptions
 	Logger   *slog.Logger
+	// Progress, if set, is called with the backends measured and the
+	// backends to measure, after each one.
+	Progress func(done, total int64)
 }
 
 // Report is what Run measured.
@@ -76,9 +79,12 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		}
 		backends = append(backends, backend{RedisBackend, func() ([]Row, error) { return RunRedis(ctx, s, *o) }})
 	}
-	for _, b := range backends {
+	for i, b := range backends {
 		log.Info("measuring", "backend", b.name)
 		rows, err := b.run()
+		if cfg.Progress != nil && err == nil {
+			cfg.Progress(int64(i+1), int64(len(backends)))
+		}
 		for _, r := range rows {
 			if r.Backend != "" {
 				rep.Rows = append(rep.Rows, r)

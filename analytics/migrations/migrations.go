@@ -145,6 +145,10 @@ type Options struct {
 	// AppliedBy is recorded with each version (host name, tool); optional.
 	AppliedBy string
 	Logger    *slog.Logger
+	// Progress, if set, is called with the steps done and the steps of
+	// the run: every statement of every pending migration, then the TTL
+	// reconciliation.
+	Progress func(done, total int64)
 }
 
 // Result says what Apply changed.
@@ -203,6 +207,18 @@ func Apply(ctx context.Context, conn driver.Conn, o Options) (Result, error) {
 	for _, a := range done {
 		applied[a.Version] = a
 	}
+	var total, steps int64 = 1, 0
+	for _, m := range all {
+		if _, ok := applied[m.Version]; !ok {
+			total += int64(len(m.Statements(o.Database, o.TTLDays)))
+		}
+	}
+	step := func() {
+		steps++
+		if o.Progress != nil {
+			o.Progress(steps, total)
+		}
+	}
 	for _, m := range all {
 		label := fmt.Sprintf("%04d_%s", m.Version, m.Name)
 		if a, ok := applied[m.Version]; ok {
@@ -215,6 +231,7 @@ func Apply(ctx context.Context, conn driver.Conn, o Options) (Result, error) {
 			if err := execIdempotent(ctx, conn, stmt); err != nil {
 				return res, fmt.Errorf("migrations: %s statement %d: %w", label, i+1, err)
 			}
+			step()
 		}
 		// The token makes a concurrent runner's identical record a no-op
 		// insert; FINAL collapses it anyway if it lands in another block.
@@ -229,6 +246,9 @@ func Apply(ctx context.Context, conn driver.Conn, o Options) (Result, error) {
 		res.Applied = append(res.Applied, label)
 	}
 	changed, err := reconcileTTL(ctx, conn, o.Database, o.TTLDays)
+	if err == nil {
+		step()
+	}
 	res.TTLChanged = changed
 	for _, t := range changed {
 		o.Logger.Info("table TTL changed", "database", o.Database, "table", t, "ttl_days", o.TTLDays)

@@ -106,7 +106,9 @@ func TestApplyingTwiceIsANoOp(t *testing.T) {
 	conn := connect(t, addr)
 	ctx := context.Background()
 
-	first, err := migrations.Apply(ctx, conn, migrations.Options{Database: db})
+	var firstSteps, secondSteps [][2]int64
+	first, err := migrations.Apply(ctx, conn, migrations.Options{Database: db,
+		Progress: func(done, total int64) { firstSteps = append(firstSteps, [2]int64{done, total}) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +119,28 @@ func TestApplyingTwiceIsANoOp(t *testing.T) {
 	before := schemaState(t, conn, db)
 	time.Sleep(1100 * time.Millisecond) // metadata times have one-second resolution
 
-	second, err := migrations.Apply(ctx, conn, migrations.Options{Database: db})
+	second, err := migrations.Apply(ctx, conn, migrations.Options{Database: db,
+		Progress: func(done, total int64) { secondSteps = append(secondSteps, [2]int64{done, total}) }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Run("progress counts every statement of the first run and the TTL step, up to its total", func(t *testing.T) {
+		want := int64(1)
+		for _, m := range all {
+			want += int64(len(m.Statements(db, migrations.DefaultTTLDays)))
+		}
+		for i, s := range firstSteps {
+			if s != [2]int64{int64(i + 1), want} {
+				t.Fatalf("progress call %d = %v, want [%d %d]", i, s, i+1, want)
+			}
+		}
+		if int64(len(firstSteps)) != want {
+			t.Fatalf("%d progress calls, want %d", len(firstSteps), want)
+		}
+		if len(secondSteps) != 1 || secondSteps[0] != [2]int64{1, 1} {
+			t.Fatalf("second run's progress %v, want only the TTL step [1 1]", secondSteps)
+		}
+	})
 	t.Run("the second run applies nothing and changes no TTL", func(t *testing.T) {
 		if len(second.Applied) != 0 || len(second.TTLChanged) != 0 {
 			t.Fatalf("second run = %+v", second)

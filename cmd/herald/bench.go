@@ -36,6 +36,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	conns := fs.Int("conns", 1, "PostgreSQL and Redis connections, each sending its share of the stream (split by dedupe scope)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "longest one stage run may take")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for BENCHMARKS.md) instead of a plain one")
+	progress := fs.Bool("progress", false, "draw a progress bar (backends measured) on stderr even when it is not a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -72,7 +73,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: nothing to measure: set --brokers (HERALD_BROKERS), --postgres (HERALD_POSTGRES) or --redis (HERALD_REDIS)", errUsage)
 	}
 
+	bar := newProgress("bench", "backends", *progress)
+	cfg.Progress = bar.Update
 	rep, err := bench.Run(ctx, cfg)
+	bar.Finish()
 	if rep.Stream != nil {
 		fmt.Fprintf(stdout, "stream: %s\nhost: %s\n\n", rep.Stream, rep.Host())
 	}

@@ -18,6 +18,7 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	var ch clickhouseFlags
 	ch.register(fs)
 	ttl := fs.Int("ttl-days", migrations.DefaultTTLDays, "days the audit record is kept, on every table")
+	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -33,7 +34,9 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer conn.Close()
 	host, _ := os.Hostname()
-	res, err := migrations.Apply(ctx, conn, migrations.Options{Database: ch.database, TTLDays: *ttl, AppliedBy: "herald migrate@" + host})
+	bar := newProgress("migrate", "steps", *progress)
+	res, err := migrations.Apply(ctx, conn, migrations.Options{Database: ch.database, TTLDays: *ttl, AppliedBy: "herald migrate@" + host, Progress: bar.Update})
+	bar.Finish()
 	for _, m := range res.Applied {
 		fmt.Fprintf(stdout, "applied %s\n", m)
 	}

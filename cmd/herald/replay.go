@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -74,15 +73,10 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		From:       start,
 		Warmup:     *warmup,
 	}
-	var bar *replay.ProgressBar
-	if *progress || stderrIsTerminal() {
-		bar = replay.NewProgressBar(os.Stderr, "replay")
-		o.Progress = bar.Update
-	}
+	bar := newProgress("replay", "records", *progress)
+	o.Progress = bar.Update
 	rep, err := replay.Run(ctx, o)
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.Finish()
 	if err != nil {
 		return err
 	}
@@ -116,11 +110,4 @@ func replayRoute(ctx context.Context, seeds []string, kopts []kgo.Opt, kf kafkaF
 		return fmt.Errorf("%d route decision(s) differ from the live ones", len(rep.Differences))
 	}
 	return nil
-}
-
-// stderrIsTerminal reports whether stderr is a character device (a
-// terminal), where a redrawn progress line is welcome.
-func stderrIsTerminal() bool {
-	fi, err := os.Stderr.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
