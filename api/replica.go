@@ -45,13 +45,17 @@ type replica struct {
 	// RecipientKey → notification id → item.
 	feedT string
 	feed  map[string]map[string]schemas.FeedItem
+	// webhooksT is herald.webhooks (empty: not read); webhooks holds the
+	// endpoints, webhook.Key(tenant, id) → endpoint.
+	webhooksT string
+	webhooks  map[string]schemas.Webhook
 }
 
 func newReplica(seen, devices, prefs, segments string) *replica {
 	return &replica{seenT: seen, devicesT: devices, prefsT: prefs, segmentsT: segments,
 		seen: map[string]schemas.SeenEntry{}, devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
 		segs: map[string]schemas.Segment{}, route: map[string]schemas.RouteEntry{},
-		feed: map[string]map[string]schemas.FeedItem{}}
+		feed: map[string]map[string]schemas.FeedItem{}, webhooks: map[string]schemas.Webhook{}}
 }
 
 // lookupRoute is a route.Lookup over the replica.
@@ -177,6 +181,37 @@ func (r *replica) putDevice(key string, d *schemas.Device) {
 	r.devices[rk][d.DeviceID] = *d
 }
 
+func (r *replica) putWebhook(key string, wh *schemas.Webhook) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if wh == nil {
+		delete(r.webhooks, key)
+		return
+	}
+	r.webhooks[key] = *wh
+}
+
+func (r *replica) webhook(tenant, id string) (schemas.Webhook, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	wh, ok := r.webhooks[schemas.RecipientKey(tenant, id)]
+	return wh, ok
+}
+
+// tenantWebhooks returns a tenant's endpoints sorted by id.
+func (r *replica) tenantWebhooks(tenant string) []schemas.Webhook {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []schemas.Webhook
+	for _, wh := range r.webhooks {
+		if wh.Tenant == tenant {
+			out = append(out, wh)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
 func (r *replica) putPreferences(key string, p *schemas.Preferences) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -249,6 +284,17 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 			return
 		}
 		r.putSegment(key, &sg)
+	case r.webhooksT:
+		if rec.Value == nil {
+			r.putWebhook(key, nil)
+			return
+		}
+		var wh schemas.Webhook
+		if err := schemas.Decode(rec.Value, &wh); err != nil {
+			log.Debug("replica: skip undecodable webhook", "err", err)
+			return
+		}
+		r.putWebhook(key, &wh)
 	case r.feedT:
 		if err := r.applyFeed(rec); err != nil {
 			log.Debug("replica: skip undecodable feed item", "err", err)
@@ -264,6 +310,9 @@ func (r *replica) topics() []string {
 	}
 	if r.feedT != "" {
 		ts = append(ts, r.feedT)
+	}
+	if r.webhooksT != "" {
+		ts = append(ts, r.webhooksT)
 	}
 	return ts
 }

@@ -143,6 +143,7 @@ type Server struct {
 	requestsT, decisionsT, devicesT, prefsT, segmentsT string
 	attemptsT, outcomesT                               string
 	feedT                                              string
+	webhooksT                                          string
 	receiptsT                                          string
 
 	w   *writer
@@ -184,6 +185,8 @@ func New(cfg Config) (*Server, error) {
 	s.feedT = cat.Name(topics.Feed)
 	s.receiptsT = cat.Name(topics.Receipts)
 	s.rep.feedT = s.feedT
+	s.webhooksT = cat.Name(topics.Webhooks)
+	s.rep.webhooksT = s.webhooksT
 	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log)
 	s.routes = apiRoutes()
 	s.mux = http.NewServeMux()
@@ -225,6 +228,10 @@ func apiRoutes() []route {
 		{"GET", "/v1/segments/{name}", false, (*Server).getSegment},
 		{"PUT", "/v1/segments/{name}", false, (*Server).putSegment},
 		{"DELETE", "/v1/segments/{name}", false, (*Server).deleteSegment},
+		{"GET", "/v1/webhooks", false, (*Server).listWebhooks},
+		{"GET", "/v1/webhooks/{webhookId}", false, (*Server).getWebhook},
+		{"PUT", "/v1/webhooks/{webhookId}", false, (*Server).putWebhook},
+		{"DELETE", "/v1/webhooks/{webhookId}", false, (*Server).deleteWebhook},
 		{"GET", "/v1/webpush/vapid-public-key", true, (*Server).getVAPIDPublicKey},
 		{"GET", "/v1/recipients/{recipientId}/feed", false, (*Server).getFeed},
 		{"POST", "/v1/recipients/{recipientId}/feed/{notificationId}/read", false, (*Server).postFeedRead},

@@ -401,6 +401,37 @@ type Segment struct {
 	UpdatedAt int64    `json:"updatedAt"`
 }
 
+// WebhookUpdate registers or replaces an outbound webhook endpoint
+// (PUT /v1/webhooks/{webhookId}). Events: delivery.completed,
+// delivery.failed, device.retired. Secret ("whsec_" and base64) is made
+// by herald when empty (an existing endpoint keeps its own).
+type WebhookUpdate struct {
+	URL     string   `json:"url"`
+	Events  []string `json:"events"`
+	Secret  string   `json:"secret,omitempty"`
+	Enabled *bool    `json:"enabled,omitempty"`
+}
+
+// Webhook is a tenant's outbound webhook endpoint. Secret verifies the
+// Standard Webhooks signature of every delivery.
+type Webhook struct {
+	ID     string   `json:"id"`
+	URL    string   `json:"url"`
+	Secret string   `json:"secret"`
+	Events []string `json:"events"`
+	// Enabled is false when the tenant disabled it or it answered 410
+	// (DisabledReason says so).
+	Enabled        bool   `json:"enabled"`
+	DisabledReason string `json:"disabledReason,omitempty"`
+	CreatedAt      int64  `json:"createdAt"`
+	UpdatedAt      int64  `json:"updatedAt"`
+}
+
+// WebhookList is a tenant's endpoints (GET /v1/webhooks), sorted by id.
+type WebhookList struct {
+	Webhooks []Webhook `json:"webhooks"`
+}
+
 // Problem is an RFC 9457 problem details body (application/problem+json),
 // with herald's extensions.
 type Problem struct {
