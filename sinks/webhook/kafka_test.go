@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -158,5 +157,4 @@ func TestOutcomesReachTheSubscribedEndpointsSignedOnTheRealBroker(t *testing.T) 
 			t.Fatalf("last record %+v, want the endpoint disabled with a reason, url and secret kept", last)
 		}
 	})
-	_ = fmt.Sprint
 }
