@@ -473,3 +473,81 @@ func TestARolesLogsShowNoSecret(t *testing.T) {
 	}
 	assertNoSecret(t, "herald dedupe's logs", all)
 }
+
+// tlsProxy terminates TLS (the generated CA's server certificate; a client
+// certificate required when clientCAs is set) and forwards the bytes to
+// backend: a real server reached over TLS.
+func tlsProxy(t *testing.T, ca testCA, clientCAs *x509.CertPool, backend string) string {
+	t.Helper()
+	cfg := &tls.Config{Certificates: []tls.Certificate{ca.server}}
+	if clientCAs != nil {
+		cfg.ClientCAs, cfg.ClientAuth = clientCAs, tls.RequireAndVerifyClientCert
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if err := c.(*tls.Conn).Handshake(); err != nil {
+					return
+				}
+				b, err := net.Dial("tcp", backend)
+				if err != nil {
+					return
+				}
+				defer b.Close()
+				go func() { io.Copy(b, c); b.Close() }()
+				io.Copy(c, b)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestClickHouseOverTLSFromTheConfigFile runs `herald migrate` with the
+// ClickHouse TLS settings of a configuration file against the test
+// ClickHouse server behind a TLS proxy with a generated CA (the server
+// itself serves no TLS port): the real handshake, with mutual TLS, and the
+// real server answering through it.
+func TestClickHouseOverTLSFromTheConfigFile(t *testing.T) {
+	addr, db := testenv.ClickHouseDB(t)
+	ca := newTestCA(t)
+	pool := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(ca.caFile)
+	pool.AppendCertsFromPEM(caPEM)
+	proxy := tlsProxy(t, ca, pool, addr)
+	base := "clickhouse-addr: " + proxy + "\ndatabase: " + db + "\n"
+	tests := []struct {
+		name, config string
+		ok           bool
+		why          string
+	}{
+		{"with the CA and a client certificate herald migrate runs over TLS", base + "clickhouse-tls-ca-file: " + ca.caFile +
+			"\nclickhouse-tls-cert-file: " + ca.clientCert + "\nclickhouse-tls-key-file: " + ca.clientKey, true, ""},
+		{"without the CA the server's certificate is refused", base + "clickhouse-tls: true\nclickhouse-tls-cert-file: " + ca.clientCert +
+			"\nclickhouse-tls-key-file: " + ca.clientKey, false, "certificate signed by unknown authority"},
+		{"without a client certificate the server refuses the client", base + "clickhouse-tls-ca-file: " + ca.caFile, false, "tls: certificate required"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, "herald.yaml", tc.config)
+			t.Setenv("HERALD_CLICKHOUSE_PASSWORD", "") // the test server's default user has none
+			var out, errb bytes.Buffer
+			code := run(t.Context(), []string{"migrate", "--config", path}, &out, &errb)
+			if (code == 0) != tc.ok || !strings.Contains(errb.String(), tc.why) {
+				t.Fatalf("exit %d, want success %v and %q in:\n%s%s", code, tc.ok, tc.why, out.String(), errb.String())
+			}
+			if tc.ok && !strings.Contains(out.String(), "ok: database "+db) {
+				t.Fatalf("migrate over TLS did not finish:\n%s", out.String())
+			}
+		})
+	}
+}
