@@ -219,8 +219,16 @@ func (rt *runtime) parked(p int32, n int, oldestAgeMs int64) {
 
 // New builds one sink instance on the stage runtime.
 func New(o Options) (*stage.Runner, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	return stage.New(o.stageConfig(newRuntime(o)))
+}
+
+// defaults checks the required options and fills in the others.
+func (o *Options) defaults() error {
 	if o.Channel == "" || o.Provider == nil || o.Catalog == nil || o.InstanceID == "" {
-		return nil, errors.New("sinks: Channel, Provider, Catalog and InstanceID are required")
+		return errors.New("sinks: Channel, Provider, Catalog and InstanceID are required")
 	}
 	if o.Group == "" {
 		o.Group = "herald-sink-" + o.Channel
@@ -244,8 +252,14 @@ func New(o Options) (*stage.Runner, error) {
 	if o.Metrics == nil {
 		o.Metrics = metrics.Default
 	}
-	rt := newRuntime(o)
-	return stage.New(stage.Config{
+	return nil
+}
+
+// stageConfig is the stage a sink runs as: one group per channel, a
+// transactional id per instance of it (a static member, so a restart takes
+// its partitions back), its state restored from the channel's state topic.
+func (o Options) stageConfig(rt *runtime) stage.Config {
+	return stage.Config{
 		Name:               "sink-" + o.Channel,
 		Brokers:            o.Brokers,
 		Group:              o.Group,
@@ -266,7 +280,7 @@ func New(o Options) (*stage.Runner, error) {
 		ClientOpts:         o.ClientOpts,
 		Logger:             o.Logger,
 		Metrics:            o.Metrics,
-	})
+	}
 }
 
 // Run runs one sink instance until ctx is done.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/heraldhq/herald/analytics/migrations"
 )
 
@@ -90,5 +92,89 @@ func TestAWriterRefusesADatabaseWithPendingMigrations(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "lacks 2 migration(s) (first: 0003_outcomes)") {
 		t.Fatalf("error %q does not name the pending migrations", err)
+	}
+}
+
+func TestAWritersUnsetOptionsTakeTheirDefaultsAndSetOnesAreKept(t *testing.T) {
+	cases := []struct {
+		name                 string
+		rows, retries        int
+		flush                time.Duration
+		wantRows, wantRetrys int
+		wantFlush            time.Duration
+	}{
+		{"zero options take the defaults", 0, 0, 0, 50_000, 3, time.Second},
+		{"negative options take the defaults", -1, -1, -1, 50_000, 3, time.Second},
+		{"set options are kept", 1, 1, time.Millisecond, 1, 1, time.Millisecond},
+		{"a batch is never larger than a million rows", maxBatchRows + 1, 1, time.Millisecond, maxBatchRows, 1, time.Millisecond},
+		{"a batch of a million rows is allowed", maxBatchRows, 1, time.Millisecond, maxBatchRows, 1, time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := fastWriter(t, Options{BatchRows: c.rows, InsertRetries: c.retries, FlushInterval: c.flush})
+			if w.o.BatchRows != c.wantRows || w.o.InsertRetries != c.wantRetrys || w.o.FlushInterval != c.wantFlush {
+				t.Fatalf("rows %d retries %d flush %v, want %d %d %v", w.o.BatchRows, w.o.InsertRetries, w.o.FlushInterval,
+					c.wantRows, c.wantRetrys, c.wantFlush)
+			}
+		})
+	}
+	t.Run("a writer without brokers, catalog or connection is refused", func(t *testing.T) {
+		if _, err := New(Options{}); err == nil {
+			t.Fatal("empty options accepted")
+		}
+	})
+}
+
+func TestASessionThatKeepsFailingStartsOverLessAndLessOften(t *testing.T) {
+	const first = time.Second
+	cases := []struct {
+		name      string
+		prev, ran time.Duration
+		want      time.Duration
+	}{
+		{"the first failure pauses the first pause", 0, time.Millisecond, first},
+		{"a quick failure after a pause doubles it", 4 * time.Second, time.Second, 8 * time.Second},
+		{"a session of exactly a minute still counts as quick", 4 * time.Second, time.Minute, 8 * time.Second},
+		{"the pause stops growing at 30 s", 20 * time.Second, time.Second, 30 * time.Second},
+		{"a session that ran over a minute starts the pauses over", 20 * time.Second, time.Minute + time.Millisecond, first},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := restartPause(first, c.prev, c.ran); got != c.want {
+				t.Fatalf("restartPause(%v, %v, %v) = %v, want %v", first, c.prev, c.ran, got, c.want)
+			}
+		})
+	}
+}
+
+func TestABatchIsHandedOffOnceItsValuesReachTheByteBound(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	recs := []*kgo.Record{decisionAt(t, 0, 1, at), decisionAt(t, 0, 2, at), decisionAt(t, 0, 3, at)}
+	size := len(recs[0].Value) // the records have values of one length
+	cases := []struct {
+		name    string
+		bound   int
+		inserts int
+	}{
+		{"values reaching the bound close the batch", 2 * size, 2},
+		{"values below the bound do not", 3*size + 1, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, r := range recs {
+				if len(r.Value) != size {
+					t.Fatalf("record values of %d and %d bytes", size, len(r.Value))
+				}
+			}
+			w := fastWriter(t, Options{BatchRows: 100})
+			w.maxBatchBytes = c.bound
+			got, err := runBatches(t, w, recs, func(inserted) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != c.inserts {
+				t.Fatalf("%d inserts, want %d", len(got), c.inserts)
+			}
+		})
 	}
 }

@@ -155,12 +155,14 @@ type Writer struct {
 	// an insert, doubled for each next one; pollEvery the pause between
 	// looks for inserts in flight; restartPause the first pause before a
 	// session starts over. Tests replace them.
-	insertBatch  func(ctx context.Context, table string, b batch, tok string) error
-	inFlight     func(ctx context.Context) (uint64, error)
-	stored       func(ctx context.Context, t *table) (map[int32]int64, error)
-	retryPause   time.Duration
-	pollEvery    time.Duration
-	restartPause time.Duration
+	insertBatch func(ctx context.Context, table string, b batch, tok string) error
+	inFlight    func(ctx context.Context) (uint64, error)
+	stored      func(ctx context.Context, t *table) (map[int32]int64, error)
+	retryPause  time.Duration
+	// maxBatchBytes is maxBatchBytes (tests make it small).
+	maxBatchBytes int
+	pollEvery     time.Duration
+	restartPause  time.Duration
 	// beforeSend, if set, runs in each insert once its rows are ready to
 	// send (tests inject network faults there).
 	beforeSend func(table string)
@@ -191,7 +193,8 @@ func New(o Options) (*Writer, error) {
 		o.Metrics = metrics.Default
 	}
 	w := &Writer{o: o, log: o.Logger.With("component", "audit-writer", "database", o.Database), byName: map[string]*table{},
-		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second}
+		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second,
+		maxBatchBytes: maxBatchBytes}
 	w.insertBatch, w.inFlight, w.stored = w.insert, w.inFlightInserts, w.storedOffsets
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
@@ -247,7 +250,7 @@ func notMigrated(database string, pending []migrations.Migration) error {
 // sessions runs sessions until ctx is done, each after the previous one
 // failed, with backoff.
 func (w *Writer) sessions(ctx context.Context) {
-	backoff := w.restartPause
+	var backoff time.Duration
 	for {
 		started := time.Now()
 		err := w.session(ctx)
@@ -255,17 +258,25 @@ func (w *Writer) sessions(ctx context.Context) {
 			return
 		}
 		w.errs.Inc()
-		if time.Since(started) > time.Minute {
-			backoff = w.restartPause
-		}
+		backoff = restartPause(w.restartPause, backoff, time.Since(started))
 		w.log.Error("audit writer starting over from ClickHouse", "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// restartPause is the pause before the next session: first after the
+// first failure, doubled after each session that failed within a minute
+// (up to 30 s), first again after one that ran longer (prev is the last
+// pause, 0 before any).
+func restartPause(first, prev, ran time.Duration) time.Duration {
+	if prev == 0 || ran > time.Minute {
+		return first
+	}
+	return min(2*prev, 30*time.Second)
 }
 
 // Ready reports whether the writer is connected: a session has resumed
@@ -379,7 +390,7 @@ func (w *Writer) addRecord(t *table, r *kgo.Record, now time.Time, errc <-chan e
 	}
 	t.cur.keep()
 	t.bytes += len(r.Value)
-	if t.cur.len() >= w.o.BatchRows || t.bytes >= maxBatchBytes {
+	if t.cur.len() >= w.o.BatchRows || t.bytes >= w.maxBatchBytes {
 		return w.handOff(t, errc)
 	}
 	return nil
