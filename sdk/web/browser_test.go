@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/serviceworker"
 	"github.com/chromedp/chromedp"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // testPage registers herald's service worker with scope "/", registers the
@@ -73,79 +72,36 @@ func (l *receiptLog) take() []string {
 	return got
 }
 
-// chromium starts headless Debian Chromium (scripts/install.d/chromium) on a
-// page of srv that has registered the service worker, and returns its
-// DevTools context and the worker's registration id.
-func chromium(t *testing.T, srv *httptest.Server) (context.Context, serviceworker.RegistrationID) {
+// chromium starts headless Chromium on a page of srv that has registered
+// the service worker, and returns the browser and the worker's
+// registration id.
+func chromium(t *testing.T, srv *httptest.Server) (*testenv.Browser, serviceworker.RegistrationID) {
 	t.Helper()
-	exe, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelA)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-
-	regs := make(chan serviceworker.RegistrationID, 8)
-	if err := chromedp.Listen(ctx, func(ev any) {
-		if e, ok := ev.(*serviceworker.EventWorkerRegistrationUpdated); ok {
-			for _, r := range e.Registrations {
-				if !r.IsDeleted && r.ScopeURL == srv.URL+"/" {
-					select {
-					case regs <- r.RegistrationID:
-					default:
-					}
-				}
-			}
-		}
-	}); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	if _, err := chromedp.CallBrowser(ctx, browser.SetPermission, browser.SetPermissionParams{
-		Permission: &browser.PermissionDescriptor{Name: "notifications"},
-		Setting:    browser.PermissionSettingGranted,
-		Origin:     srv.URL,
-	}); err != nil {
-		t.Fatalf("grant notifications: %v", err)
-	}
-	if _, err := chromedp.Call(ctx, serviceworker.Enable, cdp.Empty{}); err != nil {
+	b := testenv.Chromium(t, srv.URL)
+	if err := chromedp.Do(b.Ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.ready`, chromedp.EvalAwaitPromise)); err != nil {
+	if _, err := chromedp.Run(b.Ctx, chromedp.Evaluate[bool](`window.ready`, chromedp.EvalAwaitPromise)); err != nil {
 		t.Fatalf("register the service worker: %v", err)
 	}
-	select {
-	case id := <-regs:
-		return ctx, id
-	case <-time.After(time.Minute):
-		t.Fatal("no service worker registration reported by DevTools")
-	}
-	return nil, ""
+	return b, b.Registration(t)
 }
 
 // push delivers each of data to the service worker as a push message, all
 // before waiting, then waits for the worker to post an outcome for each; it
 // returns the outcomes, sorted.
-func push(t *testing.T, ctx context.Context, origin string, reg serviceworker.RegistrationID, data ...string) []string {
+func push(t *testing.T, b *testenv.Browser, reg serviceworker.RegistrationID, data ...string) []string {
 	t.Helper()
-	before, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.outcomes.length`))
+	before, err := chromedp.Run(b.Ctx, chromedp.Evaluate[int](`window.outcomes.length`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range data {
-		if _, err := chromedp.Call(ctx, serviceworker.DeliverPushMessage, serviceworker.DeliverPushMessageParams{Origin: origin, RegistrationID: reg, Data: d}); err != nil {
-			t.Fatalf("deliver push: %v", err)
-		}
+		b.Push(t, reg, d)
 	}
 	n := before + len(data)
 	wait := fmt.Sprintf(`new Promise((resolve) => { const f = () => window.outcomes.length >= %d ? resolve(window.outcomes.slice(%d, %d).map((o) => o.outcome).sort()) : setTimeout(f, 20); f(); })`, n, before, n)
-	outcomes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](wait, chromedp.EvalAwaitPromise))
+	outcomes, err := chromedp.Run(b.Ctx, chromedp.Evaluate[[]string](wait, chromedp.EvalAwaitPromise))
 	if err != nil {
 		t.Fatalf("wait for the pushes' outcomes: %v", err)
 	}
@@ -189,7 +145,8 @@ func TestBrowser(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	ctx, reg := chromium(t, srv)
+	b, reg := chromium(t, srv)
+	ctx := b.Ctx
 
 	for _, c := range []struct {
 		name     string
@@ -216,7 +173,7 @@ func TestBrowser(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := push(t, ctx, srv.URL, reg, c.pushes...); !slices.Equal(got, c.outcomes) {
+			if got := push(t, b, reg, c.pushes...); !slices.Equal(got, c.outcomes) {
 				t.Errorf("outcomes %v, want %v", got, c.outcomes)
 			}
 			if got := shown(t, ctx); !slices.Equal(got, c.shown) {

@@ -72,10 +72,13 @@ function webPushOf(sub) {
 }
 
 // src/page.ts
+async function registerWorker(opts) {
+  await navigator.serviceWorker.register(opts.serviceWorker ?? "/sdk/herald-sw.js", { scope: opts.scope ?? "/" });
+  return navigator.serviceWorker.ready;
+}
 async function subscribe(opts = {}) {
   const base = opts.base ?? location.origin;
-  const reg = await navigator.serviceWorker.register(opts.serviceWorker ?? `${base}/sdk/herald-sw.js`);
-  await navigator.serviceWorker.ready;
+  const reg = await registerWorker(opts);
   let sub = await reg.pushManager.getSubscription();
   if (!sub) {
     sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: await vapidKey(fetch, base) });
@@ -111,10 +114,7 @@ async function registerWith(sub, opts) {
 async function register(opts) {
   const base = opts.base ?? location.origin;
   const sub = opts.subscription ?? await subscribe(opts);
-  if (opts.subscription) {
-    await navigator.serviceWorker.register(opts.serviceWorker ?? `${base}/sdk/herald-sw.js`);
-    await navigator.serviceWorker.ready;
-  }
+  if (opts.subscription) await registerWorker(opts);
   return registerWith(sub, { ...opts, base, store: opts.store ?? new DeviceStore(), fetch: opts.fetch ?? ((i, init) => fetch(i, init)) });
 }
 export {

@@ -13,8 +13,20 @@ export { DeviceStore, type DeviceRecord };
 export interface SubscribeOptions {
   /** herald's base URL (default: this page's origin). */
   base?: string;
-  /** The service worker's URL (default base + "/sdk/herald-sw.js"). */
+  /**
+   * The service worker's URL (default "/sdk/herald-sw.js" on this page's
+   * origin, where herald serves it when the page is served by herald). A
+   * service worker must come from the page's own origin: elsewhere, serve
+   * herald's file from your site, or importScripts it into your worker.
+   */
   serviceWorker?: string;
+  /** The worker's scope (default "/": herald serves it with Service-Worker-Allowed: /). */
+  scope?: string;
+}
+
+async function registerWorker(opts: SubscribeOptions): Promise<ServiceWorkerRegistration> {
+  await navigator.serviceWorker.register(opts.serviceWorker ?? "/sdk/herald-sw.js", { scope: opts.scope ?? "/" });
+  return navigator.serviceWorker.ready;
 }
 
 /** The device registration herald's PUT /v1/users/{userId}/devices/{deviceId} takes. */
@@ -59,8 +71,7 @@ export interface Registration {
  */
 export async function subscribe(opts: SubscribeOptions = {}): Promise<PushSubscriptionJSON> {
   const base = opts.base ?? location.origin;
-  const reg = await navigator.serviceWorker.register(opts.serviceWorker ?? `${base}/sdk/herald-sw.js`);
-  await navigator.serviceWorker.ready;
+  const reg = await registerWorker(opts);
   let sub = await reg.pushManager.getSubscription();
   if (!sub) {
     sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: await vapidKey(fetch, base) });
@@ -113,9 +124,6 @@ export async function registerWith(
 export async function register(opts: RegisterOptions): Promise<Registration> {
   const base = opts.base ?? location.origin;
   const sub = opts.subscription ?? (await subscribe(opts));
-  if (opts.subscription) {
-    await navigator.serviceWorker.register(opts.serviceWorker ?? `${base}/sdk/herald-sw.js`);
-    await navigator.serviceWorker.ready;
-  }
+  if (opts.subscription) await registerWorker(opts);
   return registerWith(sub, { ...opts, base, store: opts.store ?? new DeviceStore(), fetch: opts.fetch ?? ((i, init) => fetch(i, init)) });
 }
