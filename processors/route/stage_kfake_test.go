@@ -1,0 +1,114 @@
+package route
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
+)
+
+// A fast test of the route stage as a whole on kfake (the real broker's
+// runs are in kafka_test.go): its wiring, the read of devices and
+// preferences before the first notification, a record that does not
+// decode, and a replay of what it decided.
+func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	opts := append(embedded.ClientOpts(), kgo.FetchMaxWait(100*time.Millisecond))
+	cat := testenv.Catalog(t, brokers, 2)
+	now := time.Now()
+	d := dev("ios-a", "ios")
+	n := note("invoice.paid", "k1")
+	produce(t, brokers, cat, []*kgo.Record{
+		encoded(t, cat.Name(topics.Devices), schemas.DeviceKey("acme", "u1", d.DeviceID), &d, now.Add(-time.Minute)),
+		encoded(t, cat.Name(topics.Accepted), schemas.RecipientKey("acme", "u1"), &n, now),
+		{Topic: cat.Name(topics.Accepted), Key: []byte(schemas.RecipientKey("acme", "u1")), Value: []byte("{not json"), Timestamp: now},
+	})
+
+	s, err := New(Options{Brokers: brokers, Catalog: cat, InstanceID: "r1" + embedded.TransactionalSuffix(),
+		ResetOffsets: embedded.ResetOffsets, BatchInterval: 10 * time.Millisecond, ClientOpts: opts, Metrics: metrics.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Ready() {
+		t.Fatal("ready before it ran")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var decisions []schemas.Decision
+	for deadline := time.Now().Add(time.Minute); len(decisions) < 2; time.Sleep(50 * time.Millisecond) { // a guard
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions %+v, want two", decisions)
+		}
+		decisions = decisions[:0]
+		for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Decisions), opts...) {
+			var dd schemas.Decision
+			if err := schemas.Decode(r.Value, &dd); err != nil {
+				t.Fatal(err)
+			}
+			decisions = append(decisions, dd)
+		}
+	}
+	if !s.Ready() {
+		t.Fatal("not ready while deciding")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("route stage: %v", err)
+	}
+	outcomes := map[string]int{}
+	for _, dd := range decisions {
+		outcomes[dd.Outcome]++
+		if dd.Outcome == schemas.DecisionRejected && (!strings.HasPrefix(dd.DecisionID, "route/"+cat.Name(topics.Accepted)+"/") || dd.Detail == "") {
+			t.Fatalf("the rejection %+v does not name the record's position and the cause", dd)
+		}
+	}
+	if outcomes[schemas.DecisionRouted] != 1 || outcomes[schemas.DecisionRejected] != 1 {
+		t.Fatalf("outcomes %v, want one routed (the device was read first) and one rejected", outcomes)
+	}
+
+	t.Run("a replay with the live policy finds no difference", func(t *testing.T) {
+		rep, err := Replay(context.Background(), brokers, cat, Policy{}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Notifications != 2 || rep.Compared != 2 || len(rep.Differences) != 0 || rep.Pending != 0 {
+			t.Fatalf("replay %+v, want 2 notifications compared, no difference", rep)
+		}
+	})
+	t.Run("a replay with another policy shows the difference", func(t *testing.T) {
+		rep, err := Replay(context.Background(), brokers, cat, Policy{Digests: map[string]Digest{"invoice.paid": {WindowMs: 3600_000}}}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Compared != 2 || len(rep.Differences) != 1 || !strings.Contains(rep.Differences[0], ": live "+schemas.DecisionRouted) {
+			t.Fatalf("replay %+v, want the routed decision shown as a difference", rep)
+		}
+	})
+	t.Run("a live decision the replay does not make is a difference", func(t *testing.T) {
+		ghost := schemas.Decision{DecisionID: "route/ghost/0/0", Stage: "route", Outcome: schemas.DecisionRouted, Tenant: "acme",
+			Type: "t", Recipient: "u1", NotificationID: n.NotificationID, At: now.UnixMilli()}
+		produce(t, brokers, cat, []*kgo.Record{encoded(t, cat.Name(topics.Decisions), "ghost", &ghost, now)})
+		rep, err := Replay(context.Background(), brokers, cat, Policy{}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Differences) != 1 || !strings.Contains(rep.Differences[0], "route/ghost/0/0: the live stage decided") {
+			t.Fatalf("differences %v, want the live decision replay did not make", rep.Differences)
+		}
+	})
+}
