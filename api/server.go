@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/dedupe"
 	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/topics"
@@ -156,6 +157,9 @@ type Server struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	clients []*kgo.Client
+
+	// kafka checks, for Ready, that a broker answers.
+	kafka ops.KafkaProbe
 }
 
 // route is one operation of the API; the OpenAPI document lists exactly
@@ -179,6 +183,7 @@ func New(cfg Config) (*Server, error) {
 		devicesT: cat.Name(topics.Devices), prefsT: cat.Name(topics.Preferences), segmentsT: cat.Name(topics.Segments),
 		attemptsT: cat.Name(topics.Attempts), outcomesT: cat.Name(topics.Outcomes),
 	}
+	s.kafka.Client = s.replicaClient
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
 	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
 	s.rep.routeT = cat.Name(topics.Route)
@@ -442,9 +447,22 @@ func (s *Server) running() bool {
 	return s.started
 }
 
-// Ready reports whether the server is started and its device, preference
-// and segment replica has caught up: whether every route answers now.
-func (s *Server) Ready() bool { return s.running() && s.rep.ready.Load() }
+// Ready reports whether the server is started, its device, preference
+// and segment replica has caught up, and a Kafka broker answers: whether
+// every route answers now. While the brokers are down sends answer 503
+// and the SDK retries them.
+func (s *Server) Ready() bool { return s.running() && s.rep.ready.Load() && s.kafka.Ready() }
+
+// replicaClient is the replica's consumer, through which Ready asks a
+// broker; nil unless started.
+func (s *Server) replicaClient() *kgo.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return nil
+	}
+	return s.clients[1]
+}
 
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request, _ principal) {
 	status := "ok"

@@ -81,6 +81,7 @@ import (
 
 	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -148,6 +149,9 @@ type Writer struct {
 	// connected is true while a session reads Kafka with its offsets
 	// resumed from ClickHouse (Ready).
 	connected atomic.Bool
+	// client is the session's Kafka client, which kafka asks through.
+	client atomic.Pointer[kgo.Client]
+	kafka  ops.KafkaProbe
 
 	// insertBatch is w.insert; inFlight counts the inserts in flight
 	// (w.inFlightInserts); stored reads the highest offsets a table holds
@@ -196,6 +200,7 @@ func New(o Options) (*Writer, error) {
 		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second,
 		maxBatchBytes: maxBatchBytes}
 	w.insertBatch, w.inFlight, w.stored = w.insert, w.inFlightInserts, w.storedOffsets
+	w.kafka.Client = w.client.Load
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
 		t.rows = o.Metrics.Counter("herald_audit_rows_total", "rows inserted into ClickHouse", "table", name)
@@ -280,8 +285,9 @@ func restartPause(first, prev, ran time.Duration) time.Duration {
 }
 
 // Ready reports whether the writer is connected: a session has resumed
-// its offsets from ClickHouse and reads Kafka, and has not failed since.
-func (w *Writer) Ready() bool { return w.connected.Load() }
+// its offsets from ClickHouse and reads Kafka, has not failed since, and a
+// broker answers.
+func (w *Writer) Ready() bool { return w.connected.Load() && w.kafka.Ready() }
 
 // Run builds a writer and runs it until ctx is done.
 func Run(ctx context.Context, o Options) error {
@@ -317,6 +323,8 @@ func (w *Writer) session(ctx context.Context) (err error) {
 		return fmt.Errorf("auditwriter: kafka client: %w", err)
 	}
 	defer cl.Close()
+	w.client.Store(cl)
+	defer w.client.Store(nil)
 
 	errc, stop := w.startInserters(ctx)
 	defer stop()

@@ -109,3 +109,32 @@ func TestRestoreRequestsRetryRetriableErrorsOnly(t *testing.T) {
 		}
 	})
 }
+
+func TestOnlyRefusalsAndTheBrokersDenialsStopAStage(t *testing.T) {
+	cases := []struct {
+		name  string
+		err   error
+		fatal bool
+	}{
+		{"a refusal to start stops it", fatal(errors.New("changelog not co-partitioned")), true},
+		{"a refusal wrapped by a restore stops it", fmt.Errorf("restore partition 0: %w", fatal(errors.New("offsets lost"))), true},
+		{"a denied transactional id stops it", fmt.Errorf("end transaction: %w", kerr.TransactionalIDAuthorizationFailed), true},
+		{"a denied group stops it", kerr.GroupAuthorizationFailed, true},
+		{"a denied topic stops it", kerr.TopicAuthorizationFailed, true},
+		{"a denied cluster stops it", kerr.ClusterAuthorizationFailed, true},
+		{"failed SASL authentication stops it", kerr.SaslAuthenticationFailed, true},
+		{"a static member fenced by another with its instance id stops it", kerr.FencedInstanceID, true},
+		{"a transaction timeout the broker refuses stops it", kerr.InvalidTransactionTimeout, true},
+		{"a refused connection restarts the session", errors.New("unable to dial: dial tcp 127.0.0.1:9092: connect: connection refused"), false},
+		{"a flush that timed out restarts the session", fmt.Errorf("stage x: flush: %w", context.DeadlineExceeded), false},
+		{"a producer fenced after its transaction timed out restarts the session", kerr.ProducerFenced, false},
+		{"a coordinator move restarts the session", kerr.NotCoordinator, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := isFatal(tc.err); got != tc.fatal {
+				t.Fatalf("isFatal(%v) = %v, want %v", tc.err, got, tc.fatal)
+			}
+		})
+	}
+}

@@ -52,6 +52,17 @@
 //     Other produce errors abort the batch, which is retried from the
 //     committed offsets after a bounded, jittered exponential backoff
 //     (internal/backoff).
+//   - A broker that cannot be reached, a transaction whose flush, begin or
+//     end fails, or a restore that fails does not stop Run: the session
+//     (client, group membership, tasks) is closed and a new one started
+//     after a backoff, exactly as a restarted process would start: it
+//     fences the transaction the old session left open, rejoins, and
+//     restores its partitions from the changelogs. Ready is false until
+//     then, and also whenever no broker answers a metadata request.
+//     Only refusals (above), a task's error, and the broker denying this
+//     instance (authorization, SASL, a fenced static member) stop Run
+//     (session_test.go on kfake; the outage test in cmd/herald on a
+//     real broker SIGKILLed and restarted under load).
 //
 // Hazards and their bounds:
 //   - State changes made while processing a batch are pending until the

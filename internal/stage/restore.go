@@ -174,7 +174,7 @@ func readUntil(ctx context.Context, group *kgo.Client, ends map[string]int64, p 
 					}
 				} else {
 					if err := t.Restore(rec); err != nil {
-						rerr = fmt.Errorf("restore %s/%d@%d: %w", rec.Topic, p, rec.Offset, err)
+						rerr = fatal(fmt.Errorf("restore %s/%d@%d: %w", rec.Topic, p, rec.Offset, err))
 						return
 					}
 					res.records++

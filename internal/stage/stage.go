@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/ops"
 )
 
 // Task is a stage's logic and state for one input partition. The runtime
@@ -201,11 +202,14 @@ type Runner struct {
 
 	assignedOnce atomic.Bool
 	restoring    atomic.Int32
+	// client is the current session's client, which broker asks through.
+	client atomic.Pointer[kgo.Client]
+	broker ops.KafkaProbe
 
-	records, committed, aborted, restoredRecs, deadLettered *metrics.Counter
-	partitions, restoringParts                              *metrics.Gauge
-	commitSeconds                                           *metrics.Histogram
-	lag                                                     *metrics.Lag
+	records, committed, aborted, restoredRecs, deadLettered, sessionRestarts *metrics.Counter
+	partitions, restoringParts                                               *metrics.Gauge
+	commitSeconds                                                            *metrics.Histogram
+	lag                                                                      *metrics.Lag
 
 	failMu  sync.Mutex
 	failErr error
@@ -232,12 +236,14 @@ func New(cfg Config) (*Runner, error) {
 		poison:  map[position]string{},
 		isolate: map[int32]int64{},
 	}
+	r.broker.Client = r.client.Load
 	m := cfg.Metrics
 	r.records = m.Counter("herald_stage_records_total", "input records processed in committed transactions", "stage", cfg.Name)
 	r.committed = m.Counter("herald_stage_transactions_total", "transactions ended", "stage", cfg.Name, "result", "committed")
 	r.aborted = m.Counter("herald_stage_transactions_total", "transactions ended", "stage", cfg.Name, "result", "aborted")
 	r.restoredRecs = m.Counter("herald_stage_restored_records_total", "changelog records restored", "stage", cfg.Name)
 	r.deadLettered = m.Counter("herald_stage_dead_letters_total", "input records dead-lettered because their outputs can never be written", "stage", cfg.Name)
+	r.sessionRestarts = m.Counter("herald_stage_session_restarts_total", "sessions closed after a broker or transaction failure and started again", "stage", cfg.Name)
 	r.partitions = m.Gauge("herald_stage_partitions", "input partitions owned", "stage", cfg.Name)
 	r.restoringParts = m.Gauge("herald_stage_restoring_partitions", "assigned input partitions whose state is being restored", "stage", cfg.Name)
 	r.commitSeconds = m.Histogram("herald_stage_transaction_end_seconds", "time to end (commit or abort) a transaction, offsets included",
@@ -275,10 +281,11 @@ func New(cfg Config) (*Runner, error) {
 }
 
 // Ready reports whether the instance is running, has received its first
-// assignment, and no assigned partition is restoring: whether it processes
-// its input now. A /readyz endpoint answers with it.
+// assignment in its current session, no assigned partition is restoring,
+// and a broker answered a metadata request within the last second or so:
+// whether it processes its input now. A /readyz endpoint answers with it.
 func (r *Runner) Ready() bool {
-	return r.assignedOnce.Load() && r.restoring.Load() == 0
+	return r.assignedOnce.Load() && r.restoring.Load() == 0 && r.broker.Ready()
 }
 
 // Restoring reports whether any assigned partition is restoring its state.
@@ -306,19 +313,60 @@ func (r *Runner) failure() error {
 // to start when a changelog is not co-partitioned with the input, and
 // (from the restore) when the group lost its offsets; it fences a crashed
 // predecessor with the same TransactionalID before the first poll.
+//
+// A broker that cannot be reached, or a transaction that fails, does not
+// stop it: the session (client, group membership, tasks) is closed and a
+// new one started after a backoff, as a restarted process would be. The
+// new session fences whatever transaction the old one left open, rejoins
+// the group and restores its partitions from the changelogs, so the
+// guarantees are those of a crash and restart, which the crash tests
+// prove. Only a refusal (see fatalError) stops Run.
 func (r *Runner) Run(ctx context.Context) error {
-	if err := r.checkCoPartitioned(ctx); err != nil {
-		return err
+	failures := 0
+	for {
+		progressed, err := r.runSession(ctx)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if isFatal(err) {
+			return err
+		}
+		if progressed {
+			failures = 0
+		}
+		failures++
+		d := r.cfg.Backoff.Delay(failures, 0)
+		r.sessionRestarts.Inc()
+		r.log.Warn("stage session failed; starting a new one after a backoff (its partitions are restored again)",
+			"err", err, "failures", failures, "backoff", d.Round(time.Millisecond))
+		if backoff.Sleep(ctx, d) != nil {
+			return nil
+		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+}
+
+// runSession runs one session: a client, its group membership and the
+// tasks of its partitions, until ctx is done (nil) or an error. It reports
+// whether it committed any transaction.
+func (r *Runner) runSession(parent context.Context) (progressed bool, err error) {
+	r.resetSession()
+	if err := r.checkCoPartitioned(parent); err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithCancel(parent)
 	r.runCtx, r.cancel = ctx, cancel // before the session: its callbacks use them
 	sess, err := kgo.NewGroupTransactSession(r.opts...)
 	if err != nil {
-		return fmt.Errorf("stage %s: client: %w", r.cfg.Name, err)
+		cancel()
+		return false, fatal(fmt.Errorf("stage %s: client: %w", r.cfg.Name, err))
 	}
 	r.sess = sess
+	r.client.Store(sess.Client())
+	defer r.client.Store(nil)
+	// Cancel first: a restore still running (the broker gone) ends, so
+	// Close, which waits for the rebalance callbacks, returns.
 	defer sess.Close()
+	defer cancel()
 	defer r.assignedOnce.Store(false)
 	r.log.Info("stage starting", "input", r.cfg.Input, "changelogs", r.cfg.Changelogs)
 
@@ -329,35 +377,87 @@ func (r *Runner) Run(ctx context.Context) error {
 	// its transaction.
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		if f := r.failure(); f != nil {
-			return f
+			return false, f
 		}
 		if ctx.Err() != nil {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("stage %s: fence the previous transaction of %s: %w", r.cfg.Name, r.cfg.TransactionalID, err)
+		return false, fmt.Errorf("stage %s: fence the previous transaction of %s: %w", r.cfg.Name, r.cfg.TransactionalID, err)
 	}
+	committedBefore := r.committed.Value()
 	for {
+		progressed = r.committed.Value() > committedBefore
 		if f := r.failure(); f != nil {
-			return f
+			return progressed, f
 		}
 		if ctx.Err() != nil {
 			r.log.Info("stage stopping")
-			return nil
+			return progressed, nil
 		}
 		wait, err := r.step(ctx)
 		if err != nil {
 			if f := r.failure(); f != nil {
-				return f
+				return progressed, f
 			}
-			if ctx.Err() != nil {
-				return nil
+			if ctx.Err() != nil && !isFatal(err) {
+				return progressed, nil
 			}
-			return err
+			return progressed, err
 		}
 		if wait > 0 {
 			backoff.Sleep(ctx, wait) // rebalances are allowed meanwhile
 		}
 	}
+}
+
+// resetSession forgets what the previous session owned: its tasks, its
+// poisoned and isolated records and its failure. The next session's
+// assignment restores every partition from the changelogs.
+func (r *Runner) resetSession() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.tasks {
+		r.lag.Forget(r.cfg.Input, p)
+	}
+	clear(r.tasks)
+	clear(r.poison)
+	clear(r.isolate)
+	r.retries = 0
+	r.partitions.Set(0)
+	r.failMu.Lock()
+	r.failErr = nil
+	r.failMu.Unlock()
+}
+
+// fatalError marks an error that a new session cannot fix: a refusal to
+// start (a changelog not co-partitioned with the input, a missing topic,
+// lost group offsets), a task's error, or the broker refusing this
+// instance (authorization, a fenced static member). Run returns it; every
+// other error only restarts the session.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+func fatal(err error) error { return &fatalError{err} }
+
+// isFatal reports whether err stops Run: a fatalError, or a broker error
+// that says this instance is not allowed to do its work.
+func isFatal(err error) bool {
+	var f *fatalError
+	if errors.As(err, &f) {
+		return true
+	}
+	for _, e := range []error{
+		kerr.TransactionalIDAuthorizationFailed, kerr.GroupAuthorizationFailed, kerr.TopicAuthorizationFailed,
+		kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed, kerr.FencedInstanceID,
+		kerr.InvalidTransactionTimeout,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkCoPartitioned refuses a changelog whose partition count differs from
@@ -381,7 +481,7 @@ func (r *Runner) checkCoPartitioned(ctx context.Context) error {
 	for _, name := range names {
 		d, ok := td[name]
 		if !ok {
-			return fmt.Errorf("stage %s: topic %s: not in metadata", r.cfg.Name, name)
+			return fatal(fmt.Errorf("stage %s: topic %s: not in metadata (create herald's topics first: herald topics create)", r.cfg.Name, name))
 		} else if d.Err != nil {
 			return fmt.Errorf("stage %s: topic %s: %w", r.cfg.Name, name, d.Err)
 		}
@@ -389,8 +489,8 @@ func (r *Runner) checkCoPartitioned(ctx context.Context) error {
 	}
 	for _, c := range r.cfg.Changelogs {
 		if counts[c] != counts[r.cfg.Input] {
-			return fmt.Errorf("stage %s: changelog %s has %d partitions but input %s has %d: a changelog must be co-partitioned with its input; refusing to start",
-				r.cfg.Name, c, counts[c], r.cfg.Input, counts[r.cfg.Input])
+			return fatal(fmt.Errorf("stage %s: changelog %s has %d partitions but input %s has %d: a changelog must be co-partitioned with its input; refusing to start",
+				r.cfg.Name, c, counts[c], r.cfg.Input, counts[r.cfg.Input]))
 		}
 	}
 	return nil
@@ -470,7 +570,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		t, ok := r.tasks[rec.Partition]
 		if !ok { // revoked between poll and now: cannot happen with blocked rebalances
 			r.mu.Unlock()
-			return false, 0, fmt.Errorf("stage %s: record for unowned partition %d", r.cfg.Name, rec.Partition)
+			return false, 0, fatal(fmt.Errorf("stage %s: record for unowned partition %d", r.cfg.Name, rec.Partition))
 		}
 		if reason, ok := r.poison[position{rec.Partition, rec.Offset}]; ok {
 			out.Emit(r.deadLetter(rec, reason))
@@ -478,7 +578,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		}
 		if err := t.Process(rec, &out); err != nil {
 			r.mu.Unlock()
-			return false, 0, fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
+			return false, 0, fatal(fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err))
 		}
 	}
 	ticksFrom := out.Len()
@@ -603,8 +703,8 @@ func (r *Runner) notePoison(batch []*kgo.Record, ticksFrom, first int, perr erro
 	rec := batch[0]
 	pos := position{rec.Partition, rec.Offset}
 	if _, ok := r.poison[pos]; ok {
-		return false, fmt.Errorf("stage %s: the dead letter of %s/%d@%d can never be written either: %w",
-			r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, perr)
+		return false, fatal(fmt.Errorf("stage %s: the dead letter of %s/%d@%d can never be written either: %w",
+			r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, perr))
 	}
 	r.poison[pos] = perr.Error()
 	r.log.Warn("an input record's output can never be written; dead-lettering the record",
@@ -675,10 +775,10 @@ func (r *Runner) restorePartition(ctx context.Context, cl *kgo.Client, p int32) 
 		return err
 	}
 	if committed < 0 && res.committedState && r.cfg.ResetOffsets == "" {
-		return fmt.Errorf("group %s has no committed offset for %s/%d but the changelogs hold committed state: "+
+		return fatal(fmt.Errorf("group %s has no committed offset for %s/%d but the changelogs hold committed state: "+
 			"the group's offsets were lost (expired or deleted), and replaying the input would decide it again; "+
 			"refusing to start: restart once with an explicit reset (--reset-offsets=earliest|latest, HERALD_RESET_OFFSETS)",
-			r.cfg.Group, r.cfg.Input, p)
+			r.cfg.Group, r.cfg.Input, p))
 	}
 	r.mu.Lock()
 	r.tasks[p] = t
