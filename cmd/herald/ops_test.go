@@ -121,6 +121,33 @@ const (
 	drainBound = 30 * time.Second
 )
 
+// startAPNsEmulator starts an APNs emulator keeping up to maxRecords
+// pushes, closed when t ends, and writes its CA certificate to a file for
+// --apns-ca-file.
+func startAPNsEmulator(t *testing.T, maxRecords int) (*emulator.Emulator, string) {
+	t.Helper()
+	em, err := emulator.Start(emulator.Options{MaxRecords: maxRecords})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	caFile := filepath.Join(t.TempDir(), "apns.pem")
+	if err := os.WriteFile(caFile, em.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return em, caFile
+}
+
+// apiKeyFile writes an --api-keys file with one key of tenant.
+func apiKeyFile(t *testing.T, tenant, name, key string) string {
+	t.Helper()
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte(tenant+":"+name+":"+api.HashKey(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
 // metricWant is one metric a role must export, moved by the test's traffic
 // to at least min (summed over the series matching labels).
 type metricWant struct {
@@ -140,19 +167,8 @@ func TestEveryRoleExportsItsMetricsAndDrainsOnSIGTERM(t *testing.T) {
 	chAddr, db := testenv.ClickHouseDB(t)
 	cat := testenv.Catalog(t, brokers, 2)
 	bin := testenv.Herald(t)
-	em, err := emulator.Start(emulator.Options{MaxRecords: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer em.Close()
-	caFile := filepath.Join(t.TempDir(), "apns.pem")
-	if err := os.WriteFile(caFile, em.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	keys := filepath.Join(t.TempDir(), "keys")
-	if err := os.WriteFile(keys, []byte("acme:ops:"+api.HashKey("k-ops")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	em, caFile := startAPNsEmulator(t, 100)
+	keys := apiKeyFile(t, "acme", "ops", "k-ops")
 	kafka := []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", cat.Options().Prefix, "--partitions", "2", "--replication", "1"}
 	id := strings.ReplaceAll(cat.Options().Prefix, ".", "")
 	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,11 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
-	"github.com/heraldhq/herald/sinks/apns/emulator"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -52,19 +48,8 @@ func TestEveryRoleRidesOutABrokerAndClickHouseOutage(t *testing.T) {
 	}
 	defer chProxy.Stop()
 
-	em, err := emulator.Start(emulator.Options{MaxRecords: 100000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer em.Close()
-	caFile := filepath.Join(t.TempDir(), "apns.pem")
-	if err := os.WriteFile(caFile, em.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	keys := filepath.Join(t.TempDir(), "keys")
-	if err := os.WriteFile(keys, []byte("acme:outage:"+api.HashKey("k-outage")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	em, caFile := startAPNsEmulator(t, 100000)
+	keys := apiKeyFile(t, "acme", "outage", "k-outage")
 	kafka := []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", cat.Options().Prefix, "--partitions", "2", "--replication", "1"}
 	id := strings.ReplaceAll(cat.Options().Prefix, ".", "")
 	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
