@@ -267,6 +267,7 @@ func TestConfigPrecedence(t *testing.T) {
 type testCA struct {
 	caFile     string
 	server     tls.Certificate
+	serverPEM  []byte // the server's PKCS #8 key and certificate, PEM (a Kafka PEM keystore)
 	clientCert string // a client certificate and its key, signed by the CA
 	clientKey  string
 }
@@ -304,14 +305,15 @@ func newTestCA(t *testing.T) testCA {
 	}
 	pemOf := func(typ string, b []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}) }
 	keyPEM := func(k *ecdsa.PrivateKey) []byte {
-		b, err := x509.MarshalECPrivateKey(k)
+		b, err := x509.MarshalPKCS8PrivateKey(k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pemOf("EC PRIVATE KEY", b)
+		return pemOf("PRIVATE KEY", b)
 	}
 	ca := testCA{caFile: filepath.Join(dir, "ca.pem"), clientCert: filepath.Join(dir, "client.pem"), clientKey: filepath.Join(dir, "client-key.pem")}
 	srvDER, srvKey := sign(2, x509.ExtKeyUsageServerAuth)
+	ca.serverPEM = append(keyPEM(srvKey), pemOf("CERTIFICATE", srvDER)...)
 	if ca.server, err = tls.X509KeyPair(pemOf("CERTIFICATE", srvDER), keyPEM(srvKey)); err != nil {
 		t.Fatal(err)
 	}

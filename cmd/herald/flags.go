@@ -251,6 +251,7 @@ var secretFlags = map[string]bool{
 	"apns-cert-password":        true,
 	"webpush-vapid-private-key": true,
 	"hash-key":                  true,
+	"secret":                    true, // herald emulate webhook's whsec_ secrets
 }
 
 // shown is how a value appears in a message: quoted, or hidden when the
