@@ -30,6 +30,8 @@ import (
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
 	"github.com/heraldhq/herald/sinks/feed"
+	"github.com/heraldhq/herald/sinks/webhook"
+	whemulator "github.com/heraldhq/herald/sinks/webhook/emulator"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -58,6 +60,10 @@ type devConfig struct {
 	// webpush pushes to the subscriptions' push services with the VAPID
 	// keys kept in the state dir (made on first start).
 	webpush webpushFlags
+	// webhookEmulatorAddr is where the local webhook receiver listens
+	// (endpoints registered at http://ADDR/hooks/NAME; it verifies with
+	// every registered endpoint's secret).
+	webhookEmulatorAddr string
 }
 
 // runDev implements `herald dev`: everything in one process on embedded
@@ -82,6 +88,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&c.fcmEmulator, "fcm-emulator", true, "send FCM messages to a local emulator (false: to Google, with the --fcm-* flags)")
 	fs.StringVar(&c.fcmEmulatorAddr, "fcm-emulator-addr", "127.0.0.1:0", "address of the local FCM emulator (its messages: http://ADDR/emulator/messages)")
 	c.fcm.register(fs)
+	fs.StringVar(&c.webhookEmulatorAddr, "webhook-emulator-addr", "127.0.0.1:0", "address of the local webhook receiver (register endpoints at http://ADDR/hooks/NAME; its messages: http://ADDR/emulator/messages)")
 	fs.StringVar(&c.webpush.subscriber, "webpush-subscriber", "mailto:dev@herald.invalid", "the VAPID contact of Web Push (the keys are kept in --state-dir)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -246,6 +253,27 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 			})
 		})
 	}
+
+	// Outbound webhooks (fan-out from herald.outcomes and the sink), and a
+	// local receiver that verifies their signatures.
+	hooks, err := webhook.NewChannel(webhook.ChannelOptions{Sink: sinks.Options{
+		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets,
+	}})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: webhook: %w", err)
+	}
+	defer hooks.Provider.CloseIdleConnections()
+	receiver, err := whemulator.Start(whemulator.Options{Addr: c.webhookEmulatorAddr, SecretsFunc: hooks.Table.Secrets, MaxRecords: 1000,
+		Logger: log.With("component", "webhook-emulator")})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: %w", err)
+	}
+	defer receiver.Close()
+	goStage("webhook", func(ctx context.Context) error {
+		return hooks.Run(ctx, brokers, embedded.ClientOpts(), log.With("component", "webhook"))
+	})
 
 	goStage("audit-writer", func(ctx context.Context) error {
 		return auditwriter.Run(ctx, auditwriter.Options{

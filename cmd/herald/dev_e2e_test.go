@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +24,15 @@ import (
 )
 
 // TestOneSendReachesEveryChannelOnceThroughHeraldDev is issue 12's end to
-// end: through `herald dev` (API, dedupe, route, the four sinks), one
-// POST /v1/notifications to a user with an iPhone, an Android phone and a
-// browser subscription reaches the APNs emulator, the FCM emulator, a real
-// push service (web-push-testing) and the in-app feed once each; the same
-// send again (same dedupeKey) is a duplicate and reaches none of them. A
-// later send reaching all four shows the pipeline had time to deliver the
+// end: through `herald dev` (API, dedupe, route, the four sinks, the
+// webhook fan-out and sink), one POST /v1/notifications to a user with an
+// iPhone, an Android phone and a browser subscription reaches the APNs
+// emulator, the FCM emulator, a real push service (web-push-testing) and
+// the in-app feed once each, and the tenant's webhook endpoint (registered
+// with PUT /v1/webhooks) receives one signed delivery.completed event per
+// delivery, which dev's receiver verifies; the same send again (same
+// dedupeKey) is a duplicate and reaches none of them. A later send
+// reaching all of them shows the pipeline had time to deliver the
 // duplicate if it were going to.
 func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	requireDev(t)
@@ -46,8 +50,13 @@ func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	apnsAddr, fcmAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	t.Setenv("HERALD_APNS_EMULATOR_ADDR", apnsAddr)
 	t.Setenv("HERALD_FCM_EMULATOR_ADDR", fcmAddr)
+	hookAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	t.Setenv("HERALD_WEBHOOK_EMULATOR_ADDR", hookAddr)
 	dev := startDev(t, testenv.Herald(t), t.TempDir(), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t))
-	e := &e2e{t: t, dev: dev.http, push: push, apns: "https://" + apnsAddr, fcm: "http://" + fcmAddr}
+	e := &e2e{t: t, dev: dev.http, push: push, apns: "https://" + apnsAddr, fcm: "http://" + fcmAddr, hooks: "http://" + hookAddr}
+	if st, b := e.call("PUT", "/v1/webhooks/e2e", `{"url":"`+e.hooks+`/hooks/e2e","events":["delivery.completed"]}`); st != 201 {
+		t.Fatalf("register the webhook endpoint: %d %s", st, b)
+	}
 
 	var sub struct {
 		Data struct {
@@ -82,26 +91,29 @@ func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	}
 
 	first := e.send("the-one", "accepted")
-	if !e.await(first, patienceE2E, "apns", "fcm", "webpush", "feed") {
+	if !e.await(first, patienceE2E, "apns", "fcm", "webpush", "feed", "webhook") {
 		t.Fatalf("the send did not reach every channel: %v", e.counts(first))
 	}
 	if again := e.send("the-one", "duplicate"); again != first {
 		t.Fatalf("the repeated send has id %s, want %s", again, first)
 	}
 	later := e.send("a-later-one", "accepted")
-	if !e.await(later, patienceE2E, "apns", "fcm", "webpush", "feed") {
+	if !e.await(later, patienceE2E, "apns", "fcm", "webpush", "feed", "webhook") {
 		t.Fatalf("the later send did not reach every channel: %v", e.counts(later))
 	}
-	if got := e.counts(first); got["apns"] != 1 || got["fcm"] != 1 || got["webpush"] != 1 || got["feed"] != 1 {
-		t.Fatalf("the send reached %v, want each channel once", got)
+	// The later send's four events may still be on their way; the first's
+	// are all in: one per delivery (apns, fcm, webpush, feed).
+	e.await(later, patienceE2E, "webhook=4")
+	if got := e.counts(first); got["apns"] != 1 || got["fcm"] != 1 || got["webpush"] != 1 || got["feed"] != 1 || got["webhook"] != 4 || got["unverified"] != 0 {
+		t.Fatalf("the send reached %v, want each channel once and four verified webhook events", got)
 	}
 }
 
 const patienceE2E = 90 * time.Second
 
 type e2e struct {
-	t                          *testing.T
-	dev, push, apns, fcm, hash string
+	t                                 *testing.T
+	dev, push, apns, fcm, hooks, hash string
 }
 
 func (e *e2e) call(method, path, body string) (int, []byte) {
@@ -175,6 +187,22 @@ func (e *e2e) counts(id string) map[string]int {
 			got["webpush"]++
 		}
 	}
+	var hooks struct {
+		Messages []struct {
+			NotificationID string `json:"notificationId"`
+			Endpoint       string `json:"endpoint"`
+			Verified       bool   `json:"verified"`
+		} `json:"messages"`
+	}
+	getJSON(e.t, http.DefaultClient, e.hooks+"/emulator/messages", &hooks)
+	for _, m := range hooks.Messages {
+		if m.NotificationID == id && m.Endpoint == "e2e" {
+			got["webhook"]++
+			if !m.Verified {
+				got["unverified"]++
+			}
+		}
+	}
 	_, fb := e.call("GET", "/v1/recipients/u_e2e/feed?limit=100", "")
 	var page api.FeedPage
 	json.Unmarshal(fb, &page)
@@ -186,14 +214,17 @@ func (e *e2e) counts(id string) map[string]int {
 	return got
 }
 
-// await waits up to d until the notification reached every channel named.
+// await waits up to d until the notification reached every channel named
+// (at least once, or at least n times for "channel=n").
 func (e *e2e) await(id string, d time.Duration, channels ...string) bool {
 	deadline := time.Now().Add(d)
 	for {
 		got := e.counts(id)
 		all := true
 		for _, ch := range channels {
-			all = all && got[ch] > 0
+			name, n, _ := strings.Cut(ch, "=")
+			least, _ := strconv.Atoi(n)
+			all = all && got[name] >= max(least, 1)
 		}
 		if all {
 			return true

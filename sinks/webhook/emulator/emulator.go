@@ -62,10 +62,11 @@ type Message struct {
 	ID        string    `json:"webhookId"`
 	Timestamp string    `json:"webhookTimestamp"`
 	Signature string    `json:"webhookSignature"`
-	// Type and DeliveryID are read from the body (the event's type and
-	// the delivery its data reports).
-	Type       string `json:"type"`
-	DeliveryID string `json:"deliveryId"`
+	// Type, DeliveryID and NotificationID are read from the body (the
+	// event's type and the delivery its data reports).
+	Type           string `json:"type"`
+	DeliveryID     string `json:"deliveryId"`
+	NotificationID string `json:"notificationId"`
 	Body       string `json:"body"`
 	// Verified tells the signature matched; VerifyError says why not.
 	Verified    bool   `json:"verified"`
@@ -158,7 +159,7 @@ func (e *Emulator) receive(w http.ResponseWriter, r *http.Request) {
 		Signature: r.Header.Get(webhook.HeaderSignature), Body: string(body)}
 	var ev webhook.Event
 	if json.Unmarshal(body, &ev) == nil {
-		msg.Type, msg.DeliveryID = ev.Type, ev.Data.DeliveryID
+		msg.Type, msg.DeliveryID, msg.NotificationID = ev.Type, ev.Data.DeliveryID, ev.Data.NotificationID
 	}
 	msg.ID, err = webhook.Verify(r.Header, body, time.Now(), e.o.Tolerance, secrets...)
 	msg.Verified = err == nil
