@@ -67,7 +67,7 @@ type Message struct {
 	Type           string `json:"type"`
 	DeliveryID     string `json:"deliveryId"`
 	NotificationID string `json:"notificationId"`
-	Body       string `json:"body"`
+	Body           string `json:"body"`
 	// Verified tells the signature matched; VerifyError says why not.
 	Verified    bool   `json:"verified"`
 	VerifyError string `json:"verifyError,omitempty"`
