@@ -5,9 +5,10 @@
 // assignment by internal/stage), calls the provider through a Provider
 // adapter with many calls in flight, classifies every result, and commits
 // attempts, outcomes, dead letters and device retirements to Kafka in
-// transactions. A provider adapter (sinks/apns, sinks/fcm, sinks/webpush)
-// only makes one call and classifies its result; everything else is here,
-// once. A channel whose delivery is a Kafka write (sinks/feed) is a Writer:
+// transactions. A provider adapter (sinks/apns, sinks/fcm, sinks/webpush,
+// sinks/webhook) only makes one call and classifies its result; everything
+// else is here, once. An adapter whose invalidated target is not a device
+// (a webhook endpoint) is a Retirer: its records replace the device update. A channel whose delivery is a Kafka write (sinks/feed) is a Writer:
 // its records commit in the transaction that consumes the command, with the
 // attempt and the outcome, and nothing is called after the commit.
 //

@@ -48,7 +48,7 @@ func commands() []command {
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
-		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection) fcm (HTTP v1 and its token endpoint), webhook (a receiver verifying Standard Webhooks signatures) or webpush (a push service answering RFC 8030 errors)", runEmulate},
+		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection), fcm (HTTP v1 and its token endpoint), webhook (a receiver verifying Standard Webhooks signatures) or webpush (a push service answering RFC 8030 errors)", runEmulate},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
 		{"probe", "exit 0 when a URL answers 200 (the containers' healthcheck: herald probe http://127.0.0.1:9464/readyz)", runProbe},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
