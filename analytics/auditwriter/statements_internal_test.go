@@ -178,3 +178,38 @@ func TestABatchIsHandedOffOnceItsValuesReachTheByteBound(t *testing.T) {
 		})
 	}
 }
+
+func TestAWritersPausesAndByteBoundDefaultToTheDocumentedValues(t *testing.T) {
+	w := fastWriter(t, Options{})
+	fresh, err := New(w.o) // fastWriter shortens the pauses of its writer
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.retryPause != 500*time.Millisecond || fresh.pollEvery != 100*time.Millisecond || fresh.restartPause != time.Second ||
+		fresh.maxBatchBytes != 64<<20 {
+		t.Fatalf("retry pause %v, poll every %v, restart pause %v, batch bytes %d; want 500ms, 100ms, 1s, 64 MiB",
+			fresh.retryPause, fresh.pollEvery, fresh.restartPause, fresh.maxBatchBytes)
+	}
+}
+
+func TestTheNextPollEndsWhenTheOldestPendingRowIsDue(t *testing.T) {
+	const interval = time.Hour
+	w := fastWriter(t, Options{FlushInterval: interval})
+	for _, tb := range w.tables {
+		tb.cur = tb.newBatch()
+	}
+	now := time.Now()
+	// An empty batch's first is stale: it must not count.
+	w.byName["herald.requests"].first = now.Add(-10 * interval)
+	if d := w.nextDeadline(); d.Before(now.Add(interval)) {
+		t.Fatalf("with no pending row the poll ends at %v, want a whole interval away (after %v)", d, now.Add(interval))
+	}
+	dec := w.byName["herald.decisions"]
+	add(dec.cur, decisionAt(t, 0, 1, now))
+	dec.first = now.Add(-interval / 2)
+	att := w.byName["herald.attempts"]
+	att.cur, att.first = dec.cur, now.Add(-interval/4) // a later pending row
+	if d := w.nextDeadline(); !d.Equal(dec.first.Add(interval)) {
+		t.Fatalf("the poll ends at %v, want when the oldest pending row is due, %v", d, dec.first.Add(interval))
+	}
+}
