@@ -38,6 +38,15 @@ type Task interface {
 	Abort()
 }
 
+// Revoker is a Task that holds something outside itself (a registry of
+// tasks, metrics series): Revoked is called, under the runner's lock, when
+// its partition is revoked or lost, after the last transaction that touched
+// it; the task is never called again (a partition assigned again gets a new
+// task, restored).
+type Revoker interface {
+	Revoked()
+}
+
 // Out collects the records a task emits inside the current transaction.
 type Out struct {
 	records []*kgo.Record
@@ -199,6 +208,9 @@ type Runner struct {
 	// retries counts consecutive transactions aborted by a retriable
 	// produce error, for the backoff. Only the loop touches it.
 	retries int
+	// revocations counts calls of revoked (revoke or loss): a transaction
+	// ended without the session checks it moved (see end).
+	revocations uint64
 
 	assignedOnce atomic.Bool
 	restoring    atomic.Int32
@@ -565,6 +577,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 
 	// Tasks run before the transaction begins: they only fill out.
 	r.mu.Lock()
+	revocations := r.revocations
 	var out Out
 	for _, rec := range batch {
 		t, ok := r.tasks[rec.Partition]
@@ -626,7 +639,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		try = kgo.TryAbort
 	}
 	endStart := time.Now()
-	committed, err := r.sess.End(ctx, try)
+	committed, err := r.end(ctx, try, len(batch) == 0, revocations)
 	r.commitSeconds.ObserveSince(endStart)
 
 	r.mu.Lock()
@@ -675,6 +688,34 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	r.log.Warn("transaction aborted after a produce error; retrying after a backoff",
 		"err", produceErr, "retry", r.retries, "backoff", d.Round(time.Millisecond))
 	return false, d, nil
+}
+
+// end ends the open transaction. One that consumed no input (only ticks,
+// or a sink's results round) commits with the client's EndTransaction:
+// GroupTransactSession.End, when it has no offsets to commit, treats the
+// commit as pre-KIP-447 and holds its lock for 500 ms before returning
+// (franz-go v1.22.3, txn.go): every input-less transaction took half a
+// second, the sinks' results rounds included (BENCHMARKS.md, "The APNs
+// sink").
+// Nothing of the session's is skipped for such a transaction but its
+// revoked-or-lost check, which end makes itself: a partition revoked or
+// lost since the transaction's tasks ran (r.revocations moved) aborts it, as
+// the session would. An abort always goes through the session, which
+// rewinds the input to the last commit.
+func (r *Runner) end(ctx context.Context, try kgo.TransactionEndTry, noInput bool, revocations uint64) (bool, error) {
+	if !noInput || try == kgo.TryAbort {
+		return r.sess.End(ctx, try)
+	}
+	r.mu.Lock()
+	moved := r.revocations != revocations
+	r.mu.Unlock()
+	if moved {
+		return r.sess.End(ctx, kgo.TryAbort)
+	}
+	if err := r.sess.Client().EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // notePoison handles an aborted batch some of whose outputs can never be
@@ -807,7 +848,11 @@ func (c countingTask) Restore(rec *kgo.Record) error {
 func (r *Runner) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.revocations++
 	for _, p := range revoked[r.cfg.Input] {
+		if t, ok := r.tasks[p].(Revoker); ok {
+			t.Revoked()
+		}
 		delete(r.tasks, p)
 		delete(r.isolate, p)
 		for pos := range r.poison {
