@@ -71,8 +71,17 @@ func BenchmarkSinkThroughput(b *testing.B) {
 			b.ReportMetric(float64(n)/el.Seconds(), "deliveries/s")
 			txns := reg.Counter("herald_stage_transactions_total", "", "stage", "sink-apns", "result", "committed").Value()
 			b.ReportMetric(float64(n)/float64(max(txns, 1)), "deliveries/txn")
-			if got := len(testenv.ReadCommitted(b, brokers, cat.Name(topics.Outcomes))); got != n {
-				b.Fatalf("%d outcomes committed, want %d", got, n)
+			// The counter moves when EndTxn returns; the commit markers
+			// are written after it, so the last outcomes may take a
+			// moment to become readable.
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+				got := len(testenv.ReadCommitted(b, brokers, cat.Name(topics.Outcomes)))
+				if got == n {
+					break
+				}
+				if got > n || time.Now().After(deadline) {
+					b.Fatalf("%d outcomes committed, want %d", got, n)
+				}
 			}
 		})
 	}

@@ -208,13 +208,24 @@ type runtime struct {
 
 // parked exports partition p's committed parked deliveries (waiting for a
 // retry or their not-before time) and the age, since its creation, of the
-// oldest of them (0 when none). A partition revoked keeps its last values
-// until it is assigned again.
+// oldest of them (0 when none). A partition revoked loses both series
+// (forgetParked) until it is assigned again.
 func (rt *runtime) parked(p int32, n int, oldestAgeMs int64) {
 	part := strconv.Itoa(int(p))
-	rt.metrics.Gauge("herald_sink_parked_deliveries", "deliveries waiting for a retry or their not-before time", "channel", rt.channel, "partition", part).Set(int64(n))
-	rt.metrics.Gauge("herald_sink_parked_oldest_age_seconds", "age since creation of the oldest parked delivery", "channel", rt.channel, "partition", part).
+	rt.metrics.Gauge(parkedName, "deliveries waiting for a retry or their not-before time", "channel", rt.channel, "partition", part).Set(int64(n))
+	rt.metrics.Gauge(parkedAgeName, "age since creation of the oldest parked delivery", "channel", rt.channel, "partition", part).
 		SetFloat(float64(oldestAgeMs) / 1000)
+}
+
+const (
+	parkedName    = "herald_sink_parked_deliveries"
+	parkedAgeName = "herald_sink_parked_oldest_age_seconds"
+)
+
+func (rt *runtime) forgetParked(p int32) {
+	part := strconv.Itoa(int(p))
+	rt.metrics.Forget(parkedName, "channel", rt.channel, "partition", part)
+	rt.metrics.Forget(parkedAgeName, "channel", rt.channel, "partition", part)
 }
 
 // New builds one sink instance on the stage runtime.

@@ -38,6 +38,9 @@ type task struct {
 	restored bool
 	// pruned is when the sent-set was last pruned.
 	pruned time.Time
+	// outcomes and duplicates this transaction writes, counted in the
+	// metrics once it commits.
+	outcomes, duplicates int64
 }
 
 // finalEntry is one delivery of the sent-set.
@@ -114,7 +117,7 @@ func (t *task) Process(r *kgo.Record, out *stage.Out) error {
 	if st := t.lookup(cmd.DeliveryID); st != "" {
 		// Audited as a duplicate decision of the sink, not as an attempt:
 		// nothing was sent.
-		t.rt.duplicates.Inc()
+		t.duplicates++
 		out.Emit(t.record(t.rt.topics.Decisions, cmd.NotificationID, &schemas.Decision{
 			DecisionID: fmt.Sprintf("sink/%s/%s/%d/%d", t.rt.channel, r.Topic, r.Partition, r.Offset), Stage: "sink",
 			Outcome: schemas.DecisionDuplicate, Detail: "delivery " + cmd.DeliveryID + " is already " + st + ": not sent again",
@@ -200,7 +203,7 @@ func (t *task) finish(out *stage.Out, e *schemas.SinkEntry, status, reason strin
 		Attempts: e.Attempt, At: now.UnixMilli(),
 	}))
 	t.put(out, &schemas.SinkEntry{DeliveryID: e.DeliveryID, Status: schemas.SinkFinal, Attempt: e.Attempt, ExpiresAt: e.ExpiresAt, Outcome: status}, now)
-	t.rt.outcomes.Inc()
+	t.outcomes++
 }
 
 // Tick implements stage.Task: it writes the results of the calls made
@@ -346,6 +349,9 @@ func (t *task) Commit() {
 	t.emitted = 0
 	t.interrupted = t.interrupted[t.interruptEmitted:]
 	t.interruptEmitted = 0
+	t.rt.outcomes.Add(t.outcomes)
+	t.rt.duplicates.Add(t.duplicates)
+	t.outcomes, t.duplicates = 0, 0
 }
 
 // Abort implements stage.Task: staged changes and intents are dropped (the
@@ -355,4 +361,18 @@ func (t *task) Abort() {
 	t.calls = nil
 	t.emitted = 0
 	t.interruptEmitted = 0
+	t.outcomes, t.duplicates = 0, 0
+}
+
+// Revoked implements stage.Revoker: the partition is no longer this
+// instance's, so the runtime forgets its task (state, intents and results:
+// none are left, the step that made them ended before the revoke) and its
+// gauges; if the partition comes back, stage restores a new task.
+func (t *task) Revoked() {
+	t.rt.mu.Lock()
+	if t.rt.tasks[t.p] == t {
+		delete(t.rt.tasks, t.p)
+	}
+	t.rt.mu.Unlock()
+	t.rt.forgetParked(t.p)
 }
