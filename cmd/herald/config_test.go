@@ -442,34 +442,8 @@ func TestARolesLogsShowNoSecret(t *testing.T) {
 	if code := run(t.Context(), []string{"topics", "create", "--config", path}, &out, &errb); code != 0 {
 		t.Fatalf("topics create exits %d: %s", code, errb.String())
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var roleErr bytes.Buffer
-	done := make(chan int)
-	go func() { done <- run(ctx, []string{"dedupe", "--config", path}, io.Discard, &roleErr) }()
-	deadline := time.Now().Add(configTestTimeout)
-	for {
-		resp, err := http.Get("http://" + ops + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("herald dedupe exited %d before it was ready: %s\n%s", code, roleErr.String(), logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("herald dedupe not ready after %v:\n%s", configTestTimeout, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("herald dedupe exited %d: %s", code, roleErr.String())
-	}
-	all := logs.String() + out.String() + errb.String() + roleErr.String()
+	roleErr := runUntilReady(t, ops, "dedupe", "--config", path)
+	all := logs.String() + out.String() + errb.String() + roleErr
 	if want := "TLS, CA " + ca.caFile + ", SASL SCRAM-SHA-512 as herald512"; !strings.Contains(all, want) {
 		t.Fatalf("the logs do not describe the connection (%q):\n%s", want, all)
 	}
@@ -552,4 +526,39 @@ func TestClickHouseOverTLSFromTheConfigFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runUntilReady runs the role in this process until its /readyz (on ops)
+// answers 200, stops it, requires exit 0, and returns what it wrote to
+// stderr.
+func runUntilReady(t *testing.T, ops string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, io.Discard, &errb) }()
+	deadline := time.Now().Add(configTestTimeout)
+	for {
+		if resp, err := http.Get("http://" + ops + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("herald %s exited %d before it was ready: %s", args[0], code, errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("herald %s not ready after %v: %s", args[0], configTestTimeout, errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("herald %s exited %d: %s", args[0], code, errb.String())
+	}
+	return errb.String()
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,32 +203,6 @@ func TestKafkaSCRAMOverTLSOnARealBroker(t *testing.T) {
 		t.Setenv("HERALD_KAFKA_SASL_PASSWORD", testSASLPassword)
 		ops := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 		path := config(t, "kafka-sasl-mechanism: SCRAM-SHA-512\nkafka-sasl-user: herald512\ninstance-id: scram-0\nmetrics-addr: "+ops+"\n")
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		var errb bytes.Buffer
-		done := make(chan int, 1)
-		go func() { done <- run(ctx, []string{"dedupe", "--config", path}, io.Discard, &errb) }()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			if resp, err := http.Get("http://" + ops + "/readyz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			select {
-			case code := <-done:
-				t.Fatalf("herald dedupe exited %d before it was ready: %s", code, errb.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("herald dedupe not ready on the SCRAM broker after 2 minutes: %s", errb.String())
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		cancel()
-		if code := <-done; code != 0 {
-			t.Fatalf("herald dedupe exited %d: %s", code, errb.String())
-		}
+		runUntilReady(t, ops, "dedupe", "--config", path)
 	})
 }
