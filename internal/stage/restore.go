@@ -34,6 +34,10 @@ func RestorePartition(ctx context.Context, cl *kgo.Client, changelogs []string, 
 	return res.records, err
 }
 
+// restoreLogEvery is how often a restore still running logs how far it
+// is.
+var restoreLogEvery = 10 * time.Second
+
 func restore(ctx context.Context, cl *kgo.Client, changelogs []string, p int32, t Task, log *slog.Logger, extra []kgo.Opt) (restored, error) {
 	ends := map[string]int64{}
 	for _, topic := range changelogs {
@@ -125,7 +129,19 @@ func readUntil(ctx context.Context, group *kgo.Client, ends map[string]int64, p 
 	var res restored
 	pos := map[string]int64{}
 	left := len(ends)
+	began, logged := time.Now(), time.Now()
 	for left > 0 {
+		if time.Since(logged) >= restoreLogEvery {
+			// The progress of a long restore, a line at a time (the
+			// stage's stderr is its log, where no bar is redrawn).
+			logged = time.Now()
+			var behind int64
+			for topic, end := range ends {
+				behind += max(0, end-pos[topic])
+			}
+			log.Info("restoring partition", "partition", p, "records", res.records, "offsets_left", behind,
+				"elapsed", time.Since(began).Round(time.Second))
+		}
 		pollCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		fetches := cl.PollFetches(pollCtx)
 		cancel()
