@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/sinks/webpush"
 )
 
 // secret values the tests put in configurations; no output may hold them.
@@ -405,11 +406,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestARolesLogsShowNoSecret starts `herald dedupe` from a configuration
-// file holding every kind of secret, against a cluster requiring SCRAM
-// over TLS (kfake), runs it until /readyz answers 200, stops it, and reads
-// every line it logged at debug level: the connection is described
-// (mechanism, user, CA file) and no secret appears.
+// TestARolesLogsShowNoSecret starts `herald dedupe` and `herald sink
+// --channel webpush` (which reads the VAPID private key) from a
+// configuration file holding every kind of secret, against a cluster
+// requiring SCRAM over TLS (kfake), runs each until /readyz answers 200,
+// stops it, and reads every line it logged at debug level: the connection
+// is described (mechanism, user, CA file) and no secret appears.
 func TestARolesLogsShowNoSecret(t *testing.T) {
 	ca := newTestCA(t)
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
@@ -419,6 +421,10 @@ func TestARolesLogsShowNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
+	vapidPublic, vapidPrivate, err := webpush.GenerateVAPIDKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ops := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	path := writeFile(t, "herald.yaml", strings.Join([]string{
 		"brokers: " + strings.Join(cluster.ListenAddrs(), ","),
@@ -427,7 +433,9 @@ func TestARolesLogsShowNoSecret(t *testing.T) {
 		"kafka-sasl-password: " + testSASLPassword,
 		"kafka-tls-ca-file: " + ca.caFile,
 		"clickhouse-password: " + testCHPassword,
-		"webpush-vapid-private-key: " + testVAPIDPrivate,
+		"webpush-vapid-public-key: " + vapidPublic,
+		"webpush-vapid-private-key: " + vapidPrivate,
+		"webpush-subscriber: mailto:ops@example.com",
 		"apns-cert-password: " + testAPNSPassword,
 		"metrics-addr: " + ops,
 		"instance-id: secrets-0",
@@ -442,12 +450,21 @@ func TestARolesLogsShowNoSecret(t *testing.T) {
 	if code := run(t.Context(), []string{"topics", "create", "--config", path}, &out, &errb); code != 0 {
 		t.Fatalf("topics create exits %d: %s", code, errb.String())
 	}
-	roleErr := runUntilReady(t, ops, "dedupe", "--config", path)
-	all := logs.String() + out.String() + errb.String() + roleErr
-	if want := "TLS, CA " + ca.caFile + ", SASL SCRAM-SHA-512 as herald512"; !strings.Contains(all, want) {
-		t.Fatalf("the logs do not describe the connection (%q):\n%s", want, all)
+	for _, role := range [][]string{{"dedupe"}, {"sink", "--channel", "webpush"}} {
+		t.Run("herald "+strings.Join(role, " ")+" logs the connection and no secret", func(t *testing.T) {
+			before := len(logs.String())
+			roleErr := runUntilReady(t, ops, append(role, "--config", path)...)
+			all := logs.String()[before:] + roleErr
+			if want := "TLS, CA " + ca.caFile + ", SASL SCRAM-SHA-512 as herald512"; !strings.Contains(all, want) {
+				t.Fatalf("the logs do not describe the connection (%q):\n%s", want, all)
+			}
+			assertNoSecret(t, "herald "+role[0]+"'s logs", all)
+			if strings.Contains(all, vapidPrivate) {
+				t.Fatalf("herald %s's logs show the VAPID private key:\n%s", role[0], all)
+			}
+		})
 	}
-	assertNoSecret(t, "herald dedupe's logs", all)
+	assertNoSecret(t, "herald topics create", logs.String()+out.String()+errb.String())
 }
 
 // tlsProxy terminates TLS (the generated CA's server certificate; a client
