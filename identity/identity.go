@@ -168,6 +168,40 @@ func DedupeID(tenant, typ, recipient, dedupeKey string) string {
 	return derive(tagDedupe, tenant, typ, recipient, dedupeKey)
 }
 
+// DedupeSum is [DedupeID] as the 16 bytes its hex spells, computed without
+// allocating when the preimage fits 256 bytes. The dedupe key is the
+// concatenation of keyParts, so a caller that builds one from pieces need
+// not join them first.
+func DedupeSum(tenant, typ, recipient string, keyParts ...string) [IDLen / 2]byte {
+	return deriveSum(tagDedupe, tenant, typ, recipient, keyParts)
+}
+
+// IdempotencySum is [IdempotencyID] as the 16 bytes its hex spells, computed
+// without allocating when the preimage fits 256 bytes.
+func IdempotencySum(tenant, typ, recipient, idempotencyKey string) [IDLen / 2]byte {
+	return deriveSum(tagIdempotency, tenant, typ, recipient, []string{idempotencyKey})
+}
+
+// ParseID returns the 16 bytes a valid id spells, and whether id is valid
+// (see [Valid]). It does not allocate.
+func ParseID(id string) (sum [IDLen / 2]byte, ok bool) {
+	if !Valid(id) {
+		return sum, false
+	}
+	for i := range sum {
+		sum[i] = unhex(id[2*i])<<4 | unhex(id[2*i+1])
+	}
+	return sum, true
+}
+
+// unhex is the value of one lower-case hex digit.
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
+}
+
 // IdempotencyID returns the notification id of a call that carries only an
 // idempotencyKey: like [DedupeID] with the tag "herald/idempotency/v1".
 func IdempotencyID(tenant, typ, recipient, idempotencyKey string) string {
@@ -275,6 +309,27 @@ func derive(tag string, fields ...string) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// deriveSum is derive's sum for three fields and a fourth one given as
+// the concatenation of its parts.
+func deriveSum(tag, f1, f2, f3 string, f4 []string) (id [IDLen / 2]byte) {
+	var stack [256]byte // the preimage of most ids fits: no allocation
+	b := appendField(stack[:0], tag)
+	b = appendField(b, f1)
+	b = appendField(b, f2)
+	b = appendField(b, f3)
+	n := 0
+	for _, p := range f4 {
+		n += len(p)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(n))
+	for _, p := range f4 {
+		b = append(b, p...)
+	}
+	sum := sha256.Sum256(b)
+	copy(id[:], sum[:16])
+	return id
 }
 
 // appendField appends enc(s): the length of s as a big-endian uint64, then s.

@@ -8,40 +8,43 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Request is one producer call for one recipient, on herald.requests, keyed
 // by NotificationID. The HTTP API and the Go SDK write it; the dedupe stage
 // reads it.
+//
+//easyjson:json
 type Request struct {
-	Schema string `json:"schema"`
+	Schema string `json:"schema,nocopy"`
 	// RequestID is unique per producer call (a UUIDv7 hex); it names this
 	// call, not the notification.
-	RequestID      string `json:"requestId" jsonschema:"minLength=1"`
-	Tenant         string `json:"tenant" jsonschema:"minLength=1"`
-	Type           string `json:"type" jsonschema:"minLength=1"`
-	Recipient      string `json:"recipient" jsonschema:"minLength=1"`
-	NotificationID string `json:"notificationId" jsonschema:"pattern=^[0-9a-f]{32}$"`
+	RequestID      string `json:"requestId,nocopy" jsonschema:"minLength=1"`
+	Tenant         string `json:"tenant,nocopy" jsonschema:"minLength=1"`
+	Type           string `json:"type,nocopy" jsonschema:"minLength=1"`
+	Recipient      string `json:"recipient,nocopy" jsonschema:"minLength=1"`
+	NotificationID string `json:"notificationId,nocopy" jsonschema:"pattern=^[0-9a-f]{32}$"`
 	// IDSource says how NotificationID was derived: "key" (canonical id of
 	// type, recipient and key), "dedupe_key", "idempotency_key" or "random".
-	IDSource         string          `json:"idSource" jsonschema:"enum=key,enum=dedupe_key,enum=idempotency_key,enum=random"`
+	IDSource         string          `json:"idSource,nocopy" jsonschema:"enum=key,enum=dedupe_key,enum=idempotency_key,enum=random"`
 	Key              json.RawMessage `json:"key,omitempty"`
-	DedupeKey        string          `json:"dedupeKey,omitempty"`
+	DedupeKey        string          `json:"dedupeKey,omitempty,nocopy"`
 	DedupeWindowMs   int64           `json:"dedupeWindowMs,omitempty" jsonschema:"minimum=0"`
-	IdempotencyKey   string          `json:"idempotencyKey,omitempty"`
+	IdempotencyKey   string          `json:"idempotencyKey,omitempty,nocopy"`
 	IdempotencyTTLMs int64           `json:"idempotencyTtlMs,omitempty" jsonschema:"minimum=0"`
-	Title            string          `json:"title"`
-	Body             string          `json:"body"`
+	Title            string          `json:"title,nocopy"`
+	Body             string          `json:"body,nocopy"`
 	Payload          json.RawMessage `json:"payload,omitempty"`
-	Locale           string          `json:"locale,omitempty"`
-	Channels         []string        `json:"channels,omitempty"`
+	Locale           string          `json:"locale,omitempty,nocopy"`
+	Channels         []string        `json:"channels,omitempty,nocopy"`
 	// TargetDevice limits delivery to one of the recipient's devices (a
 	// send to a device target); empty means all of them.
-	TargetDevice string `json:"targetDevice,omitempty"`
+	TargetDevice string `json:"targetDevice,omitempty,nocopy"`
 	// Producer names the calling service (the API key's name, or the SDK's
 	// configured client id). Never a secret.
-	Producer  string `json:"producer,omitempty"`
-	Source    string `json:"source" jsonschema:"enum=api,enum=sdk"`
+	Producer  string `json:"producer,omitempty,nocopy"`
+	Source    string `json:"source,nocopy" jsonschema:"enum=api,enum=sdk"`
 	CreatedAt int64  `json:"createdAt"`
 }
 
@@ -66,20 +69,72 @@ func (Request) SchemaName() string { return RequestV1 }
 // conflicts and the decisions the old hash got wrong (such a number changed
 // in a retry, answered as a replay).
 func (r Request) ContentHash() string {
-	content := struct {
-		Type      string          `json:"type"`
-		Recipient string          `json:"recipient"`
-		DedupeKey string          `json:"dedupeKey"`
-		Title     string          `json:"title"`
-		Body      string          `json:"body"`
-		Payload   json.RawMessage `json:"payload"`
-		Locale    string          `json:"locale"`
-		Channels  []string        `json:"channels"`
-		Device    string          `json:"targetDevice,omitempty"`
-	}{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, compactJSON(r.Payload), r.Locale, r.Channels, r.TargetDevice}
-	b, _ := json.Marshal(content) // only strings, slices and valid raw JSON: cannot fail
-	sum := sha256.Sum256(b)
+	sum := r.ContentSum()
 	return hex.EncodeToString(sum[:])
+}
+
+// ContentSum is the sha256 that ContentHash writes in hex. A request
+// whose payload is empty and whose strings hold no \b or \f (the usual
+// request) is hashed from its generated encoding without allocating
+// (see requestContent); any other one through encoding/json, as before.
+func (r *Request) ContentSum() [sha256.Size]byte {
+	c := requestContent{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, jsonNull, r.Locale, r.Channels, r.TargetDevice}
+	if len(r.Payload) != 0 || !c.plain() {
+		slow := c
+		slow.Payload = compactJSON(r.Payload)
+		b, _ := json.Marshal(slow) // only strings, slices and valid raw JSON: cannot fail
+		return sha256.Sum256(b)
+	}
+	s := contentScratch.Get().(*scratch)
+	defer contentScratch.Put(s)
+	s.e.start(s.buf[:0])
+	c.MarshalEasyJSON(&s.e.w)
+	b, _ := s.e.finish(s.buf[:0]) // cannot fail: strings and slices only
+	s.buf = b[:0]
+	return sha256.Sum256(b)
+}
+
+// contentScratch holds the buffers ContentSum encodes into.
+var contentScratch = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 1000)} }}
+
+type scratch struct {
+	e   Encoder
+	buf []byte
+}
+
+var jsonNull = json.RawMessage("null")
+
+// requestContent is what ContentHash hashes, in this field order.
+//
+//easyjson:json
+type requestContent struct {
+	Type      string          `json:"type"`
+	Recipient string          `json:"recipient"`
+	DedupeKey string          `json:"dedupeKey"`
+	Title     string          `json:"title"`
+	Body      string          `json:"body"`
+	Payload   json.RawMessage `json:"payload"`
+	Locale    string          `json:"locale"`
+	Channels  []string        `json:"channels"`
+	Device    string          `json:"targetDevice,omitempty"`
+}
+
+// plain reports whether the generated encoder writes c byte for byte as
+// encoding/json does: the two differ only in how they escape \b and \f
+// (encoding/json writes the short forms, the generated code \u0008 and
+// \u000c), so a string holding one of them is not plain.
+func (c *requestContent) plain() bool {
+	for _, s := range [...]string{c.Type, c.Recipient, c.DedupeKey, c.Title, c.Body, c.Locale, c.Device} {
+		if strings.ContainsAny(s, "\b\f") {
+			return false
+		}
+	}
+	for _, s := range c.Channels {
+		if strings.ContainsAny(s, "\b\f") {
+			return false
+		}
+	}
+	return true
 }
 
 // compactJSON returns the canonical form of a payload that ContentHash
@@ -204,6 +259,8 @@ const (
 
 // Decision is what a stage decided about one request, on herald.decisions,
 // keyed by notification id. Every request gets exactly one dedupe decision.
+//
+//easyjson:json
 type Decision struct {
 	Schema string `json:"schema"`
 	// DecisionID is unique per decision: stage, source partition and offset.
@@ -270,16 +327,21 @@ const (
 // SeenEntry is one live key of the dedupe stage's seen-set, on the compacted
 // topic herald.seen, keyed by SeenKey(Kind, Scope). A tombstone removes it
 // once ExpiresAt has passed.
+//
+//easyjson:json
 type SeenEntry struct {
-	Schema string   `json:"schema"`
-	Kind   SeenKind `json:"kind" jsonschema:"enum=idem,enum=dedupe"`
+	Schema string   `json:"schema,nocopy"`
+	Kind   SeenKind `json:"kind,nocopy" jsonschema:"enum=idem,enum=dedupe"`
 	// Scope is the derived scope id (identity.IdempotencyID or identity.DedupeID).
-	Scope          string `json:"scope"`
-	NotificationID string `json:"notificationId"`
-	RequestID      string `json:"requestId"`
-	ContentHash    string `json:"contentHash,omitempty"`
+	Scope          string `json:"scope,nocopy"`
+	NotificationID string `json:"notificationId,nocopy"`
+	RequestID      string `json:"requestId,nocopy"`
+	// ContentHash is the Request.ContentHash of the request that created
+	// the entry when that request carried an idempotency key (the only
+	// case where it is compared); empty otherwise.
+	ContentHash string `json:"contentHash,omitempty,nocopy"`
 	// Outcome is the decision the first request got, replayed to repeats.
-	Outcome   string `json:"outcome"`
+	Outcome   string `json:"outcome,nocopy"`
 	FirstAt   int64  `json:"firstAt"`
 	ExpiresAt int64  `json:"expiresAt"`
 	// SourcePartition and SourceOffset locate the request that created the
@@ -294,6 +356,8 @@ func (SeenEntry) SchemaName() string { return SeenEntryV1 }
 
 // Accepted is a notification the dedupe stage accepted, on herald.accepted,
 // keyed by RecipientKey(Tenant, Recipient) for the route stage.
+//
+//easyjson:json
 type Accepted struct {
 	Schema         string          `json:"schema"`
 	NotificationID string          `json:"notificationId"`

@@ -8,6 +8,11 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"unsafe"
+
+	"github.com/mailru/easyjson"
+	"github.com/mailru/easyjson/jlexer"
+	"github.com/mailru/easyjson/jwriter"
 )
 
 // Record is implemented by every topic value type.
@@ -44,16 +49,44 @@ const HeaderSchema = "herald-schema"
 
 // Encode marshals r with its "schema" field set to r.SchemaName(), whatever
 // the Schema field holds when empty; a different non-empty one is an error,
-// and so is a nil pointer.
-func Encode(r Record) ([]byte, error) {
+// and so is a nil pointer. It is AppendEncode(nil, r).
+func Encode(r Record) ([]byte, error) { return AppendEncode(nil, r) }
+
+// AppendEncode is Encode appending the encoding to dst.
+func AppendEncode(dst []byte, r Record) ([]byte, error) {
+	var e Encoder
+	return e.Append(dst, r)
+}
+
+// An Encoder encodes records as Encode does, keeping its state between
+// calls. The records of the dedupe stage's path (Request, Decision,
+// SeenEntry, Accepted), given as pointers, are written by generated code
+// (see "Codec" in the package doc): no reflection, and no allocation when
+// dst has room. The zero Encoder is ready; it is not safe for concurrent
+// use.
+type Encoder struct {
+	w jwriter.Writer
+}
+
+// Append is Encode appending the encoding to dst.
+func (e *Encoder) Append(dst []byte, r Record) ([]byte, error) {
 	// A pointer's empty Schema field is set in place, so the output needs no
 	// second copy; a value is spliced below.
 	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer {
 		if v.IsNil() {
 			return nil, fmt.Errorf("schemas: encode %T: nil record", r)
 		}
-		if f := v.Elem().Field(0); f.String() == "" {
+		f := v.Elem().Field(0)
+		if f.String() == "" {
 			f.SetString(r.SchemaName())
+		}
+		if m, ok := r.(easyjson.Marshaler); ok {
+			if f.String() != r.SchemaName() {
+				return nil, fmt.Errorf("%w: encode %s: schema field holds another name", ErrSchema, r.SchemaName())
+			}
+			e.start(dst)
+			m.MarshalEasyJSON(&e.w)
+			return e.finish(dst)
 		}
 	}
 	b, err := json.Marshal(r)
@@ -65,18 +98,64 @@ func Encode(r Record) ([]byte, error) {
 	want := `{"schema":"` + r.SchemaName() + `"`
 	switch {
 	case bytes.HasPrefix(b, []byte(empty)):
-		return append([]byte(want), b[len(empty):]...), nil
+		return append(append(dst, want...), b[len(empty):]...), nil
 	case bytes.HasPrefix(b, []byte(want)):
-		return b, nil
+		return append(dst, b...), nil
 	default:
 		return nil, fmt.Errorf("%w: encode %s: schema field holds another name", ErrSchema, r.SchemaName())
 	}
 }
 
+// start points the generated encoder's buffer at the free capacity of
+// dst, with a capacity that is not a power of two: the encoder's buffer
+// pool takes back only chunks of power-of-two sizes, so it never recycles
+// memory of dst. The encoding overflows into pooled chunks only when dst
+// is too small.
+func (e *Encoder) start(dst []byte) {
+	free := cap(dst) - len(dst)
+	if free&(free-1) == 0 && free > 1 {
+		free-- // a power of two: one byte less
+	}
+	e.w = jwriter.Writer{}
+	e.w.Buffer.Buf = dst[len(dst) : len(dst) : len(dst)+free]
+}
+
+// finish returns dst with what the generated encoder wrote since start:
+// dst itself, extended, when it fit; else a new slice (the pooled chunks
+// joined).
+func (e *Encoder) finish(dst []byte) ([]byte, error) {
+	w := &e.w
+	defer func() { e.w = jwriter.Writer{} }()
+	if w.Error != nil {
+		return nil, fmt.Errorf("schemas: encode: %w", w.Error)
+	}
+	free := dst[len(dst):cap(dst)]
+	if len(free) > 0 && w.Buffer.Size() == len(w.Buffer.Buf) && unsafe.SliceData(w.Buffer.Buf) == unsafe.SliceData(free) {
+		return dst[:len(dst)+len(w.Buffer.Buf)], nil // written in place
+	}
+	if len(dst) == 0 {
+		return w.Buffer.BuildBytes(), nil
+	}
+	return append(dst, w.Buffer.BuildBytes()...), nil
+}
+
 // Decode unmarshals b into r and checks that its "schema" field names r's
 // record and major version. On an error r may be partly filled: discard it.
+// Records with generated decoders (see "Codec" in the package doc) are
+// read without reflection; the strings of a Request or SeenEntry then
+// share one copy of b.
 func Decode(b []byte, r Record) error {
-	if err := json.Unmarshal(b, r); err != nil {
+	if u, ok := r.(easyjson.Unmarshaler); ok && json.Valid(b) {
+		switch r.(type) {
+		case *Request, *SeenEntry:
+			b = bytes.Clone(b) // their strings point into the copy, never into the caller's b
+		}
+		l := jlexer.Lexer{Data: b}
+		u.UnmarshalEasyJSON(&l)
+		if err := l.Error(); err != nil {
+			return fmt.Errorf("schemas: decode %s: %w", r.SchemaName(), err)
+		}
+	} else if err := json.Unmarshal(b, r); err != nil {
 		return fmt.Errorf("schemas: decode %s: %w", r.SchemaName(), err)
 	}
 	// Every record's first field is Schema (see Encode): one pass, no
@@ -91,7 +170,7 @@ func Decode(b []byte, r Record) error {
 // RecipientKey is the key of records partitioned by recipient: the tenant and
 // recipient, each path-escaped, joined by "/".
 func RecipientKey(tenant, recipient string) string {
-	return url.PathEscape(tenant) + "/" + url.PathEscape(recipient)
+	return string(AppendRecipientKey(nil, tenant, recipient))
 }
 
 // DeviceKey is the compacted key of one device: RecipientKey plus "/" and the
@@ -124,3 +203,22 @@ func RecipientPrefix(key string) string {
 
 // SeenKey is the compacted key of one seen-set entry.
 func SeenKey(kind SeenKind, scope string) string { return string(kind) + "/" + scope }
+
+// AppendRecipientKey appends RecipientKey(tenant, recipient) to b.
+func AppendRecipientKey(b []byte, tenant, recipient string) []byte {
+	b = appendPathEscaped(b, tenant)
+	b = append(b, '/')
+	return appendPathEscaped(b, recipient)
+}
+
+// appendPathEscaped appends url.PathEscape(s): s itself when every byte is
+// one that PathEscape never escapes (letters, digits, "-_.~"), which costs
+// no allocation.
+func appendPathEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~') {
+			return append(b, url.PathEscape(s)...)
+		}
+	}
+	return append(b, s...)
+}

@@ -71,7 +71,10 @@
 package dedupe
 
 import (
-	"fmt"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/schemas"
@@ -135,9 +138,124 @@ type Lookup func(key string) (schemas.SeenEntry, bool)
 
 // Decide is the stage's pure decision function: the request, its record
 // time, its position and the seen-set in; the decision and its effects out.
+// The Task runs the same decision (decide) over its seen-set in memory.
 func (p Policy) Decide(req schemas.Request, at int64, src Source, lookup Lookup) Result {
-	d := schemas.Decision{
-		DecisionID:      fmt.Sprintf("dedupe/%s/%d/%d", src.Topic, src.Partition, src.Offset),
+	var e effects
+	p.decide(&req, at, src, lookupStore(lookup), &e)
+	if e.applied {
+		return Result{AlreadyApplied: true}
+	}
+	res := Result{Decision: e.decision}
+	content := ""
+	if e.hasSum {
+		content = hex.EncodeToString(e.sum[:])
+	}
+	for i := range e.n {
+		c := &e.changes[i]
+		scope := hex.EncodeToString(c.key.id[:])
+		entry := c.entry(&req, scope, content)
+		res.Seen = append(res.Seen, SeenChange{Key: schemas.SeenKey(entry.Kind, scope), Entry: &entry})
+	}
+	if e.accepted {
+		a := acceptedOf(&req, at)
+		res.Accepted = &a
+	}
+	return res
+}
+
+// seenStore is the seen-set as decide reads it, and how it makes the
+// strings of a decision.
+type seenStore interface {
+	// get returns the live or expired entry under k, if any.
+	get(k seenKey) (seenVal, seenStrings, bool)
+	// hexString returns id in hex.
+	hexString(id *[identity.IDLen / 2]byte) string
+	// decisionID returns the id of the decision about the request at src.
+	decisionID(src Source) string
+}
+
+// lookupStore is Decide's seenStore: a Lookup by herald.seen key.
+type lookupStore Lookup
+
+func (l lookupStore) get(k seenKey) (seenVal, seenStrings, bool) {
+	e, ok := l(string(k.appendKey(nil)))
+	if !ok {
+		return seenVal{}, seenStrings{}, false
+	}
+	v, s := valOf(&e)
+	return v, s, true
+}
+
+func (lookupStore) hexString(id *[identity.IDLen / 2]byte) string { return hex.EncodeToString(id[:]) }
+
+func (lookupStore) decisionID(src Source) string { return string(appendDecisionID(nil, src)) }
+
+// appendDecisionID appends "dedupe/<topic>/<partition>/<offset>".
+func appendDecisionID(b []byte, src Source) []byte {
+	b = append(b, "dedupe/"...)
+	b = append(b, src.Topic...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(src.Partition), 10)
+	b = append(b, '/')
+	return strconv.AppendInt(b, src.Offset, 10)
+}
+
+// effects is what decide found for one request: the decision, the
+// seen-set entries to write and whether the request is accepted.
+type effects struct {
+	decision schemas.Decision
+	changes  [2]change
+	n        int
+	accepted bool
+	// applied: the seen-set already holds this very request (same source
+	// position): nothing must be emitted again.
+	applied bool
+	// sum is the request's content hash, computed (hasSum) only for a
+	// request with an idempotency key, the only one whose content is ever
+	// compared.
+	sum    [sha256.Size]byte
+	hasSum bool
+}
+
+// change is one seen-set entry decide writes.
+type change struct {
+	key  seenKey
+	val  seenVal
+	strs seenStrings
+}
+
+// entry is the herald.seen record of c, made by the request req; scope is
+// c's id in hex, content the request's content hash in hex (or "").
+func (c *change) entry(req *schemas.Request, scope, content string) schemas.SeenEntry {
+	return schemas.SeenEntry{
+		Schema: schemas.SeenEntryV1, Kind: c.key.schemaKind(), Scope: scope, NotificationID: req.NotificationID, RequestID: req.RequestID,
+		ContentHash: content, Outcome: outcomeOf(c.val, c.strs), FirstAt: c.val.firstAt, ExpiresAt: c.val.expiresAt,
+		SourcePartition: c.val.partition, SourceOffset: c.val.offset,
+	}
+}
+
+// acceptedOf is the herald.accepted record of an accepted request.
+func acceptedOf(req *schemas.Request, at int64) schemas.Accepted {
+	return schemas.Accepted{
+		Schema: schemas.AcceptedV1, NotificationID: req.NotificationID, RequestID: req.RequestID, Tenant: req.Tenant, Type: req.Type,
+		Recipient: req.Recipient, Title: req.Title, Body: req.Body, Payload: req.Payload, Locale: req.Locale,
+		Channels: req.Channels, TargetDevice: req.TargetDevice, DedupeKey: req.DedupeKey, IdempotencyKey: req.IdempotencyKey, Producer: req.Producer,
+		RequestedAt: req.CreatedAt, AcceptedAt: at,
+	}
+}
+
+// canonicalIDPrefix scopes a request without a dedupeKey whose id is the
+// canonical id of (type, recipient, key): its dedupe scope is the DedupeID
+// of this prefix and the id, as the canonical id has no tenant in it.
+const canonicalIDPrefix = "herald:id:"
+
+// decide is Decide over a seenStore, into e. Each id is derived once.
+func (p Policy) decide(req *schemas.Request, at int64, src Source, st seenStore, e *effects) {
+	*e = effects{}
+	d := &e.decision
+	*d = schemas.Decision{
+		Schema:          schemas.DecisionV1,
+		DecisionID:      st.decisionID(src),
 		Stage:           "dedupe",
 		RequestID:       req.RequestID,
 		Tenant:          req.Tenant,
@@ -152,90 +270,102 @@ func (p Policy) Decide(req schemas.Request, at int64, src Source, lookup Lookup)
 		SourcePartition: src.Partition,
 		SourceOffset:    src.Offset,
 	}
-	if msg := invalid(req); msg != "" {
+	var ids derived
+	if msg := invalid(req, &ids); msg != "" {
 		d.Outcome, d.Detail = schemas.DecisionRejected, msg
-		return Result{Decision: d}
+		return
 	}
-	live := func(key string) (schemas.SeenEntry, bool) {
-		e, ok := lookup(key)
-		return e, ok && at < e.ExpiresAt
+	repeat := func(v seenVal, s seenStrings) {
+		if s.request != "" {
+			d.OriginalRequestID = s.request
+		} else {
+			d.OriginalRequestID = st.hexString(&v.request)
+		}
+		if s.notification != "" {
+			d.OriginalNotificationID = s.notification
+		} else {
+			d.OriginalNotificationID = st.hexString(&v.notification)
+		}
+		d.OriginalAt = v.firstAt
+		d.OriginalOutcome = outcomeOf(v, s)
 	}
-	repeat := func(e schemas.SeenEntry) {
-		d.OriginalRequestID = e.RequestID
-		d.OriginalNotificationID = e.NotificationID
-		d.OriginalAt = e.FirstAt
-		d.OriginalOutcome = e.Outcome
-	}
-	contentHash := req.ContentHash()
 
-	var idemKey string
+	var idemKey seenKey
 	if req.IdempotencyKey != "" {
-		idemKey = schemas.SeenKey(schemas.SeenIdempotency, identity.IdempotencyID(req.Tenant, req.Type, req.Recipient, req.IdempotencyKey))
-		if e, ok := live(idemKey); ok {
-			if e.SourcePartition == src.Partition && e.SourceOffset == src.Offset {
-				return Result{AlreadyApplied: true}
+		idemKey = seenKey{id: ids.idem, kind: kindIdem}
+		e.sum, e.hasSum = req.ContentSum(), true
+		if v, s, ok := st.get(idemKey); ok && at < v.expiresAt {
+			if v.partition == src.Partition && v.offset == src.Offset {
+				e.applied = true
+				return
 			}
-			repeat(e)
-			if e.ContentHash != contentHash {
+			repeat(v, s)
+			if sameContent(v, s, &e.sum) {
+				d.Outcome = schemas.DecisionIdempotentReplay
+			} else {
 				d.Outcome = schemas.DecisionIdempotencyConflict
 				d.Detail = "idempotency key reused with a different body"
-			} else {
-				d.Outcome = schemas.DecisionIdempotentReplay
 			}
-			return Result{Decision: d}
+			return
 		}
 	}
 
-	var dedupeKey string
+	var dedupeKey seenKey
 	if req.DedupeKey != "" {
-		dedupeKey = schemas.SeenKey(schemas.SeenDedupe, identity.DedupeID(req.Tenant, req.Type, req.Recipient, req.DedupeKey))
+		dedupeKey = seenKey{id: ids.dedupe, kind: kindDedupe}
 	} else if req.IDSource == "key" {
-		// The canonical id has no tenant in it: scope it by tenant here.
-		dedupeKey = schemas.SeenKey(schemas.SeenDedupe, identity.DedupeID(req.Tenant, req.Type, req.Recipient, "herald:id:"+req.NotificationID))
+		dedupeKey = seenKey{id: identity.DedupeSum(req.Tenant, req.Type, req.Recipient, canonicalIDPrefix, req.NotificationID), kind: kindDedupe}
 	}
-	entry := func(kind schemas.SeenKind, key string, expires int64, outcome string) SeenChange {
-		return SeenChange{Key: key, Entry: &schemas.SeenEntry{
-			Kind: kind, Scope: key[len(kind)+1:], NotificationID: req.NotificationID, RequestID: req.RequestID,
-			ContentHash: contentHash, Outcome: outcome, FirstAt: at, ExpiresAt: expires,
-			SourcePartition: src.Partition, SourceOffset: src.Offset,
-		}}
-	}
-	var res Result
-	if dedupeKey != "" {
-		if e, ok := live(dedupeKey); ok {
-			if e.SourcePartition == src.Partition && e.SourceOffset == src.Offset {
-				return Result{AlreadyApplied: true}
+	if dedupeKey.kind != 0 {
+		if v, s, ok := st.get(dedupeKey); ok && at < v.expiresAt {
+			if v.partition == src.Partition && v.offset == src.Offset {
+				e.applied = true
+				return
 			}
-			repeat(e)
+			repeat(v, s)
 			d.Outcome = schemas.DecisionDuplicate
-			res.Decision = d
-			if idemKey != "" {
+			if idemKey.kind != 0 {
 				// A replay of this idempotency key must answer what this
 				// request got: duplicate.
-				res.Seen = append(res.Seen, entry(schemas.SeenIdempotency, idemKey, at+p.ttl(req), schemas.DecisionDuplicate))
+				e.add(req, &ids, idemKey, at, at+p.ttl(req), outcomeDuplicate, src)
 			}
-			return res
+			return
 		}
 	}
 
 	d.Outcome = schemas.DecisionAccepted
-	res.Decision = d
-	if dedupeKey != "" {
-		res.Seen = append(res.Seen, entry(schemas.SeenDedupe, dedupeKey, at+p.window(req), schemas.DecisionAccepted))
+	e.accepted = true
+	if dedupeKey.kind != 0 {
+		e.add(req, &ids, dedupeKey, at, at+p.window(req), outcomeAccepted, src)
 	}
-	if idemKey != "" {
-		res.Seen = append(res.Seen, entry(schemas.SeenIdempotency, idemKey, at+p.ttl(req), schemas.DecisionAccepted))
+	if idemKey.kind != 0 {
+		e.add(req, &ids, idemKey, at, at+p.ttl(req), outcomeAccepted, src)
 	}
-	res.Accepted = &schemas.Accepted{
-		NotificationID: req.NotificationID, RequestID: req.RequestID, Tenant: req.Tenant, Type: req.Type,
-		Recipient: req.Recipient, Title: req.Title, Body: req.Body, Payload: req.Payload, Locale: req.Locale,
-		Channels: req.Channels, TargetDevice: req.TargetDevice, DedupeKey: req.DedupeKey, IdempotencyKey: req.IdempotencyKey, Producer: req.Producer,
-		RequestedAt: req.CreatedAt, AcceptedAt: at,
-	}
-	return res
 }
 
-func (p Policy) window(req schemas.Request) int64 {
+// add notes one seen-set entry made by req.
+func (e *effects) add(req *schemas.Request, ids *derived, k seenKey, at, expires int64, outcome uint8, src Source) {
+	c := &e.changes[e.n]
+	e.n++
+	*c = change{key: k, val: seenVal{notification: ids.notification, firstAt: at, expiresAt: expires,
+		offset: src.Offset, partition: src.Partition, outcome: outcome}}
+	var ok bool
+	if c.val.request, ok = identity.ParseID(req.RequestID); !ok {
+		c.strs.request = strings.Clone(req.RequestID)
+		c.val.flags |= flagStrings
+	}
+	if e.hasSum {
+		copy(c.val.content[:], e.sum[:])
+		c.val.flags |= flagContent
+	}
+}
+
+// derived holds the ids of a valid request, each derived once.
+type derived struct {
+	notification, dedupe, idem [identity.IDLen / 2]byte
+}
+
+func (p Policy) window(req *schemas.Request) int64 {
 	if req.DedupeWindowMs > 0 {
 		return req.DedupeWindowMs
 	}
@@ -245,15 +375,17 @@ func (p Policy) window(req schemas.Request) int64 {
 	return p.DefaultWindowMs
 }
 
-func (p Policy) ttl(req schemas.Request) int64 {
+func (p Policy) ttl(req *schemas.Request) int64 {
 	if req.IdempotencyTTLMs > 0 {
 		return req.IdempotencyTTLMs
 	}
 	return p.IdempotencyTTLMs
 }
 
-// invalid names what makes a request undecidable, or returns "".
-func invalid(r schemas.Request) string {
+// invalid names what makes a request undecidable, or returns "". For a
+// valid request it fills ids: the notification id's bytes, and the dedupe
+// and idempotency ids of the keys the request carries.
+func invalid(r *schemas.Request, ids *derived) string {
 	if r.Tenant == "" {
 		return "tenant is empty"
 	}
@@ -263,13 +395,20 @@ func invalid(r schemas.Request) string {
 	if r.Recipient == "" {
 		return "recipient is empty"
 	}
-	if !identity.Valid(r.NotificationID) {
+	var ok bool
+	if ids.notification, ok = identity.ParseID(r.NotificationID); !ok {
 		return "notificationId is not 32 lower-case hex characters"
 	}
-	if r.IDSource == "dedupe_key" && r.NotificationID != identity.DedupeID(r.Tenant, r.Type, r.Recipient, r.DedupeKey) {
+	if r.DedupeKey != "" || r.IDSource == "dedupe_key" {
+		ids.dedupe = identity.DedupeSum(r.Tenant, r.Type, r.Recipient, r.DedupeKey)
+	}
+	if r.IdempotencyKey != "" || r.IDSource == "idempotency_key" {
+		ids.idem = identity.IdempotencySum(r.Tenant, r.Type, r.Recipient, r.IdempotencyKey)
+	}
+	if r.IDSource == "dedupe_key" && ids.notification != ids.dedupe {
 		return "notificationId is not the id of its dedupeKey"
 	}
-	if r.IDSource == "idempotency_key" && (r.DedupeKey != "" || r.NotificationID != identity.IdempotencyID(r.Tenant, r.Type, r.Recipient, r.IdempotencyKey)) {
+	if r.IDSource == "idempotency_key" && (r.DedupeKey != "" || ids.notification != ids.idem) {
 		return "notificationId is not the id of its idempotencyKey"
 	}
 	if r.DedupeWindowMs < 0 {

@@ -1,11 +1,13 @@
 package dedupe
 
 import (
-	"container/heap"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
@@ -18,14 +20,17 @@ type Topics struct {
 
 // Task is the dedupe stage's state for one requests partition: the
 // committed seen-set, the changes of the open transaction, and an expiry
-// queue for tombstones.
+// queue for tombstones. Its state holds no pointers per key (see seen.go),
+// and the records it emits are carved from slabs it allocates in bulk
+// (see out.go), so a request costs few allocations.
 type Task struct {
 	policy    Policy
 	topics    Topics
 	partition int32
 
-	seen    map[string]schemas.SeenEntry
-	pending map[string]*schemas.SeenEntry // nil: deleted in this transaction
+	seen    map[seenKey]seenVal
+	strs    map[seenKey]seenStrings // the strings of entries flagged flagStrings
+	pending map[seenKey]pendingVal
 	expiry  expiryQueue
 	popped  []expiryItem // popped in this transaction, re-queued on abort
 
@@ -33,6 +38,22 @@ type Task struct {
 
 	// decisions counts the transaction's decisions (nil: not counted).
 	decisions *metrics.Tally
+
+	out   slab
+	fx    effects
+	req   schemas.Request
+	draft struct { // records being encoded, kept here so they do not escape
+		seen     schemas.SeenEntry
+		accepted schemas.Accepted
+	}
+}
+
+// pendingVal is a change of the open transaction: an entry set, or
+// deleted.
+type pendingVal struct {
+	val     seenVal
+	strs    seenStrings
+	deleted bool
 }
 
 var _ stage.Task = (*Task)(nil)
@@ -40,89 +61,130 @@ var _ stage.Task = (*Task)(nil)
 // NewTask returns the empty task of one partition.
 func NewTask(p Policy, t Topics, partition int32) *Task {
 	return &Task{policy: p, topics: t, partition: partition,
-		seen: map[string]schemas.SeenEntry{}, pending: map[string]*schemas.SeenEntry{}}
+		seen: map[seenKey]seenVal{}, strs: map[seenKey]seenStrings{}, pending: map[seenKey]pendingVal{}}
 }
 
 // Len is the number of committed seen-set entries.
 func (t *Task) Len() int { return len(t.seen) }
 
-// Restore implements stage.Task.
+// Restore implements stage.Task. A value that is not a seen entry fails the
+// restore; an entry under a key in neither of the stage's forms
+// ("idem/<id>", "dedupe/<id>") is skipped, as no request can look it up.
 func (t *Task) Restore(r *kgo.Record) error {
-	key := string(r.Key)
+	k, ok := parseSeenKey(r.Key)
 	if r.Value == nil {
-		delete(t.seen, key)
+		delete(t.seen, k)
+		delete(t.strs, k)
 		return nil
 	}
 	var e schemas.SeenEntry
 	if err := schemas.Decode(r.Value, &e); err != nil {
-		return fmt.Errorf("dedupe: restore seen-set key %q: %w", key, err)
+		return fmt.Errorf("dedupe: restore seen-set key %q: %w", r.Key, err)
 	}
-	t.seen[key] = e
-	heap.Push(&t.expiry, expiryItem{key: key, at: e.ExpiresAt})
-	t.streamTime = max(t.streamTime, e.FirstAt)
+	if !ok {
+		return nil
+	}
+	v, s := valOf(&e)
+	t.seen[k] = v
+	if v.flags&flagStrings != 0 {
+		t.strs[k] = s
+	} else {
+		delete(t.strs, k)
+	}
+	t.expiry.push(expiryItem{key: k, at: v.expiresAt})
+	t.streamTime = max(t.streamTime, v.firstAt)
 	t.pendingStreamTime = t.streamTime
 	return nil
 }
 
-func (t *Task) lookup(key string) (schemas.SeenEntry, bool) {
-	if e, ok := t.pending[key]; ok {
-		if e == nil {
-			return schemas.SeenEntry{}, false
-		}
-		return *e, true
+// get implements seenStore: the open transaction's changes over the
+// committed seen-set.
+func (t *Task) get(k seenKey) (seenVal, seenStrings, bool) {
+	if p, ok := t.pending[k]; ok {
+		return p.val, p.strs, !p.deleted
 	}
-	e, ok := t.seen[key]
-	return e, ok
+	v, ok := t.seen[k]
+	if ok && v.flags&flagStrings != 0 {
+		return v, t.strs[k], true
+	}
+	return v, seenStrings{}, ok
+}
+
+func (t *Task) hexString(id *[identity.IDLen / 2]byte) string {
+	return t.out.text(hex.AppendEncode(t.out.reserve(identity.IDLen), id[:]))
+}
+
+func (t *Task) decisionID(src Source) string {
+	return t.out.text(appendDecisionID(t.out.reserve(64+len(src.Topic)), src))
 }
 
 // Process implements stage.Task.
 func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	at := r.Timestamp.UnixMilli()
 	src := Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
-	var req schemas.Request
-	if err := schemas.Decode(r.Value, &req); err != nil {
-		req = schemas.Request{NotificationID: string(r.Key)}
-		res := Result{Decision: rejected(req, at, src, err.Error())}
-		return t.emit(res, at, out)
+	req := &t.req
+	*req = schemas.Request{}
+	if err := schemas.Decode(r.Value, req); err != nil {
+		*req = schemas.Request{NotificationID: string(r.Key)}
+		d := rejected(*req, at, src, err.Error())
+		return t.emitDecision(&d, at, out)
 	}
 	t.pendingStreamTime = max(t.pendingStreamTime, at)
 	t.expire(out)
-	res := t.policy.Decide(req, at, src, t.lookup)
-	if res.AlreadyApplied {
+	t.policy.decide(req, at, src, t, &t.fx)
+	if t.fx.applied {
 		return nil
 	}
-	return t.emit(res, at, out)
+	return t.emit(req, at, out)
 }
 
 func rejected(req schemas.Request, at int64, src Source, detail string) schemas.Decision {
 	return schemas.Decision{
-		DecisionID: fmt.Sprintf("dedupe/%s/%d/%d", src.Topic, src.Partition, src.Offset), Stage: "dedupe",
+		DecisionID: string(appendDecisionID(nil, src)), Stage: "dedupe",
 		Outcome: schemas.DecisionRejected, Detail: detail, NotificationID: req.NotificationID, At: at,
 		SourceTopic: src.Topic, SourcePartition: src.Partition, SourceOffset: src.Offset,
 	}
 }
 
-func (t *Task) emit(res Result, at int64, out *stage.Out) error {
-	d, err := record(t.topics.Decisions, res.Decision.NotificationID, &res.Decision, at)
+func (t *Task) emitDecision(d *schemas.Decision, at int64, out *stage.Out) error {
+	rec, err := t.out.record(t.topics.Decisions, d.NotificationID, d, decisionHeaders, at)
 	if err != nil {
 		return err
 	}
-	out.Emit(d)
-	t.decisions.Add(res.Decision.Tenant, res.Decision.Type, res.Decision.Outcome)
-	for _, c := range res.Seen {
-		r, err := record(t.topics.Seen, c.Key, c.Entry, at)
+	out.Emit(rec)
+	t.decisions.Add(d.Tenant, d.Type, d.Outcome)
+	return nil
+}
+
+func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
+	fx := &t.fx
+	if err := t.emitDecision(&fx.decision, at, out); err != nil {
+		return err
+	}
+	content := ""
+	if fx.hasSum {
+		content = t.out.text(hex.AppendEncode(t.out.reserve(2*sha256.Size), fx.sum[:]))
+	}
+	for i := range fx.n {
+		c := &fx.changes[i]
+		key := c.key.appendKey(t.out.reserve(len("dedupe/") + identity.IDLen))
+		scope := t.out.text(key[len(key)-identity.IDLen:])
+		t.draft.seen = c.entry(req, scope, content)
+		r, err := t.out.recordKey(t.topics.Seen, key, &t.draft.seen, seenHeaders, at)
 		if err != nil {
 			return err
 		}
 		r.Partition = t.partition
 		out.Emit(r)
-		t.pending[c.Key] = c.Entry
+		t.pending[c.key] = pendingVal{val: c.val, strs: c.strs}
 		// Queued now so it can expire within this transaction; an abort
 		// leaves a stale item that expire skips.
-		heap.Push(&t.expiry, expiryItem{key: c.Key, at: c.Entry.ExpiresAt})
+		t.expiry.push(expiryItem{key: c.key, at: c.val.expiresAt})
 	}
-	if res.Accepted != nil {
-		r, err := record(t.topics.Accepted, schemas.RecipientKey(res.Accepted.Tenant, res.Accepted.Recipient), res.Accepted, at)
+	if fx.accepted {
+		t.draft.accepted = acceptedOf(req, at)
+		key := schemas.AppendRecipientKey(t.out.reserve(len(req.Tenant)+len(req.Recipient)+1), req.Tenant, req.Recipient)
+		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, acceptedHeaders, at)
 		if err != nil {
 			return err
 		}
@@ -141,26 +203,34 @@ func (t *Task) Tick(*stage.Out) {}
 // policy's skew allowance.
 func (t *Task) expire(out *stage.Out) {
 	now := t.pendingStreamTime - t.policy.SkewAllowanceMs
-	for t.expiry.Len() > 0 && t.expiry[0].at <= now {
-		it := heap.Pop(&t.expiry).(expiryItem)
+	for len(t.expiry) > 0 && t.expiry[0].at <= now {
+		it := t.expiry.pop()
 		t.popped = append(t.popped, it)
-		e, ok := t.lookup(it.key)
-		if !ok || e.ExpiresAt != it.at {
+		v, _, ok := t.get(it.key)
+		if !ok || v.expiresAt != it.at {
 			continue // replaced or already deleted: a newer item covers it
 		}
-		out.Emit(&kgo.Record{Topic: t.topics.Seen, Key: []byte(it.key), Partition: t.partition})
-		t.pending[it.key] = nil
+		r := t.out.newRecord()
+		r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(it.key.appendKey(t.out.reserve(len("dedupe/")+identity.IDLen))), t.partition
+		out.Emit(r)
+		t.pending[it.key] = pendingVal{deleted: true}
 	}
 }
 
 // Commit implements stage.Task.
 func (t *Task) Commit() {
-	for k, e := range t.pending {
-		if e == nil {
+	for k, p := range t.pending {
+		if p.deleted {
 			delete(t.seen, k)
+			delete(t.strs, k)
 			continue
 		}
-		t.seen[k] = *e
+		t.seen[k] = p.val
+		if p.val.flags&flagStrings != 0 {
+			t.strs[k] = p.strs
+		} else {
+			delete(t.strs, k)
+		}
 	}
 	clear(t.pending)
 	t.popped = t.popped[:0]
@@ -172,38 +242,59 @@ func (t *Task) Commit() {
 func (t *Task) Abort() {
 	clear(t.pending)
 	for _, it := range t.popped {
-		heap.Push(&t.expiry, it)
+		t.expiry.push(it)
 	}
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
 	t.decisions.Abort()
 }
 
-func record(topic, key string, v schemas.Record, at int64) (*kgo.Record, error) {
-	b, err := schemas.Encode(v)
-	if err != nil {
-		return nil, err
-	}
-	return &kgo.Record{
-		Topic: topic, Key: []byte(key), Value: b, Timestamp: msTime(at),
-		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}},
-	}, nil
-}
-
+// expiryItem is one queued expiry: the key and the expiry it had when
+// queued (an item whose key has since changed is stale and skipped).
 type expiryItem struct {
-	key string
 	at  int64
+	key seenKey
 }
 
+// expiryQueue is a binary min-heap of expiry items by time, without the
+// boxing of container/heap.
 type expiryQueue []expiryItem
 
-func (q expiryQueue) Len() int           { return len(q) }
-func (q expiryQueue) Less(i, j int) bool { return q[i].at < q[j].at }
-func (q expiryQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *expiryQueue) Push(x any)        { *q = append(*q, x.(expiryItem)) }
-func (q *expiryQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return it
+func (q *expiryQueue) push(it expiryItem) {
+	h := append(*q, it)
+	i := len(h) - 1
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h[parent].at <= h[i].at {
+			break
+		}
+		h[parent], h[i] = h[i], h[parent]
+		i = parent
+	}
+	*q = h
+}
+
+func (q *expiryQueue) pop() expiryItem {
+	h := *q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	i := 0
+	for {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h[l].at < h[least].at {
+			least = l
+		}
+		if r < len(h) && h[r].at < h[least].at {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	*q = h
+	return top
 }

@@ -1,0 +1,169 @@
+package dedupe
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/schemas"
+)
+
+// The seen-set in memory. herald.seen holds schemas.SeenEntry records in
+// JSON under keys "idem/<id>" and "dedupe/<id>"; in memory a key is its
+// kind and the 16 bytes its id spells (seenKey), and an entry the fixed,
+// pointer-free seenVal, so the garbage collector never scans the seen-set
+// and a lookup allocates nothing. The few fields that have no fixed form
+// (a request id that is not a herald id, an outcome other than accepted or
+// duplicate, a content hash that is not a sha256 in hex) are kept as
+// strings beside it (seenStrings), flagged in seenVal.
+
+// seenKind is a seen-set kind in memory.
+type seenKind uint8
+
+const (
+	kindIdem seenKind = iota + 1
+	kindDedupe
+)
+
+// seenKey is a seen-set key in memory: kind and scope id.
+type seenKey struct {
+	id   [identity.IDLen / 2]byte
+	kind seenKind
+}
+
+// outcome codes of seenVal.
+const (
+	outcomeAccepted uint8 = iota
+	outcomeDuplicate
+	outcomeOther // in seenStrings
+)
+
+// seenVal flags.
+const (
+	// flagContent: content holds the first 16 bytes of the content hash.
+	flagContent uint8 = 1 << iota
+	// flagStrings: some field is in seenStrings (see strs).
+	flagStrings
+)
+
+// seenVal is one seen-set entry in memory, without pointers.
+type seenVal struct {
+	notification [identity.IDLen / 2]byte
+	request      [identity.IDLen / 2]byte
+	// content is the first half of the sha256 of the request's content:
+	// two contents are told apart unless their hashes agree on 128 bits.
+	content            [sha256.Size / 2]byte
+	firstAt, expiresAt int64
+	offset             int64
+	partition          int32
+	outcome            uint8
+	flags              uint8
+}
+
+// seenStrings holds the fields of an entry that seenVal cannot; a field
+// left empty here is in seenVal.
+type seenStrings struct {
+	notification, request, outcome, content string
+}
+
+func (k seenKey) schemaKind() schemas.SeenKind {
+	if k.kind == kindIdem {
+		return schemas.SeenIdempotency
+	}
+	return schemas.SeenDedupe
+}
+
+// appendKey appends the key's herald.seen form, "idem/<id>" or
+// "dedupe/<id>".
+func (k seenKey) appendKey(b []byte) []byte {
+	b = append(b, k.schemaKind()...)
+	b = append(b, '/')
+	return hex.AppendEncode(b, k.id[:])
+}
+
+// parseSeenKey reads a herald.seen key; ok is false for any other form.
+func parseSeenKey(key []byte) (k seenKey, ok bool) {
+	kind, id, found := strings.Cut(string(key), "/") // no allocation: the conversion does not escape
+	if !found {
+		return k, false
+	}
+	if kind == string(schemas.SeenIdempotency) {
+		k.kind = kindIdem
+	} else if kind == string(schemas.SeenDedupe) {
+		k.kind = kindDedupe
+	} else {
+		return k, false
+	}
+	k.id, ok = identity.ParseID(id)
+	return k, ok
+}
+
+// outcomeCode is the code of a decision outcome stored in an entry.
+func outcomeCode(outcome string) uint8 {
+	if outcome == schemas.DecisionAccepted {
+		return outcomeAccepted
+	}
+	if outcome == schemas.DecisionDuplicate {
+		return outcomeDuplicate
+	}
+	return outcomeOther
+}
+
+// valOf converts a decoded herald.seen entry to its memory form.
+func valOf(e *schemas.SeenEntry) (v seenVal, s seenStrings) {
+	v = seenVal{firstAt: e.FirstAt, expiresAt: e.ExpiresAt, offset: e.SourceOffset, partition: e.SourcePartition,
+		outcome: outcomeCode(e.Outcome)}
+	var ok bool
+	if v.notification, ok = identity.ParseID(e.NotificationID); !ok {
+		s.notification = strings.Clone(e.NotificationID)
+	}
+	if v.request, ok = identity.ParseID(e.RequestID); !ok {
+		s.request = strings.Clone(e.RequestID)
+	}
+	if v.outcome == outcomeOther {
+		s.outcome = strings.Clone(e.Outcome)
+	}
+	if sum, ok := parseSum(e.ContentHash); ok {
+		copy(v.content[:], sum[:])
+		v.flags |= flagContent
+	} else if e.ContentHash != "" {
+		s.content = strings.Clone(e.ContentHash)
+	}
+	if s != (seenStrings{}) {
+		v.flags |= flagStrings
+	}
+	return v, s
+}
+
+// parseSum reads a sha256 in lower-case hex.
+func parseSum(h string) (sum [sha256.Size]byte, ok bool) {
+	if len(h) != 2*sha256.Size {
+		return sum, false
+	}
+	lo, ok1 := identity.ParseID(h[:identity.IDLen])
+	hi, ok2 := identity.ParseID(h[identity.IDLen:])
+	copy(sum[:], lo[:])
+	copy(sum[len(lo):], hi[:])
+	return sum, ok1 && ok2
+}
+
+// sameContent reports whether an entry records the content whose sha256
+// is sum.
+func sameContent(v seenVal, s seenStrings, sum *[sha256.Size]byte) bool {
+	if v.flags&flagContent != 0 {
+		return [sha256.Size / 2]byte(sum[:sha256.Size/2]) == v.content
+	}
+	return s.content != "" && s.content == hex.EncodeToString(sum[:])
+}
+
+// outcomeOf is the outcome an entry records.
+func outcomeOf(v seenVal, s seenStrings) string {
+	switch v.outcome {
+	case outcomeAccepted:
+		return schemas.DecisionAccepted
+	case outcomeDuplicate:
+		return schemas.DecisionDuplicate
+	}
+	return s.outcome
+}

@@ -1,0 +1,173 @@
+package dedupe
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/schemas"
+)
+
+// decisionOf returns the decision among records.
+func decisionOf(t *testing.T, recs []*kgo.Record) schemas.Decision {
+	t.Helper()
+	for _, r := range recs {
+		if r.Topic == "decisions" {
+			var d schemas.Decision
+			if err := schemas.Decode(r.Value, &d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+	}
+	t.Fatal("no decision emitted")
+	return schemas.Decision{}
+}
+
+// seenRecord is the herald.seen record of e under its key.
+func seenRecord(t *testing.T, e schemas.SeenEntry) *kgo.Record {
+	t.Helper()
+	b, err := schemas.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: "seen", Key: []byte(schemas.SeenKey(e.Kind, e.Scope)), Value: b}
+}
+
+// The seen-set keeps ids, request ids and content hashes as bytes; these
+// entries hold values that have no such form, restored from herald.seen
+// as another version or producer could have written them.
+func TestRestoredEntriesKeepFieldsThatHaveNoFixedForm(t *testing.T) {
+	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}
+	r := req("paid", "", "evt_1")
+	idem := func(mod func(*schemas.SeenEntry)) schemas.SeenEntry {
+		e := schemas.SeenEntry{Kind: schemas.SeenIdempotency, Scope: r.NotificationID, NotificationID: r.NotificationID,
+			RequestID: strings.ToUpper(r.RequestID), ContentHash: r.ContentHash(), Outcome: schemas.DecisionAccepted,
+			FirstAt: taskBase.UnixMilli(), ExpiresAt: taskBase.UnixMilli() + 60_000, SourcePartition: 3, SourceOffset: 0}
+		mod(&e)
+		return e
+	}
+	cases := []struct {
+		name     string
+		entry    schemas.SeenEntry
+		outcome  string
+		original schemas.Decision
+	}{
+		{"a request id that is not a herald id is answered as written",
+			idem(func(e *schemas.SeenEntry) { e.RequestID = "call #1" }), schemas.DecisionIdempotentReplay,
+			schemas.Decision{OriginalRequestID: "call #1", OriginalNotificationID: r.NotificationID, OriginalOutcome: schemas.DecisionAccepted}},
+		{"an upper-case request id stays upper case",
+			idem(func(*schemas.SeenEntry) {}), schemas.DecisionIdempotentReplay,
+			schemas.Decision{OriginalRequestID: strings.ToUpper(r.RequestID), OriginalNotificationID: r.NotificationID, OriginalOutcome: schemas.DecisionAccepted}},
+		{"a notification id that is not a herald id is answered as written",
+			idem(func(e *schemas.SeenEntry) { e.NotificationID = "legacy-7" }), schemas.DecisionIdempotentReplay,
+			schemas.Decision{OriginalRequestID: strings.ToUpper(r.RequestID), OriginalNotificationID: "legacy-7", OriginalOutcome: schemas.DecisionAccepted}},
+		{"an outcome other than accepted or duplicate is replayed as written",
+			idem(func(e *schemas.SeenEntry) { e.Outcome = "deferred_by_v0" }), schemas.DecisionIdempotentReplay,
+			schemas.Decision{OriginalRequestID: strings.ToUpper(r.RequestID), OriginalNotificationID: r.NotificationID, OriginalOutcome: "deferred_by_v0"}},
+		{"a duplicate outcome is replayed",
+			idem(func(e *schemas.SeenEntry) { e.Outcome = schemas.DecisionDuplicate }), schemas.DecisionIdempotentReplay,
+			schemas.Decision{OriginalRequestID: strings.ToUpper(r.RequestID), OriginalNotificationID: r.NotificationID, OriginalOutcome: schemas.DecisionDuplicate}},
+		{"a content hash in upper case does not match the request's",
+			idem(func(e *schemas.SeenEntry) { e.ContentHash = strings.ToUpper(e.ContentHash) }), schemas.DecisionIdempotencyConflict,
+			schemas.Decision{OriginalRequestID: strings.ToUpper(r.RequestID), OriginalNotificationID: r.NotificationID, OriginalOutcome: schemas.DecisionAccepted}},
+		{"an entry without a content hash is a conflict",
+			idem(func(e *schemas.SeenEntry) { e.ContentHash = "" }), schemas.DecisionIdempotencyConflict,
+			schemas.Decision{OriginalRequestID: strings.ToUpper(r.RequestID), OriginalNotificationID: r.NotificationID, OriginalOutcome: schemas.DecisionAccepted}},
+		{"a content hash of another request is a conflict",
+			idem(func(e *schemas.SeenEntry) { e.ContentHash = req("other", "", "evt_1").ContentHash() }), schemas.DecisionIdempotencyConflict,
+			schemas.Decision{OriginalRequestID: strings.ToUpper(r.RequestID), OriginalNotificationID: r.NotificationID, OriginalOutcome: schemas.DecisionAccepted}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			task := restored(t, p, []*kgo.Record{seenRecord(t, c.entry)})
+			d := decisionOf(t, process(t, task, r, 9, taskBase.Add(time.Second)))
+			if d.Outcome != c.outcome || d.OriginalRequestID != c.original.OriginalRequestID ||
+				d.OriginalNotificationID != c.original.OriginalNotificationID || d.OriginalOutcome != c.original.OriginalOutcome ||
+				d.OriginalAt != c.entry.FirstAt {
+				t.Fatalf("decision %s (original request %q, notification %q, outcome %q, at %d), want %s with %+v at %d",
+					d.Outcome, d.OriginalRequestID, d.OriginalNotificationID, d.OriginalOutcome, d.OriginalAt, c.outcome, c.original, c.entry.FirstAt)
+			}
+			// The public Decide over the same entry answers the same.
+			res := p.Decide(r, taskBase.Add(time.Second).UnixMilli(), Source{Topic: "requests", Partition: 3, Offset: 9},
+				func(key string) (schemas.SeenEntry, bool) { return c.entry, key == string(seenRecord(t, c.entry).Key) })
+			if res.Decision.Outcome != d.Outcome || res.Decision.OriginalRequestID != d.OriginalRequestID ||
+				res.Decision.OriginalNotificationID != d.OriginalNotificationID || res.Decision.OriginalOutcome != d.OriginalOutcome {
+				t.Fatalf("Decide answered %+v, the task %+v", res.Decision, d)
+			}
+		})
+	}
+}
+
+func TestARequestIDThatIsNotAHeraldIDSurvivesTheSeenSet(t *testing.T) {
+	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}
+	first := req("paid", "inv_1", "evt_1")
+	first.RequestID = "call #1 from the billing service"
+	retry := first
+	retry.RequestID = "call #2"
+	live := NewTask(p, testTopics, 0)
+	x := feed(t, live, 0, []sent{{first, 0}})
+	live.Commit()
+	for _, c := range []struct {
+		name string
+		task *Task
+	}{{"in the live task", live}, {"in a task restored from the changelog", restored(t, p, x.seen)}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := decisionOf(t, process(t, c.task, retry, 1, taskBase.Add(time.Second)))
+			if d.Outcome != schemas.DecisionIdempotentReplay || d.OriginalRequestID != first.RequestID {
+				t.Fatalf("decision %s with original request %q, want a replay of %q", d.Outcome, d.OriginalRequestID, first.RequestID)
+			}
+		})
+	}
+}
+
+func TestEntriesUnderKeysOfAnotherFormAreSkipped(t *testing.T) {
+	e := schemas.SeenEntry{Kind: schemas.SeenDedupe, Scope: "x", NotificationID: "n", RequestID: "r", Outcome: schemas.DecisionAccepted, ExpiresAt: 1}
+	b, _ := schemas.Encode(&e)
+	for _, key := range []string{"dedupe:0123456789abcdef0123456789abcdef", "other/0123456789abcdef0123456789abcdef", "dedupe/0123", "idem/0123456789ABCDEF0123456789ABCDEF", "0123456789abcdef0123456789abcdef"} {
+		t.Run(key, func(t *testing.T) {
+			task := NewTask(DefaultPolicy(), testTopics, 0)
+			if err := task.Restore(&kgo.Record{Key: []byte(key), Value: b}); err != nil {
+				t.Fatal(err)
+			}
+			if task.Len() != 0 {
+				t.Fatalf("restored %d entries from key %q", task.Len(), key)
+			}
+		})
+	}
+	t.Run("while both kinds of key are restored", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), testTopics, 0)
+		for _, key := range []string{"dedupe/0123456789abcdef0123456789abcdef", "idem/0123456789abcdef0123456789abcdef"} {
+			if err := task.Restore(&kgo.Record{Key: []byte(key), Value: b}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if task.Len() != 2 {
+			t.Fatalf("restored %d entries, want 2 (one per kind)", task.Len())
+		}
+	})
+}
+
+func TestASeenSetLookupDoesNotAllocate(t *testing.T) {
+	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}
+	odd := req("paid", "inv_1", "evt_1")
+	odd.RequestID = "not a herald id"
+	task := NewTask(p, testTopics, 0)
+	feed(t, task, 0, []sent{{req("paid", "inv_2", "evt_2"), 0}, {odd, 0}})
+	task.Commit()
+	keys := []seenKey{}
+	for k := range task.seen {
+		keys = append(keys, k)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		for _, k := range keys {
+			if _, _, ok := task.get(k); !ok {
+				t.Fatal("a committed key is missing")
+			}
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per lookup round, want 0", n)
+	}
+}

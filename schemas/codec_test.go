@@ -1,0 +1,205 @@
+package schemas_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/schemas"
+)
+
+// awkward strings: escapes encoding/json writes in a particular way, HTML
+// characters, separators JavaScript cannot hold raw, non-ASCII, invalid
+// UTF-8, control characters.
+var awkward = []string{"", "plain", `quote " and \ backslash`, "<b>&amp;</b>", "line\u2028para\u2029", "tab\tnew\nline\rcr",
+	"bell\x07 del\x7f nul\x00", "ünïcødé ✓ 😀", "bad \xff utf-8 \xed\xa0\x80", "back\bfeed\f"}
+
+// generated lists the records with generated codecs, each with every
+// field set to s.
+func generated(s string) []schemas.Record {
+	return []schemas.Record{
+		&schemas.Request{RequestID: s, Tenant: s, Type: s, Recipient: s, NotificationID: s, IDSource: s, Key: json.RawMessage(`{"k":1}`),
+			DedupeKey: s, DedupeWindowMs: 1, IdempotencyKey: s, IdempotencyTTLMs: 2, Title: s, Body: s, Payload: json.RawMessage(`[1,"x"]`),
+			Locale: s, Channels: []string{s, "apns"}, TargetDevice: s, Producer: s, Source: s, CreatedAt: -3},
+		&schemas.Decision{DecisionID: s, Stage: s, Outcome: s, Detail: s, RequestID: s, Tenant: s, Type: s, Recipient: s, NotificationID: s,
+			DedupeKey: s, IdempotencyKey: s, Producer: s, Channel: s, OriginalRequestID: s, OriginalNotificationID: s, OriginalAt: 4,
+			OriginalOutcome: s, Deliveries: []schemas.DecisionDelivery{{DeliveryID: s, Channel: s, DeviceID: s, State: s, NotBefore: 5}},
+			At: 6, SourceTopic: s, SourcePartition: 7, SourceOffset: 8},
+		&schemas.SeenEntry{Kind: schemas.SeenKind(s), Scope: s, NotificationID: s, RequestID: s, ContentHash: s, Outcome: s, FirstAt: 9,
+			ExpiresAt: 10, SourcePartition: 11, SourceOffset: 12},
+		&schemas.Accepted{NotificationID: s, RequestID: s, Tenant: s, Type: s, Recipient: s, Title: s, Body: s, Payload: json.RawMessage(`{"a":null}`),
+			Locale: s, Channels: []string{s}, TargetDevice: s, DedupeKey: s, IdempotencyKey: s, Producer: s, RequestedAt: 13, AcceptedAt: 14},
+	}
+}
+
+// TestGeneratedCodecsReadAsEncodingJSONDoes is the contract of the
+// generated encoders and decoders: what they write, encoding/json reads
+// back to the same record, and what they read from encoding/json's output
+// is the record encoding/json reads. Empty records, whose omitted fields
+// must stay omitted, are covered too.
+func TestGeneratedCodecsReadAsEncodingJSONDoes(t *testing.T) {
+	for _, s := range awkward {
+		for i, r := range append(generated(s), &schemas.Request{}, &schemas.Decision{}, &schemas.SeenEntry{}, &schemas.Accepted{}) {
+			t.Run(r.SchemaName()+" with "+strings.ToValidUTF8(s, "?"), func(t *testing.T) {
+				fast, err := schemas.Encode(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				viaStd := reflect.New(reflect.TypeOf(r).Elem()).Interface()
+				if err := json.Unmarshal(fast, viaStd); err != nil {
+					t.Fatalf("encoding/json cannot read %s: %v", fast, err)
+				}
+				std, _ := json.Marshal(r)
+				var want any = r
+				if i >= len(generated(s)) {
+					if err := json.Unmarshal(std, viaStd); err != nil { // the zero record with its schema set
+						t.Fatal(err)
+					}
+					want = viaStd
+				}
+				if !reflect.DeepEqual(normalized(t, viaStd), normalized(t, want)) {
+					t.Fatalf("generated encoding %s reads back as %+v, want %+v", fast, viaStd, want)
+				}
+				viaFast := reflect.New(reflect.TypeOf(r).Elem()).Interface().(schemas.Record)
+				if err := schemas.Decode(std, viaFast); err != nil {
+					t.Fatalf("decode %s: %v", std, err)
+				}
+				fromStd := reflect.New(reflect.TypeOf(r).Elem()).Interface()
+				_ = json.Unmarshal(std, fromStd)
+				if !reflect.DeepEqual(viaFast, fromStd) {
+					t.Fatalf("generated decoding of %s is %+v, encoding/json's %+v", std, viaFast, fromStd)
+				}
+			})
+		}
+	}
+}
+
+// normalized is v through encoding/json and back into a generic value, so
+// records that differ only in how a string was spelled compare equal.
+func normalized(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestGeneratedDecodersRefuseWhatEncodingJSONRefuses(t *testing.T) {
+	cases := []struct{ name, doc string }{
+		{"a document cut short", `{"schema":"herald.request/v1","tenant":"a"`},
+		{"invalid JSON inside an unknown field", `{"schema":"herald.request/v1","extra":[tru]}`},
+		{"a number where a string belongs", `{"schema":"herald.request/v1","tenant":1}`},
+		{"a fraction where an integer belongs", `{"schema":"herald.request/v1","createdAt":1.5}`},
+		{"trailing data after the object", `{"schema":"herald.request/v1"} {}`},
+		{"another record's schema", `{"schema":"herald.decision/v1"}`},
+		{"JSON null", `null`},
+	}
+	for _, c := range cases {
+		t.Run(c.name+" is refused", func(t *testing.T) {
+			var r schemas.Request
+			if err := schemas.Decode([]byte(c.doc), &r); err == nil {
+				t.Fatalf("decoded %s as %+v", c.doc, r)
+			}
+		})
+	}
+}
+
+func TestADecodedRequestDoesNotPointIntoTheCallersBytes(t *testing.T) {
+	b, _ := schemas.Encode(&schemas.Request{Tenant: "acme", Title: "hello"})
+	var r schemas.Request
+	if err := schemas.Decode(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 'x'
+	}
+	if r.Tenant != "acme" || r.Title != "hello" {
+		t.Fatalf("the request changed with the caller's buffer: tenant %q, title %q", r.Tenant, r.Title)
+	}
+}
+
+func TestAppendEncodeAppendsWhetherOrNotTheRecordFits(t *testing.T) {
+	d := &schemas.Decision{DecisionID: strings.Repeat("d", 3000), Outcome: schemas.DecisionAccepted}
+	want, _ := json.Marshal(d) // Schema was set by no one yet: compare fields, not bytes
+	for _, room := range []int{0, 16, 1024, 1025, 4096, 8192} {
+		t.Run("with room for "+strings.Repeat("x", 0)+itoa(room)+" bytes", func(t *testing.T) {
+			dst := append(make([]byte, 0, 3+room), "pre"...)
+			var e schemas.Encoder
+			got, err := e.Append(dst, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.HasPrefix(got, []byte("pre")) {
+				t.Fatalf("the prefix is gone: %.20s", got)
+			}
+			var back schemas.Decision
+			if err := schemas.Decode(got[3:], &back); err != nil {
+				t.Fatal(err)
+			}
+			var ref schemas.Decision
+			_ = json.Unmarshal(want, &ref)
+			ref.Schema = schemas.DecisionV1
+			if !reflect.DeepEqual(back, ref) {
+				t.Fatalf("read back %+v, want %+v", back, ref)
+			}
+			// The encoder's pool never gets dst's memory: a second record
+			// encoded elsewhere leaves the first one as it was.
+			kept := bytes.Clone(got)
+			for range 3 {
+				if _, err := schemas.Encode(&schemas.Decision{DecisionID: strings.Repeat("z", 5000)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !bytes.Equal(got, kept) {
+				t.Fatal("encoding another record overwrote the first")
+			}
+		})
+	}
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func TestRecipientKeysEscapeAsPathEscapeDoes(t *testing.T) {
+	for _, s := range append(awkward, "a/b", "a b", "x?y#z", "100%", "~user_1.2-3", "$&+,:;=@") {
+		t.Run(strings.ToValidUTF8(s, "?"), func(t *testing.T) {
+			want := url.PathEscape(s) + "/" + url.PathEscape(s+"r")
+			if got := string(schemas.AppendRecipientKey(nil, s, s+"r")); got != want {
+				t.Fatalf("AppendRecipientKey = %q, want %q", got, want)
+			}
+			if got := schemas.RecipientKey(s, s+"r"); got != want {
+				t.Fatalf("RecipientKey = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestContentHashIsTheHashOfEncodingJSONsText(t *testing.T) {
+	for _, s := range awkward {
+		for _, payload := range []string{"", `{"b":1,"a":[2.50,"x"]}`} {
+			r := schemas.Request{Type: s, Recipient: s + "r", DedupeKey: s, Title: s, Body: s, Locale: s, Channels: []string{s}, TargetDevice: s,
+				Payload: json.RawMessage(payload)}
+			t.Run(strings.ToValidUTF8(s, "?")+" payload "+payload, func(t *testing.T) {
+				if got, want := r.ContentHash(), legacyContentHash(r); got != want {
+					t.Fatalf("ContentHash %s, want %s (the hash stored by earlier versions)", got, want)
+				}
+			})
+		}
+	}
+	t.Run("a request without channels or device", func(t *testing.T) {
+		r := schemas.Request{Type: "t", Recipient: "u"}
+		if got, want := r.ContentHash(), legacyContentHash(r); got != want {
+			t.Fatalf("ContentHash %s, want %s", got, want)
+		}
+	})
+}
