@@ -101,6 +101,8 @@ func TestGeneratedDecodersRefuseWhatEncodingJSONRefuses(t *testing.T) {
 		{"trailing data after the object", `{"schema":"herald.request/v1"} {}`},
 		{"another record's schema", `{"schema":"herald.decision/v1"}`},
 		{"JSON null", `null`},
+		{"a raw line feed inside a string", "{\"schema\":\"herald.request/v1\",\"title\":\"a\nb\"}"},
+		{"a number with a leading zero", `{"schema":"herald.request/v1","createdAt":01}`},
 	}
 	for _, c := range cases {
 		t.Run(c.name+" is refused", func(t *testing.T) {
@@ -202,4 +204,24 @@ func TestContentHashIsTheHashOfEncodingJSONsText(t *testing.T) {
 			t.Fatalf("ContentHash %s, want %s", got, want)
 		}
 	})
+}
+
+func TestGeneratedDecodersReadStringsAsEncodingJSONDoes(t *testing.T) {
+	for _, doc := range []string{
+		"{\"schema\":\"herald.request/v1\",\"tenant\":\"ac\xffme\",\"title\":\"\xed\xa0\x80\"}",
+		`{"schema":"herald.request/v1","tenant":"\ud800","title":"\udc00x\ud83d\ude00","body":"\u00e9\/\b"}`,
+	} {
+		t.Run(strings.ToValidUTF8(doc, "?"), func(t *testing.T) {
+			var got, want schemas.Request
+			if err := schemas.Decode([]byte(doc), &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(doc), &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("decoded %+v, encoding/json reads %+v", got, want)
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/mailru/easyjson"
@@ -145,7 +146,11 @@ func (e *Encoder) finish(dst []byte) ([]byte, error) {
 // read without reflection; the strings of a Request or SeenEntry then
 // share one copy of b.
 func Decode(b []byte, r Record) error {
-	if u, ok := r.(easyjson.Unmarshaler); ok && json.Valid(b) {
+	// The generated decoders read what encoding/json reads only from valid
+	// JSON in valid UTF-8 (encoding/json replaces invalid bytes in a
+	// string with U+FFFD; they would keep them): anything else goes
+	// through encoding/json.
+	if u, ok := r.(easyjson.Unmarshaler); ok && utf8.Valid(b) && json.Valid(b) {
 		switch r.(type) {
 		case *Request, *SeenEntry:
 			b = bytes.Clone(b) // their strings point into the copy, never into the caller's b
