@@ -152,16 +152,26 @@ func TestAppendEncodeAppendsWhetherOrNotTheRecordFits(t *testing.T) {
 			if !reflect.DeepEqual(back, ref) {
 				t.Fatalf("read back %+v, want %+v", back, ref)
 			}
-			// The encoder's pool never gets dst's memory: a second record
-			// encoded elsewhere leaves the first one as it was.
+			// The encoder's pool never gets dst's memory: once the caller
+			// fills dst's free capacity (as the dedupe task's slab does
+			// with its next records), encoding other records elsewhere
+			// leaves it as it was.
 			kept := bytes.Clone(got)
-			for range 3 {
-				if _, err := schemas.Encode(&schemas.Decision{DecisionID: strings.Repeat("z", 5000)}); err != nil {
+			free := dst[3:cap(dst)] // the record did not fit: all of dst's room is the caller's
+			if len(got) <= cap(dst) {
+				free = got[len(got):cap(got)] // it fit: the room after it is
+			}
+			free = append(free[:0], bytes.Repeat([]byte("m"), len(free))...)
+			for range 20 {
+				if _, err := schemas.Encode(&schemas.Decision{DecisionID: strings.Repeat("z", 40000)}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if !bytes.Equal(got, kept) {
 				t.Fatal("encoding another record overwrote the first")
+			}
+			if string(free) != strings.Repeat("m", len(free)) {
+				t.Fatalf("encoding other records wrote into the caller's buffer: %q", free[:min(len(free), 40)])
 			}
 		})
 	}
@@ -181,6 +191,9 @@ func TestRecipientKeysEscapeAsPathEscapeDoes(t *testing.T) {
 			}
 			if got := schemas.RecipientKey(s, s+"r"); got != want {
 				t.Fatalf("RecipientKey = %q, want %q", got, want)
+			}
+			if got := schemas.FeedKey(s, s+"r", s+"n"); got != want+"/"+url.PathEscape(s+"n") {
+				t.Fatalf("FeedKey = %q, want %q", got, want+"/"+url.PathEscape(s+"n"))
 			}
 		})
 	}

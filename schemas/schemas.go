@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/mailru/easyjson"
 	"github.com/mailru/easyjson/jlexer"
@@ -114,30 +113,22 @@ func (e *Encoder) Append(dst []byte, r Record) ([]byte, error) {
 // is too small.
 func (e *Encoder) start(dst []byte) {
 	free := cap(dst) - len(dst)
-	if free&(free-1) == 0 && free > 1 {
+	if free > 0 && free&(free-1) == 0 {
 		free-- // a power of two: one byte less
 	}
 	e.w = jwriter.Writer{}
 	e.w.Buffer.Buf = dst[len(dst) : len(dst) : len(dst)+free]
 }
 
-// finish returns dst with what the generated encoder wrote since start:
-// dst itself, extended, when it fit; else a new slice (the pooled chunks
-// joined).
+// finish returns dst with what the generated encoder wrote since start
+// appended: in place when it fit (the copy is onto itself), else in a new
+// slice.
 func (e *Encoder) finish(dst []byte) ([]byte, error) {
-	w := &e.w
 	defer func() { e.w = jwriter.Writer{} }()
-	if w.Error != nil {
-		return nil, fmt.Errorf("schemas: encode: %w", w.Error)
+	if e.w.Error != nil {
+		return nil, fmt.Errorf("schemas: encode: %w", e.w.Error)
 	}
-	free := dst[len(dst):cap(dst)]
-	if len(free) > 0 && w.Buffer.Size() == len(w.Buffer.Buf) && unsafe.SliceData(w.Buffer.Buf) == unsafe.SliceData(free) {
-		return dst[:len(dst)+len(w.Buffer.Buf)], nil // written in place
-	}
-	if len(dst) == 0 {
-		return w.Buffer.BuildBytes(), nil
-	}
-	return append(dst, w.Buffer.BuildBytes()...), nil
+	return append(dst, e.w.Buffer.BuildBytes()...), nil
 }
 
 // Decode unmarshals b into r and checks that its "schema" field names r's
@@ -216,14 +207,8 @@ func AppendRecipientKey(b []byte, tenant, recipient string) []byte {
 	return appendPathEscaped(b, recipient)
 }
 
-// appendPathEscaped appends url.PathEscape(s): s itself when every byte is
-// one that PathEscape never escapes (letters, digits, "-_.~"), which costs
-// no allocation.
+// appendPathEscaped appends url.PathEscape(s), which returns s itself,
+// without allocating, when nothing in it needs escaping.
 func appendPathEscaped(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~') {
-			return append(b, url.PathEscape(s)...)
-		}
-	}
-	return append(b, s...)
+	return append(b, url.PathEscape(s)...)
 }
