@@ -32,7 +32,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	partitions := fs.Int("partitions", 4, "partitions of every benchmark topic")
 	replication := fs.Int("replication", 1, "replication factor of every benchmark topic")
 	window := fs.Duration("window", time.Hour, "dedupe window (the stage's default window and Redis's PX); must outlast the run")
-	clientBatch := fs.Int("client-batch", 1000, "statements per pgx.Batch and commands per Redis pipeline in the batched variants")
+	clientBatch := fs.Int("client-batch", 1000, "statements per pgx.Batch, rows per PostgreSQL unnest statement and commands per Redis pipeline in the batched variants")
 	conns := fs.Int("conns", 1, "PostgreSQL and Redis connections, each sending its share of the stream (split by dedupe scope)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "longest one stage run may take")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for BENCHMARKS.md) instead of a plain one")
