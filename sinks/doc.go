@@ -76,10 +76,17 @@
 //     deliveries per MaxAge + KeepFinal), then it is pruned: a repeat of a
 //     pruned command is expired, so it gets a second outcome (expired) and
 //     is never sent.
-//   - A device retirement is written from the delivery command (the sink
-//     does not read herald.devices): a device re-registered with a new token
-//     between the fan-out and the provider's answer can be retired by the
-//     answer about its old token. The API's next registration re-enables it.
+//   - A token error retires the device as herald.devices has it (every
+//     field kept, Enabled false), and only if it still has the token (or
+//     Web Push subscription) the push was sent to; a device removed or
+//     registered again with another token is not retired, and the delivery
+//     fails (TestATokenErrorRetiresOnlyTheDeviceThatStillHasTheToken). Each
+//     instance reads herald.devices (and herald.preferences) whole, with the
+//     route stage's route.Table, synced once per transaction that retires:
+//     a registration acknowledged before that sync is seen. One written
+//     between the sync and the commit (milliseconds) is overwritten by the
+//     retirement, as Kafka has no compare-and-set; the device's next
+//     registration re-enables it.
 //   - Calls run while rebalances are blocked: keep CallTimeout well below
 //     the group's rebalance timeout.
 package sinks

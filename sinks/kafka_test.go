@@ -126,6 +126,7 @@ func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
 		}
 		cmds = append(cmds, c)
 	}
+	sinktest.RegisterDevices(t, brokers, cat, cmds...)
 	startSink(t, brokers, cat, em, sinks.Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
 	sinktest.Produce(t, brokers, cat, cmds...)
 	var ids []string

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -14,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
@@ -191,6 +193,10 @@ type runtime struct {
 	now         func() time.Time
 	log         *slog.Logger
 
+	// devices is herald.devices as the route stage reads it (route.Table);
+	// nil when the channel retires no device.
+	devices directory
+
 	mu    sync.Mutex
 	tasks map[int32]*task
 	// resultsRound is set while the runtime's follow-up transaction (the
@@ -228,12 +234,68 @@ func (rt *runtime) forgetParked(p int32) {
 	rt.metrics.Forget(parkedAgeName, "channel", rt.channel, "partition", part)
 }
 
+// directory is what a sink reads of herald.devices: route.Table.
+type directory interface {
+	SyncAll(ctx context.Context) error
+	Recipient(tenant, recipient string) route.Recipient
+}
+
+// Sink is one sink instance: the stage runner and, for a channel whose
+// token errors retire devices, the table of herald.devices it checks a
+// retirement against (route.Table, the route stage's own).
+type Sink struct {
+	runner *stage.Runner
+	table  *route.Table // nil when the channel retires no device
+	synced atomic.Bool
+}
+
 // New builds one sink instance on the stage runtime.
-func New(o Options) (*stage.Runner, error) {
+func New(o Options) (*Sink, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	return stage.New(o.stageConfig(newRuntime(o)))
+	rt := newRuntime(o)
+	r, err := stage.New(o.stageConfig(rt))
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{runner: r}
+	_, writer := o.Provider.(Writer)
+	_, retirer := o.Provider.(Retirer)
+	if !writer && !retirer {
+		s.table, err = route.NewTable(rt.topics.Devices, o.Catalog.Name(topics.Preferences), o.Logger,
+			append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("sinks: devices table: %w", err)
+		}
+		rt.devices = s.table
+	}
+	return s, nil
+}
+
+// Ready reports whether the devices table has caught up and the runner is
+// ready (stage.Runner.Ready).
+func (s *Sink) Ready() bool { return (s.table == nil || s.synced.Load()) && s.runner.Ready() }
+
+// Run reads herald.devices to its end (when the channel retires devices),
+// then runs the stage until ctx is done.
+func (s *Sink) Run(ctx context.Context) error {
+	if s.table == nil {
+		return s.runner.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tableDone := make(chan error, 1)
+	go func() { tableDone <- s.table.Run(ctx) }()
+	defer func() { cancel(); <-tableDone }()
+	if err := s.table.SyncAll(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("sinks: read devices: %w", err)
+	}
+	s.synced.Store(true)
+	return s.runner.Run(ctx)
 }
 
 // defaults checks the required options and fills in the others.

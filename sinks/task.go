@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -41,6 +42,8 @@ type task struct {
 	// outcomes and duplicates this transaction writes, counted in the
 	// metrics once it commits.
 	outcomes, duplicates int64
+	// devicesSynced is set once this transaction synced the devices table.
+	devicesSynced bool
 }
 
 // finalEntry is one delivery of the sent-set.
@@ -297,6 +300,15 @@ func (t *task) resolve(out *stage.Out, d done) {
 
 	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, Attempt: d.attempt, ExpiresAt: t.expiresAt(cmd), Command: cmd}
 	v := decide(t.rt.policy, res, d.attempt, e.ExpiresAt, now)
+	var retire *schemas.Device
+	if _, retirer := t.rt.provider.(Retirer); v.status == schemas.OutcomeDeviceRetired && !retirer {
+		dev, why := t.retirable(cmd)
+		if why != "" {
+			v = verdict{status: schemas.OutcomeFailed, reason: "permanent: " + v.reason + "; device not retired: " + why}
+		} else if dev.Enabled {
+			retire = &dev
+		}
+	}
 	switch v.status {
 	case "":
 		e.Status, e.NotBefore = schemas.SinkParked, v.notBefore
@@ -309,11 +321,10 @@ func (t *task) resolve(out *stage.Out, d done) {
 			}
 			break
 		}
-		out.Emit(t.record(t.rt.topics.Devices, schemas.DeviceKey(cmd.Tenant, cmd.Recipient, cmd.DeviceID), &schemas.Device{
-			Tenant: cmd.Tenant, Recipient: cmd.Recipient, DeviceID: cmd.DeviceID, Platform: platformOf(t.rt.channel),
-			Token: cmd.Token, WebPush: cmd.WebPush, Locale: cmd.Locale, Enabled: false, RetiredReason: v.reason,
-			CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(),
-		}))
+		if retire != nil { // nil: already retired
+			retire.Enabled, retire.RetiredReason, retire.UpdatedAt = false, v.reason, now.UnixMilli()
+			out.Emit(t.record(t.rt.topics.Devices, schemas.DeviceKey(cmd.Tenant, cmd.Recipient, cmd.DeviceID), retire))
+		}
 	case schemas.OutcomeFailed:
 		rec := t.record(t.rt.topics.DeadLetters, cmd.DeliveryID, cmd)
 		rec.Headers = append(rec.Headers,
@@ -325,16 +336,45 @@ func (t *task) resolve(out *stage.Out, d done) {
 	t.finish(out, e, v.status, v.reason, now)
 }
 
-func platformOf(channel string) string {
-	switch channel {
-	case "apns":
-		return "ios"
-	case "fcm":
-		return "android"
-	case "webpush":
-		return "web"
+// retirable returns the device a token error about cmd retires, as
+// herald.devices has it now (every field kept), or why none is: the device
+// was removed, or it was registered again with another token (or
+// subscription) since the command was fanned out, so the error is about a
+// token it no longer has. The table is synced once per transaction (read
+// your writes: every device change acknowledged before then is seen).
+func (t *task) retirable(cmd *schemas.DeliveryCommand) (schemas.Device, string) {
+	if t.rt.devices == nil {
+		return schemas.Device{}, "no devices table"
 	}
-	return channel
+	if !t.devicesSynced {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := t.rt.devices.SyncAll(ctx)
+		cancel()
+		if err != nil {
+			t.rt.log.Warn("devices table unavailable: a token error retires no device", "err", err)
+			return schemas.Device{}, fmt.Sprintf("devices unavailable: %v", err)
+		}
+		t.devicesSynced = true
+	}
+	for _, d := range t.rt.devices.Recipient(cmd.Tenant, cmd.Recipient).Devices {
+		if d.DeviceID != cmd.DeviceID {
+			continue
+		}
+		if !sameToken(&d, cmd) {
+			return schemas.Device{}, "it was registered again with another token since"
+		}
+		return d, ""
+	}
+	return schemas.Device{}, "it was removed"
+}
+
+// sameToken reports whether d still has the token (or Web Push
+// subscription) cmd was sent to.
+func sameToken(d *schemas.Device, cmd *schemas.DeliveryCommand) bool {
+	if cmd.WebPush != nil || d.WebPush != nil {
+		return cmd.WebPush != nil && d.WebPush != nil && cmd.WebPush.Endpoint == d.WebPush.Endpoint
+	}
+	return d.Token == cmd.Token
 }
 
 // Commit implements stage.Task.
@@ -349,6 +389,7 @@ func (t *task) Commit() {
 	t.emitted = 0
 	t.interrupted = t.interrupted[t.interruptEmitted:]
 	t.interruptEmitted = 0
+	t.devicesSynced = false
 	t.rt.outcomes.Add(t.outcomes)
 	t.rt.duplicates.Add(t.duplicates)
 	t.outcomes, t.duplicates = 0, 0
@@ -362,6 +403,7 @@ func (t *task) Abort() {
 	t.emitted = 0
 	t.interruptEmitted = 0
 	t.outcomes, t.duplicates = 0, 0
+	t.devicesSynced = false
 }
 
 // Revoked implements stage.Revoker: the partition is no longer this

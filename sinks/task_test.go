@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
@@ -49,8 +50,24 @@ func newHarness(t *testing.T, p Policy) *harness {
 	p.defaults()
 	h.rt = newRuntime(Options{Channel: "apns", Provider: h.prov, Catalog: topics.New(topics.Options{}), Policy: p,
 		MaxInFlight: 4, CallTimeout: time.Second, Now: func() time.Time { return h.now }, Logger: testLogger(t), Metrics: metrics.NewRegistry()})
+	h.rt.devices = registered{}
 	h.task = h.rt.newTask(0)
 	return h
+}
+
+// registered is a devices directory where every command's device is
+// registered with the command's token (cmd's).
+type registered struct{}
+
+func (registered) SyncAll(context.Context) error { return nil }
+
+func (registered) Recipient(tenant, recipient string) route.Recipient {
+	var who route.Recipient
+	for _, id := range []string{"d", "e"} {
+		c := cmd(id)
+		who.Devices = append(who.Devices, schemas.Device{Tenant: tenant, Recipient: recipient, DeviceID: c.DeviceID, Token: c.Token, Enabled: true})
+	}
+	return who
 }
 
 func testLogger(t *testing.T) *slogLogger { return newTestLogger(t) }

@@ -61,6 +61,7 @@ func TestTheFCMSinkDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
 			Recipient: "u1", DeviceID: dev, Channel: "fcm", Token: tc.token, CollapseID: n, Title: "t", Body: "b",
 			CreatedAt: time.Now().UnixMilli(), ExpiresAt: time.Now().Add(time.Hour).UnixMilli()})
 	}
+	sinktest.RegisterDevices(t, brokers, cat, cmds...)
 	sinktest.Start(t, sinks.Options{Channel: "fcm", Provider: p, Brokers: brokers, Catalog: cat,
 		Policy: sinks.Policy{MaxAttempts: 4, Backoff: backoff.Policy{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}}})
 	sinktest.Produce(t, brokers, cat, cmds...)

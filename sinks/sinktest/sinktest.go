@@ -72,8 +72,30 @@ func Produce(t *testing.T, brokers []string, cat *topics.Catalog, cmds ...*schem
 	}
 }
 
+// RegisterDevices registers, as the API does (outside a transaction), the
+// device each command is for, enabled, with the command's token or Web Push
+// subscription: a sink retires only a device herald.devices has.
+func RegisterDevices(t *testing.T, brokers []string, cat *topics.Catalog, cmds ...*schemas.DeliveryCommand) {
+	t.Helper()
+	cl := testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner()))
+	platform := map[string]string{"apns": "ios", "fcm": "android", "webpush": "web"}
+	now := time.Now().UnixMilli()
+	for _, c := range cmds {
+		b, err := schemas.Encode(&schemas.Device{Tenant: c.Tenant, Recipient: c.Recipient, DeviceID: c.DeviceID, Platform: platform[c.Channel],
+			Token: c.Token, WebPush: c.WebPush, Locale: c.Locale, Enabled: true, CreatedAt: now, UpdatedAt: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: cat.Name(topics.Devices), Key: []byte(schemas.DeviceKey(c.Tenant, c.Recipient, c.DeviceID)), Value: b}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Audit is what the sinks committed, per delivery id (devices per device
-// id, the last update).
+// id: the last update a sink wrote in a transaction; registrations written
+// by RegisterDevices are not sinks' and are left out).
 type Audit struct {
 	Attempts map[string][]schemas.Attempt
 	Outcomes map[string][]schemas.Outcome
@@ -99,6 +121,9 @@ func Read(t *testing.T, brokers []string, cat *topics.Catalog) Audit {
 		a.Dead[string(r.Key)]++
 	}
 	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Devices)) {
+		if !r.Attrs.IsTransactional() {
+			continue // a registration, not a sink's update
+		}
 		var x schemas.Device
 		decode(t, r, &x)
 		a.Devices[x.DeviceID] = x

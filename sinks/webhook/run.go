@@ -29,9 +29,10 @@ type ChannelOptions struct {
 
 // Runners are the two stages of a webhook channel, for readiness checks.
 type Runners struct {
-	Table        *Table
-	FanOut, Sink *stage.Runner
-	Provider     *Provider
+	Table    *Table
+	FanOut   *stage.Runner
+	Sink     *sinks.Sink
+	Provider *Provider
 }
 
 // NewChannel builds the table, the adapter and both stages.

@@ -26,6 +26,7 @@ func TestTheWebPushSinkDeliversAndRetiresAnExpiredSubscriptionOnTheRealBroker(t 
 	ok, expired := command(live), command(gone)
 	expired.DeviceID = "b2"
 	expired.DeliveryID = identity.DeliveryID(nid, "b2")
+	sinktest.RegisterDevices(t, brokers, cat, ok, expired)
 	sinktest.Start(t, sinks.Options{Channel: "webpush", Provider: p, Brokers: brokers, Catalog: cat,
 		Policy: sinks.Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}}})
 	sinktest.Produce(t, brokers, cat, ok, expired)
@@ -88,6 +89,7 @@ func TestTheWebPushSinkActsOnEachFaultOfThePushServiceOnTheRealBroker(t *testing
 		c.DeviceID, c.DeliveryID = r.dev, identity.DeliveryID(nid, r.dev)
 		cmds = append(cmds, c)
 	}
+	sinktest.RegisterDevices(t, brokers, cat, cmds...)
 	sinktest.Start(t, sinks.Options{Channel: "webpush", Provider: p, Brokers: brokers, Catalog: cat,
 		Policy: sinks.Policy{MaxAttempts: 5, Backoff: backoff.Policy{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}}})
 	sinktest.Produce(t, brokers, cat, cmds...)
