@@ -315,8 +315,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 			errc <- fmt.Errorf("dev: http: %w", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "herald dev is up: http://%s (demo page, API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · state %s\n",
-		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, fcmNote, c.stateDir)
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (demo page, API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · webhook receiver %s/hooks/NAME (messages: %s/emulator/messages) · state %s\n",
+		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, fcmNote, receiver.URL(), receiver.URL(), c.stateDir)
 
 	var runErr error
 	select {
