@@ -158,3 +158,49 @@ func TestOutcomesReachTheSubscribedEndpointsSignedOnTheRealBroker(t *testing.T) 
 		}
 	})
 }
+
+// TestTheEndpointsTableCatchesUpWithTransactionalWrites: the API writes
+// herald.webhooks in transactions, so each partition ends with a commit
+// marker; the table still becomes ready, holding what was committed and
+// not what was aborted.
+func TestTheEndpointsTableCatchesUpWithTransactionalWrites(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 2)
+	cl := testenv.Client(t, brokers, kgo.TransactionalID("wh-table-"+cat.Name("")), kgo.RecordPartitioner(cat.Partitioner()))
+	ctx := context.Background()
+	write := func(commit kgo.TransactionEndTry, eps ...schemas.Webhook) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range eps {
+			b, err := schemas.Encode(&ep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: cat.Name(topics.Webhooks), Key: []byte(webhook.Key(ep.Tenant, ep.ID)), Value: b}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cl.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(kgo.TryCommit, endpoint("a", "http://x/a", schemas.EventDeliveryFailed), endpoint("b", "http://x/b", schemas.EventDeliveryFailed))
+	write(kgo.TryAbort, endpoint("aborted", "http://x/c", schemas.EventDeliveryFailed))
+
+	tbl := webhook.NewTable(cat.Name(topics.Webhooks))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- tbl.Run(runCtx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitCtx, stop := context.WithTimeout(ctx, time.Minute) // a guard against a hang, not a speed claim
+	defer stop()
+	if err := tbl.WaitReady(waitCtx); err != nil {
+		t.Fatalf("the table never caught up: %v", err)
+	}
+	got := tbl.Tenant("acme")
+	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" {
+		t.Fatalf("the table holds %+v, want a and b (not the aborted one)", got)
+	}
+}

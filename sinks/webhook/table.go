@@ -141,6 +141,9 @@ func splitKey(key string) (tenant, id string, ok bool) {
 // options: brokers, isolation, kfake workarounds). It returns an error
 // only when it cannot start.
 func (t *Table) Run(ctx context.Context, opts []kgo.Opt, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeTopics(t.topic),
