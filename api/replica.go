@@ -12,9 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/catchup"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -322,36 +322,11 @@ func (r *replica) topics() []string {
 // of the start: before that, explain and device lookups would answer from
 // a partial copy.
 func (r *replica) consume(ctx context.Context, cl *kgo.Client, log *slog.Logger) error {
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.topics()...)
+	track, err := catchup.New(ctx, cl, r.topics()...)
 	if err != nil {
-		return fmt.Errorf("api: replica: list offsets: %w", err)
+		return fmt.Errorf("api: replica: %w", err)
 	}
-	behind := map[string]map[int32]int64{}
-	var lerr error
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			lerr = fmt.Errorf("api: replica: offsets of %s/%d: %w", o.Topic, o.Partition, o.Err)
-			return
-		}
-		if o.Offset > 0 {
-			if behind[o.Topic] == nil {
-				behind[o.Topic] = map[int32]int64{}
-			}
-			behind[o.Topic][o.Partition] = o.Offset
-		}
-	})
-	if lerr != nil {
-		return lerr
-	}
-	caughtUp := func(rec *kgo.Record) {
-		if end, ok := behind[rec.Topic][rec.Partition]; ok && rec.Offset+1 >= end {
-			delete(behind[rec.Topic], rec.Partition)
-			if len(behind[rec.Topic]) == 0 {
-				delete(behind, rec.Topic)
-			}
-		}
-	}
-	if len(behind) == 0 {
+	if track.Done() {
 		r.ready.Store(true)
 	}
 	for {
@@ -368,12 +343,9 @@ func (r *replica) consume(ctx context.Context, cl *kgo.Client, log *slog.Logger)
 			if !rec.Attrs.IsControl() {
 				r.apply(rec, log)
 			}
-			if !r.ready.Load() {
-				caughtUp(rec)
-				if len(behind) == 0 {
-					r.ready.Store(true)
-					log.Info("replica caught up")
-				}
+			if !r.ready.Load() && track.Saw(rec) {
+				r.ready.Store(true)
+				log.Info("replica caught up")
 			}
 		})
 	}

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/catchup"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -156,20 +156,11 @@ func (t *Table) Run(ctx context.Context, opts []kgo.Opt, log *slog.Logger) error
 		return fmt.Errorf("webhook: table client: %w", err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, t.topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	track, err := catchup.New(ctx, cl, t.topic)
 	if err != nil {
-		return fmt.Errorf("webhook: list offsets of %s: %w", t.topic, err)
+		return fmt.Errorf("webhook: table: %w", err)
 	}
-	behind := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			behind[o.Partition] = o.Offset
-		}
-	})
-	if len(behind) == 0 {
+	if track.Done() {
 		t.markReady()
 	}
 	for {
@@ -186,11 +177,8 @@ func (t *Table) Run(ctx context.Context, opts []kgo.Opt, log *slog.Logger) error
 			if !rec.Attrs.IsControl() {
 				t.apply(rec, log)
 			}
-			if end, ok := behind[rec.Partition]; ok && rec.Offset+1 >= end {
-				delete(behind, rec.Partition)
-				if len(behind) == 0 {
-					t.markReady()
-				}
+			if track.Saw(rec) {
+				t.markReady()
 			}
 		})
 	}

@@ -1,0 +1,64 @@
+// Package catchup owns one question every in-memory copy of compacted
+// topics asks (the API's replica, the webhook endpoints table): has a
+// consumer reading the topics from their start read every partition up to
+// its last stable offset as of a given moment? Until then the copy is
+// partial and must not answer.
+package catchup
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Tracker follows a read_committed consumer of some topics towards the
+// last stable offsets the topics had when it was made. The consumer must
+// keep control records (kgo.KeepControlRecords) and pass them to Saw: a
+// partition whose last record is a commit marker is otherwise never
+// reached.
+type Tracker struct {
+	behind map[string]map[int32]int64
+}
+
+// New lists the topics' last stable offsets (read_committed end offsets)
+// now.
+func New(ctx context.Context, cl *kgo.Client, topics ...string) (*Tracker, error) {
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("catchup: list offsets: %w", err)
+	}
+	t := &Tracker{behind: map[string]map[int32]int64{}}
+	var lerr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			lerr = fmt.Errorf("catchup: offsets of %s/%d: %w", o.Topic, o.Partition, o.Err)
+			return
+		}
+		if o.Offset > 0 {
+			if t.behind[o.Topic] == nil {
+				t.behind[o.Topic] = map[int32]int64{}
+			}
+			t.behind[o.Topic][o.Partition] = o.Offset
+		}
+	})
+	if lerr != nil {
+		return nil, lerr
+	}
+	return t, nil
+}
+
+// Done reports whether every partition has been read up to its offset.
+func (t *Tracker) Done() bool { return len(t.behind) == 0 }
+
+// Saw notes one record read (control records included) and reports Done.
+func (t *Tracker) Saw(rec *kgo.Record) bool {
+	if end, ok := t.behind[rec.Topic][rec.Partition]; ok && rec.Offset+1 >= end {
+		delete(t.behind[rec.Topic], rec.Partition)
+		if len(t.behind[rec.Topic]) == 0 {
+			delete(t.behind, rec.Topic)
+		}
+	}
+	return t.Done()
+}

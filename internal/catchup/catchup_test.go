@@ -1,0 +1,68 @@
+package catchup_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/catchup"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// TestTheTrackerIsDoneAtTheLastStableOffsetsOfItsStart: records committed
+// in a transaction before the tracker is made must all be read (their
+// commit marker included) before it is done; an empty topic is done at
+// once; records written after it do not hold it back.
+func TestTheTrackerIsDoneAtTheLastStableOffsetsOfItsStart(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx := context.Background()
+	t.Run("an empty topic is done at once", func(t *testing.T) {
+		topic := testenv.Topic(t, brokers, 2, nil)
+		tr, err := catchup.New(ctx, testenv.Client(t, brokers), topic)
+		if err != nil || !tr.Done() {
+			t.Fatalf("done %v, err %v; want done", tr != nil && tr.Done(), err)
+		}
+	})
+	t.Run("a transactional topic is done after its last commit marker, not before", func(t *testing.T) {
+		topic := testenv.Topic(t, brokers, 2, nil)
+		w := testenv.Client(t, brokers, kgo.TransactionalID("catchup-"+topic), kgo.DefaultProduceTopic(topic))
+		if err := w.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"a", "b", "c", "d"} {
+			if err := w.ProduceSync(ctx, &kgo.Record{Key: []byte(k), Value: []byte(k)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		r := testenv.Client(t, brokers, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+		tr, err := catchup.New(ctx, r, topic)
+		if err != nil || tr.Done() {
+			t.Fatalf("done %v, err %v; want not done", tr != nil && tr.Done(), err)
+		}
+		data, markers := 0, 0
+		pollCtx, cancel := context.WithTimeout(ctx, time.Minute) // a guard against a hang
+		defer cancel()
+		for !tr.Done() {
+			fs := r.PollFetches(pollCtx)
+			if pollCtx.Err() != nil {
+				t.Fatalf("never done after %d records and %d markers", data, markers)
+			}
+			fs.EachRecord(func(rec *kgo.Record) {
+				if rec.Attrs.IsControl() {
+					markers++
+				} else {
+					data++
+				}
+				tr.Saw(rec)
+			})
+		}
+		if data != 4 || markers == 0 {
+			t.Fatalf("done after %d records and %d markers, want all 4 and their markers", data, markers)
+		}
+	})
+}
