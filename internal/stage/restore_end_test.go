@@ -54,9 +54,10 @@ func TestARestoreReadsEveryChangelogToItsEndThoughAnotherGrowsMeanwhile(t *testi
 		var n int64
 		go func() {
 			var err error
-			// One batch per partition per fetch: b takes twenty fetches.
+			// One batch per fetch: b takes twenty fetches, among which
+			// the restore reads a's records past its end.
 			n, err = stage.RestorePartition(ctx, testenv.Client(t, brokers, opts...), []string{a, b}, 0, g,
-				append(append([]kgo.Opt(nil), opts...), kgo.FetchMaxPartitionBytes(1))...)
+				append(append([]kgo.Opt(nil), opts...), kgo.FetchMaxPartitionBytes(1), kgo.FetchMaxBytes(1))...)
 			done <- err
 		}()
 		<-g.reached
