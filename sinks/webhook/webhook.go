@@ -148,10 +148,9 @@ func (p *Provider) CloseIdleConnections() {
 // webhook-id CollapseID, its body Payload.
 func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks.Result {
 	ep, ok := p.c.Endpoints.Endpoint(cmd.Tenant, cmd.DeviceID)
-	switch {
-	case !ok:
+	if !ok {
 		return sinks.Result{Class: sinks.Permanent, Rule: "endpoint_deleted"}
-	case !ep.Enabled:
+	} else if !ep.Enabled {
 		return sinks.Result{Class: sinks.Permanent, Rule: "endpoint_disabled", Reason: ep.DisabledReason}
 	}
 	key, err := SecretKey(ep.Secret)
@@ -183,18 +182,17 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 // Classify is the table of the package doc for an HTTP answer.
 func Classify(status int) sinks.Result {
 	r := sinks.Result{Status: status, Reason: http.StatusText(status)}
-	switch {
-	case status >= 200 && status < 300:
+	if status >= 200 && status < 300 {
 		r.Class, r.Rule, r.Reason = sinks.Success, "accepted", ""
-	case status == http.StatusGone:
+	} else if status == http.StatusGone {
 		r.Class, r.Rule, r.RetireDevice = sinks.Permanent, "gone", true
-	case status == http.StatusTooManyRequests:
+	} else if status == http.StatusTooManyRequests {
 		r.Class, r.Rule = sinks.Retryable, "too_many_requests"
-	case status >= 500:
+	} else if status >= 500 {
 		r.Class, r.Rule = sinks.Retryable, "server_error"
-	case status >= 300 && status < 400:
+	} else if status >= 300 && status < 400 {
 		r.Class, r.Rule = sinks.Retryable, "redirect"
-	default:
+	} else {
 		r.Class, r.Rule = sinks.Retryable, "rejected"
 	}
 	return r
