@@ -146,15 +146,18 @@ func TestAnInsertRetriedThroughANetworkFaultLandsExactlyOnce(t *testing.T) {
 				if n := countOf(t, direct, "SELECT uniqExact(kafka_partition, kafka_offset) FROM "+q); n != stored[tb.name] {
 					t.Errorf("%d distinct positions, want %d", n, stored[tb.name])
 				}
-				if n := countOf(t, direct, rollup(db, tb.name)); n != stored[tb.name] {
-					t.Errorf("the roll-up counted %d rows, want %d", n, stored[tb.name])
+				if r := rollup(db, tb.name); r != "" {
+					if n := countOf(t, direct, r); n != stored[tb.name] {
+						t.Errorf("the roll-up counted %d rows, want %d", n, stored[tb.name])
+					}
 				}
 			})
 		}
 	}
 }
 
-// rollup counts what the roll-up of a table holds.
+// rollup counts what the roll-up of a table holds ("" for a table
+// without one: receipts).
 func rollup(db, table string) string {
 	return map[string]string{
 		"requests":  "SELECT sum(requests) FROM `" + db + "`.requests_hourly",
@@ -183,6 +186,9 @@ func rowRecord(t *testing.T, table string, partition int32, offset int64, at tim
 	case "outcomes":
 		v = &schemas.Outcome{DeliveryID: id, NotificationID: id, Tenant: "acme", Type: "invoice.paid", Recipient: "u_1", Channel: "apns",
 			Status: schemas.OutcomeDelivered, Attempts: 1, At: ms}
+	case "receipts":
+		v = &schemas.Receipt{ReceiptID: id, Kind: "displayed", DeliveryID: id, NotificationID: id, Tenant: "acme", Type: "invoice.paid",
+			Recipient: "u_1", DeviceID: "d_1", Channel: "webpush", At: ms}
 	default:
 		t.Fatalf("no table %s", table)
 	}
