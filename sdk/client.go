@@ -161,6 +161,36 @@ func (c *Client) DeleteSegment(ctx context.Context, name string) error {
 	return err
 }
 
+// SetWebhook registers an outbound webhook endpoint or replaces it
+// (idempotent; without a secret herald makes one, and an existing endpoint
+// keeps its own).
+func (c *Client) SetWebhook(ctx context.Context, id string, w WebhookUpdate) (*Webhook, error) {
+	body, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("herald: encode webhook: %w", err)
+	}
+	var out Webhook
+	if _, err := c.do(ctx, http.MethodPut, "/v1/webhooks/"+url.PathEscape(id), body, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Webhooks lists the tenant's outbound webhook endpoints.
+func (c *Client) Webhooks(ctx context.Context) ([]Webhook, error) {
+	var out WebhookList
+	if _, err := c.do(ctx, http.MethodGet, "/v1/webhooks", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Webhooks, nil
+}
+
+// DeleteWebhook removes an outbound webhook endpoint.
+func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/webhooks/"+url.PathEscape(id), nil, nil, nil)
+	return err
+}
+
 func devicePath(userID, deviceID string) string {
 	return "/v1/users/" + url.PathEscape(userID) + "/devices/" + url.PathEscape(deviceID)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,6 +197,25 @@ func TestTheClientSetsSegmentsTagsDevicesAndSendsToThem(t *testing.T) {
 		return c.Send(ctx, sdk.Notification{Type: "news", Target: &target, Title: "t", Body: "b"})
 	}
 
+	t.Run("a webhook endpoint set with the client is listed, set again unchanged, and deleted", func(t *testing.T) {
+		w, err := c.SetWebhook(ctx, "hooks", sdk.WebhookUpdate{URL: "https://hooks.example.com/h", Events: []string{"delivery.failed"}})
+		if err != nil || !strings.HasPrefix(w.Secret, "whsec_") || !w.Enabled {
+			t.Fatalf("SetWebhook: %+v, %v", w, err)
+		}
+		again, err := c.SetWebhook(ctx, "hooks", sdk.WebhookUpdate{URL: "https://hooks.example.com/h", Events: []string{"delivery.failed"}})
+		if err != nil || again.Secret != w.Secret || again.UpdatedAt != w.UpdatedAt {
+			t.Fatalf("SetWebhook again: %+v, %v; want %+v", again, err, w)
+		}
+		if l, err := c.Webhooks(ctx); err != nil || len(l) != 1 || l[0].ID != "hooks" {
+			t.Fatalf("Webhooks: %+v, %v", l, err)
+		}
+		if err := c.DeleteWebhook(ctx, "hooks"); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := c.Webhooks(ctx); err != nil || len(l) != 0 {
+			t.Fatalf("Webhooks after delete: %+v, %v", l, err)
+		}
+	})
 	t.Run("a segment set with the client is a target", func(t *testing.T) {
 		sg, err := c.SetSegment(ctx, "early", []string{"u2", "u1"})
 		if err != nil || sg.Name != "early" || !slices.Equal(sg.Members, []string{"u2", "u1"}) {
