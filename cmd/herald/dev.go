@@ -325,7 +325,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	case runErr = <-errc:
 		log.Error("component failed; shutting down", "err", runErr)
 	case <-ch.Exited():
-		runErr = fmt.Errorf("dev: clickhouse exited: %s", ch.Output())
+		runErr = fmt.Errorf("dev: clickhouse exited (chDB's server ends when a client fails its handshake, e.g. a wrong password "+
+			"or another protocol on port %s; see internal/chdb): %s", ch.TCPAddr(), ch.Output())
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

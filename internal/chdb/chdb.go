@@ -14,6 +14,17 @@
 //
 // The server has no password and listens on 127.0.0.1 only. Its `default`
 // database uses the Overlay engine; herald creates its own (Atomic) database.
+//
+// Hazard (measured with 26.7.3-stable.1, TestABadHandshakeEndsTheServer):
+// a connection that fails its handshake — a wrong password, or a first
+// packet that is not the native protocol's Hello (another protocol on the
+// port) — terminates the whole server process: the exception escapes the
+// TCP handler of clickhouse-local's server and ends in std::terminate. So a
+// client with wrong credentials takes `herald dev`'s ClickHouse down, and in
+// the test suite one test that sends a bad handshake to the shared server
+// fails every ClickHouse test after it. Tests of wrong credentials or
+// protocols start a server of their own (Spawn). Production uses a real
+// ClickHouse server, which answers such a client with an error.
 package chdb
 
 import (

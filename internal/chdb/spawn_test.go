@@ -169,3 +169,60 @@ func portOf(t *testing.T, hostport string) int {
 	}
 	return n
 }
+
+// TestABadHandshakeEndsTheServer records a defect of libchdb's server
+// (package doc): a connection that fails its handshake, with a wrong
+// password or a first packet that is not the native protocol's Hello,
+// terminates the whole server process. When a chDB release fixes it this
+// test fails: then drop the hazard from the package doc.
+func TestABadHandshakeEndsTheServer(t *testing.T) {
+	testenv.ClickHouse(t) // skip under -short; the full suite has chDB installed
+	lib, err := FindLib()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(childEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name      string
+		handshake func(addr string) error
+	}{
+		{"a wrong password", func(addr string) error {
+			conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr},
+				Auth: clickhouse.Auth{Username: "default", Password: "not-the-password"}})
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			return conn.Ping(ctx)
+		}},
+		{"a first packet that is not Hello", func(addr string) error {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte{10, 0, 0, 0})
+			return err
+		}},
+	} {
+		t.Run(tc.name+" ends the server", func(t *testing.T) {
+			p, err := Spawn(ctx, exe, ServeOptions{Path: t.TempDir(), TCPPort: testenv.FreePort(t), HTTPPort: testenv.FreePort(t), LibPath: lib})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Stop() })
+			_ = tc.handshake(p.TCPAddr())
+			select {
+			case <-p.Exited():
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the server still runs 30 s after %s: the defect may be fixed; update the package doc", tc.name)
+			}
+		})
+	}
+}
