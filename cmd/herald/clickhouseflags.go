@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -78,6 +79,7 @@ func (c *clickhouseFlags) openWith(ctx context.Context, database string) (driver
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	slog.Info("clickhouse connection", "addr", c.addr, "user", c.user, "security", c.tls.describe())
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr:        c.addrs(),
 		TLS:         tlsConfig,

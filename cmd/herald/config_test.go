@@ -522,17 +522,18 @@ func TestClickHouseOverTLSFromTheConfigFile(t *testing.T) {
 		name, config string
 		ok           bool
 		why          string
+		password     string
 	}{
 		{"with the CA and a client certificate herald migrate runs over TLS", base + "clickhouse-tls-ca-file: " + ca.caFile +
-			"\nclickhouse-tls-cert-file: " + ca.clientCert + "\nclickhouse-tls-key-file: " + ca.clientKey, true, ""},
+			"\nclickhouse-tls-cert-file: " + ca.clientCert + "\nclickhouse-tls-key-file: " + ca.clientKey, true, "", ""},
 		{"without the CA the server's certificate is refused", base + "clickhouse-tls: true\nclickhouse-tls-cert-file: " + ca.clientCert +
-			"\nclickhouse-tls-key-file: " + ca.clientKey, false, "certificate signed by unknown authority"},
-		{"without a client certificate the server refuses the client", base + "clickhouse-tls-ca-file: " + ca.caFile, false, "tls: certificate required"},
+			"\nclickhouse-tls-key-file: " + ca.clientKey, false, "certificate signed by unknown authority", ""},
+		{"without a client certificate the server refuses the client", base + "clickhouse-tls-ca-file: " + ca.caFile, false, "tls: certificate required", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, "herald.yaml", tc.config)
-			t.Setenv("HERALD_CLICKHOUSE_PASSWORD", "") // the test server's default user has none
+			t.Setenv("HERALD_CLICKHOUSE_PASSWORD", tc.password) // the test server's default user has none
 			var out, errb bytes.Buffer
 			code := run(t.Context(), []string{"migrate", "--config", path}, &out, &errb)
 			if (code == 0) != tc.ok || !strings.Contains(errb.String(), tc.why) {
@@ -541,6 +542,7 @@ func TestClickHouseOverTLSFromTheConfigFile(t *testing.T) {
 			if tc.ok && !strings.Contains(out.String(), "ok: database "+db) {
 				t.Fatalf("migrate over TLS did not finish:\n%s", out.String())
 			}
+			assertNoSecret(t, "herald migrate", out.String()+errb.String())
 		})
 	}
 }
