@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -322,31 +321,12 @@ func (r *replica) topics() []string {
 // of the start: before that, explain and device lookups would answer from
 // a partial copy.
 func (r *replica) consume(ctx context.Context, cl *kgo.Client, log *slog.Logger) error {
-	track, err := catchup.New(ctx, cl, r.topics()...)
+	err := catchup.Follow(ctx, cl, r.topics(), log.With("component", "replica"), func(rec *kgo.Record) { r.apply(rec, log) }, func() {
+		r.ready.Store(true)
+		log.Info("replica caught up")
+	})
 	if err != nil {
 		return fmt.Errorf("api: replica: %w", err)
 	}
-	if track.Done() {
-		r.ready.Store(true)
-	}
-	for {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil || fs.IsClientClosed() {
-			return nil
-		}
-		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				log.Warn("replica fetch error", "topic", topic, "partition", p, "err", err)
-			}
-		})
-		fs.EachRecord(func(rec *kgo.Record) {
-			if !rec.Attrs.IsControl() {
-				r.apply(rec, log)
-			}
-			if !r.ready.Load() && track.Saw(rec) {
-				r.ready.Store(true)
-				log.Info("replica caught up")
-			}
-		})
-	}
+	return nil
 }

@@ -7,7 +7,9 @@ package catchup
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -61,4 +63,41 @@ func (t *Tracker) Saw(rec *kgo.Record) bool {
 		}
 	}
 	return t.Done()
+}
+
+// Follow reads the topics with cl (read_committed, from their start,
+// keeping control records) until ctx ends or the client closes: apply
+// gets every data record, and ready is called once, when the consumer has
+// read every partition up to its last stable offset as of the call (at
+// once for empty topics). It returns an error only when it cannot list
+// the offsets.
+func Follow(ctx context.Context, cl *kgo.Client, topics []string, log *slog.Logger, apply func(*kgo.Record), ready func()) error {
+	track, err := New(ctx, cl, topics...)
+	if err != nil {
+		return err
+	}
+	done := track.Done()
+	if done {
+		ready()
+	}
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return nil
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		fs.EachRecord(func(rec *kgo.Record) {
+			if !rec.Attrs.IsControl() {
+				apply(rec)
+			}
+			if !done && track.Saw(rec) {
+				done = true
+				ready()
+			}
+		})
+	}
 }

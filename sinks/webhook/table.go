@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -156,30 +155,9 @@ func (t *Table) Run(ctx context.Context, opts []kgo.Opt, log *slog.Logger) error
 		return fmt.Errorf("webhook: table client: %w", err)
 	}
 	defer cl.Close()
-	track, err := catchup.New(ctx, cl, t.topic)
+	err = catchup.Follow(ctx, cl, []string{t.topic}, log.With("component", "webhook-table"), func(rec *kgo.Record) { t.apply(rec, log) }, t.markReady)
 	if err != nil {
 		return fmt.Errorf("webhook: table: %w", err)
 	}
-	if track.Done() {
-		t.markReady()
-	}
-	for {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil || fs.IsClientClosed() {
-			return nil
-		}
-		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				log.Warn("webhook table: fetch error", "topic", topic, "partition", p, "err", err)
-			}
-		})
-		fs.EachRecord(func(rec *kgo.Record) {
-			if !rec.Attrs.IsControl() {
-				t.apply(rec, log)
-			}
-			if track.Saw(rec) {
-				t.markReady()
-			}
-		})
-	}
+	return nil
 }

@@ -64,6 +64,7 @@ func TestEachWebhookAnswerIsClassifiedAsThePackageTableSays(t *testing.T) {
 		url     string // "" : the receiver's
 		enabled *bool
 		missing bool
+		unknown bool // the receiver does not know the endpoint's secret
 		class   sinks.Class
 		rule_   string
 		retire  bool
@@ -76,6 +77,7 @@ func TestEachWebhookAnswerIsClassifiedAsThePackageTableSays(t *testing.T) {
 		{name: "503 is retryable with its Retry-After", rule: emulator.Rule{Status: 503, RetryAfter: 3 * time.Second}, class: sinks.Retryable, rule_: "server_error", after: 3 * time.Second},
 		{name: "500 is retryable", rule: emulator.Rule{Status: 500}, class: sinks.Retryable, rule_: "server_error"},
 		{name: "another 4xx is retryable, as the specification treats every failure", rule: emulator.Rule{Status: 400}, class: sinks.Retryable, rule_: "rejected"},
+		{name: "a receiver that cannot verify the signature answers 401: retryable", unknown: true, class: sinks.Retryable, rule_: "rejected"},
 		{name: "a redirect is not followed and is retryable", url: redirect.URL + "/hooks/r", class: sinks.Retryable, rule_: "redirect"},
 		{name: "a reset after the request was read is ambiguous", rule: emulator.Rule{Reset: true}, class: sinks.Ambiguous, rule_: "no_answer"},
 		{name: "an answer slower than the call's deadline is ambiguous", rule: emulator.Rule{Delay: time.Hour}, class: sinks.Ambiguous, rule_: "no_answer", timeout: 300 * time.Millisecond},
@@ -96,6 +98,8 @@ func TestEachWebhookAnswerIsClassifiedAsThePackageTableSays(t *testing.T) {
 			}
 			if !tc.missing {
 				tbl.Put(ep)
+			}
+			if !tc.missing && !tc.unknown {
 				em.AddSecret(ep.Secret)
 			}
 			if tc.rule != (emulator.Rule{}) {
