@@ -508,9 +508,10 @@ type Device struct {
 	RetiredReason string `json:"retiredReason,omitempty"`
 	// ReceiptTokenSHA256 is the hex SHA-256 of the device's receipt token
 	// (POST /v1/receipts): the API issues a fresh token at each
-	// registration, answers it once and keeps only this hash. Empty: the
-	// device cannot send receipts (registered before receipts existed, or
-	// retired by a sink, which rewrites the device without it).
+	// registration, answers it once and keeps only this hash. A sink that
+	// retires the device keeps it (receipts of earlier pushes still count).
+	// Empty: the device cannot send receipts (not a web device, or
+	// registered before receipts existed).
 	ReceiptTokenSHA256 string `json:"receiptTokenSha256,omitempty"`
 	CreatedAt          int64  `json:"createdAt"`
 	UpdatedAt          int64  `json:"updatedAt"`
