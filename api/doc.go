@@ -130,6 +130,20 @@
 // one are 422. Every problem is RFC 9457 application/problem+json with an
 // errors[{field, message}] extension.
 //
+// # Dashboard
+//
+// GET /dashboard serves the dashboard page and GET /dashboard/assets/{name}
+// its script, style and vendored Chart.js (public: they hold no data). Its
+// data comes from GET /v1/dashboard/... (hit-rate, decisions, attempts,
+// outcomes, shown-twice, notifications/{id}/timeline), read from the audit
+// record in ClickHouse through Config.Dashboard (package
+// analytics/dashboard). They take an API key like every route, and answer
+// for the key's tenant only: each runs one analysts' query narrowed to the
+// tenant, and the timeline selects the tenant's rows, so another tenant's
+// notification is 404. Without Config.Dashboard they answer 503 with the
+// problem type dashboard-not-configured; when ClickHouse fails, 503 with
+// Retry-After. See api/dashboard.go.
+//
 // # Quotas
 //
 // With QuotaPerWindow set, a tenant may have that many accepted

@@ -6,15 +6,22 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/heraldhq/herald/analytics/dashboard"
+	"github.com/heraldhq/herald/analytics/dashboard/dashboardtest"
 )
 
 // TestSchemathesisFindsNoServerErrorOrSchemaMismatch runs
 // scripts/schemathesis/schemathesis (schemathesis from PyPI) against a
 // server on a free port, with the dedupe stage and the real broker behind
-// it. It fails on any 5xx or any answer that disagrees with
+// it, and the dashboard reading a ClickHouse test database. It fails on any 5xx or any answer that disagrees with
 // api/openapi.json. Full suite only.
 func TestSchemathesisFindsNoServerErrorOrSchemaMismatch(t *testing.T) {
-	p := startPipeline(t, func(c *Config) { c.IdempotencyWait = 10 * time.Second })
+	db := dashboardtest.Populate(t)
+	p := startPipeline(t, func(c *Config) {
+		c.IdempotencyWait = 10 * time.Second
+		c.Dashboard = &dashboard.Source{Conn: db.Conn, Database: db.Name}
+	})
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "schemathesis", "schemathesis"))
 	if err != nil {
 		t.Fatal(err)

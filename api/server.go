@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/analytics/dashboard"
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/ops"
@@ -80,6 +81,11 @@ type Config struct {
 	// GET /v1/webpush/vapid-public-key (unpadded base64url); empty when
 	// Web Push is not configured.
 	VAPIDPublicKey string
+	// Dashboard answers the dashboard's JSON endpoints (GET
+	// /v1/dashboard/...) from the audit record in ClickHouse; without it
+	// they answer 503 dashboard-not-configured. The page (GET /dashboard)
+	// is served either way.
+	Dashboard *dashboard.Source
 	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger
@@ -220,6 +226,14 @@ func apiRoutes() []route {
 	return []route{
 		{"GET", "/openapi.json", true, (*Server).getOpenAPI},
 		{"GET", "/healthz", true, (*Server).getHealth},
+		{"GET", "/dashboard", true, (*Server).getDashboardPage},
+		{"GET", "/dashboard/assets/{name}", true, (*Server).getDashboardAsset},
+		{"GET", "/v1/dashboard/hit-rate", false, (*Server).getDashboardHitRate},
+		{"GET", "/v1/dashboard/decisions", false, (*Server).getDashboardDecisions},
+		{"GET", "/v1/dashboard/attempts", false, (*Server).getDashboardAttempts},
+		{"GET", "/v1/dashboard/outcomes", false, (*Server).getDashboardOutcomes},
+		{"GET", "/v1/dashboard/shown-twice", false, (*Server).getDashboardShownTwice},
+		{"GET", "/v1/dashboard/notifications/{id}/timeline", false, (*Server).getDashboardTimeline},
 		{"POST", "/v1/notifications", false, (*Server).postNotifications},
 		{"GET", "/v1/notifications/{id}", false, (*Server).getNotification},
 		{"POST", "/v1/explain", false, (*Server).postExplain},

@@ -490,6 +490,27 @@ func orNone(s string) string {
 	return s
 }
 
+// Event is one line of the timeline: when, the kind of record (request,
+// decision, attempt or outcome), its position in Kafka, and what it says
+// (the text Print prints).
+type Event struct {
+	At       time.Time
+	Kind     string
+	Position Position
+	Text     string
+}
+
+// Events returns the timeline's events in the order Print prints them:
+// by time, then request, decision, attempt, outcome, then position.
+func (tl *Timeline) Events() []Event {
+	evs := tl.events()
+	out := make([]Event, len(evs))
+	for i, e := range evs {
+		out[i] = Event{At: e.at, Kind: e.label, Position: e.pos, Text: e.text}
+	}
+	return out
+}
+
 // Print writes the timeline, one event per line, then the answer.
 func (tl *Timeline) Print(w io.Writer) error {
 	var b strings.Builder

@@ -103,6 +103,34 @@ func parse(name, text string) Query {
 	return q
 }
 
+// TenantParam is the parameter ForTenant adds: the tenant whose rows the
+// narrowed query returns.
+const TenantParam = "scope_tenant"
+
+// ForTenant returns q narrowed to one tenant's rows, at most limit of them
+// (no bound when limit is 0): q's SQL becomes a subquery filtered on its
+// tenant column by the parameter TenantParam (String), which ClickHouse
+// pushes down into the subquery. Rows keep no order: sort them. A query
+// that takes a tenant parameter of its own (one tenant's report, such as
+// suppressed_for_recipient) answers no tenant column and is refused: give
+// it the tenant as that parameter. Every other query here answers with a
+// tenant column. The API's dashboard runs its queries this way, so a
+// tenant sees only its own rows whatever the query.
+func (q Query) ForTenant(limit int) (Query, error) {
+	for _, p := range q.Params {
+		if p.Name == "tenant" {
+			return Query{}, fmt.Errorf("queries: %s is one tenant's already: give the tenant as its parameter", q.Name)
+		}
+	}
+	n := q
+	n.SQL = "SELECT * FROM (\n" + q.SQL + "\n) WHERE tenant = {" + TenantParam + ":String}"
+	if limit > 0 {
+		n.SQL += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	n.Params = append(append([]Param(nil), q.Params...), Param{Name: TenantParam, Type: "String"})
+	return n, nil
+}
+
 // Time formats t as a DateTime('UTC') parameter value.
 func Time(t time.Time) string { return t.UTC().Format(time.DateTime) }
 

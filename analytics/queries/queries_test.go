@@ -20,8 +20,9 @@ func TestEveryQueryDocumentsItselfAndItsParameters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ambiguous_timeout_rate", "high_hit_rate_types", "hit_rate_by_type_7d", "hit_rate_spikes",
-		"maybe_shown_twice", "near_retry_limit", "suppressed_for_recipient", "zero_hit_rate_types"}
+	want := []string{"ambiguous_timeout_rate", "attempts_by_channel", "decisions_by_reason", "high_hit_rate_types", "hit_rate_by_type_7d",
+		"hit_rate_hourly", "hit_rate_spikes", "maybe_shown_twice", "near_retry_limit", "outcomes_by_channel", "suppressed_for_recipient",
+		"zero_hit_rate_types"}
 	var names []string
 	for _, q := range all {
 		names = append(names, q.Name)

@@ -24,6 +24,9 @@ import (
 // `herald api --hash-key KEY` for the hash). Without --api-keys the server
 // accepts only the public development key (api.DevAPIKey, tenant "dev"):
 // never run that way outside a laptop.
+//
+// With --clickhouse-addr (and --database) it also serves the dashboard's
+// data from the audit record; the page is at /dashboard.
 func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("api")
 	var kf kafkaFlags
@@ -50,6 +53,8 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	demo := fs.Bool("demo", false, "also serve the web client's demo page at / (it sends with an API key typed into the page)")
 	var wf webpushFlags
 	wf.registerPublic(fs)
+	var df dashboardFlags
+	df.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -73,6 +78,11 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	dash, closeDash, err := df.source()
+	if err != nil {
+		return err
+	}
+	defer closeDash()
 	srv, err := api.New(api.Config{
 		Brokers: seeds, ClientOpts: kopts, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
 		Policy:       policy,
@@ -80,6 +90,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		WaitForRoute: *waitRoute,
 		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
 		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow, VAPIDPublicKey: wf.public,
+		Dashboard: dash,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/analytics/dashboard/dashboardtest"
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/testenv"
 )
@@ -110,5 +113,68 @@ func TestAPICommandServesUntilCancelled(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit code %d after cancel, want 0", code)
+	}
+}
+
+// TestAPICommandServesTheDashboardFromClickHouse runs herald api with
+// --clickhouse-addr and --database over known audit rows: the page is
+// served, and a key of tenant acme reads acme's decisions by reason.
+func TestAPICommandServesTheDashboardFromClickHouse(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 1)
+	db := dashboardtest.Populate(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("acme:billing:"+api.HashKey("k1")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() {
+		var out bytes.Buffer
+		done <- run(ctx, []string{"api", "--brokers", strings.Join(brokers, ","), "--topic-prefix", cat.Options().Prefix,
+			"--partitions", "1", "--listen", addr, "--api-keys", keys, "--instance-id", "cmd-dash-test",
+			"--clickhouse-addr", db.Addr, "--database", db.Name}, &out, &errb)
+	}()
+	get := func(path string) (int, []byte) {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Header.Set("Authorization", "Bearer k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _ := get("/dashboard"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("herald api never served /dashboard")
+		}
+	}
+	code, body := get("/v1/dashboard/decisions")
+	var dec struct{ Reasons []struct{ Decisions uint64 } }
+	if err := json.Unmarshal(body, &dec); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /v1/dashboard/decisions: %d %s", code, body)
+	}
+	var got, want uint64
+	for _, r := range dec.Reasons {
+		got += r.Decisions
+	}
+	for _, d := range db.Rows.Decisions {
+		if d.Tenant == "acme" {
+			want++
+		}
+	}
+	if got != want {
+		t.Fatalf("%d decisions of acme, want %d", got, want)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit code %d after cancel, want 0: %s", code, errb.String())
 	}
 }

@@ -24,6 +24,9 @@ type clickhouseFlags struct {
 	user     string
 	password string
 	tls      tlsFlags
+	// optional: an empty --clickhouse-addr is allowed, and means none
+	// (herald api, where ClickHouse backs the dashboard only).
+	optional bool
 }
 
 func (c *clickhouseFlags) register(fs *flag.FlagSet) {
@@ -52,7 +55,7 @@ func (c *clickhouseFlags) check() error {
 	if err := migrations.ValidDatabase(c.database); err != nil {
 		errs = append(errs, badField("database", "%v", err))
 	}
-	if len(c.addrs()) == 0 {
+	if len(c.addrs()) == 0 && !c.optional {
 		errs = append(errs, badField("clickhouse-addr", "is empty"))
 	}
 	return errors.Join(errs...)
@@ -72,6 +75,22 @@ func (c *clickhouseFlags) openInDatabase(ctx context.Context) (driver.Conn, erro
 }
 
 func (c *clickhouseFlags) openWith(ctx context.Context, database string) (driver.Conn, error) {
+	conn, err := c.dial(database)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := conn.Ping(pctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("clickhouse: ping %s: %w", c.addr, err)
+	}
+	return conn, nil
+}
+
+// dial makes the connection pool without contacting the server: the first
+// query connects.
+func (c *clickhouseFlags) dial(database string) (driver.Conn, error) {
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -89,12 +108,6 @@ func (c *clickhouseFlags) openWith(ctx context.Context, database string) (driver
 	})
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: open %s: %w", c.addr, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := conn.Ping(pctx); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("clickhouse: ping %s: %w", c.addr, err)
 	}
 	return conn, nil
 }

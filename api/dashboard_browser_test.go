@@ -1,0 +1,357 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/heraldhq/herald/analytics/dashboard/dashboardtest"
+)
+
+// artifactDir is where browser tests keep what a person looks at: the
+// directory in HERALD_TEST_ARTIFACTS, else test-artifacts/ at the
+// repository's root (git-ignored).
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("HERALD_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "test-artifacts")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// renderedChart is what Chart.js drew on one canvas: its labels, and per
+// dataset its label, data and how many elements it placed at finite
+// coordinates on the canvas.
+type renderedChart struct {
+	Labels   []string `json:"labels"`
+	Datasets []struct {
+		Label string     `json:"label"`
+		Data  []*float64 `json:"data"`
+		Drawn int        `json:"drawn"`
+	} `json:"datasets"`
+	Width  int `json:"width"`
+	Height int `json:"height"`
+}
+
+// readCharts asks the page's Chart.js for every chart it drew.
+const readCharts = `(() => {
+	const out = {};
+	for (const canvas of document.querySelectorAll("canvas")) {
+		const c = Chart.getChart(canvas);
+		if (!c) continue;
+		out[canvas.id] = {
+			labels: c.data.labels.map(String),
+			width: canvas.width, height: canvas.height,
+			datasets: c.data.datasets.map((d, i) => ({
+				label: d.label,
+				data: d.data,
+				drawn: c.getDatasetMeta(i).data.filter((e) => Number.isFinite(e.x) && Number.isFinite(e.y) && !e.skip).length,
+			})),
+		};
+	}
+	return JSON.stringify(out);
+})()`
+
+// TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium serves the
+// dashboard over known audit rows in ClickHouse and opens it in headless
+// Chromium with tenant acme's key: every chart is drawn by Chart.js with
+// acme's numbers (read back from the charts, not from pixels), the table
+// lists acme's delivery that may have been shown twice, the search box
+// opens that notification's timeline with its verdict, and a screenshot of
+// the populated page is kept (its path is logged).
+func TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("headless Chromium and ClickHouse: not under -short")
+	}
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
+	}
+	db := dashboardtest.Populate(t)
+	srv := httptest.NewServer(dashboardServer(t, db))
+	defer srv.Close()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelT()
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/dashboard"),
+		chromedp.WaitVisible(chromedp.CSS("#api-key")),
+		chromedp.SendKeys(chromedp.CSS("#api-key"), keyAcme),
+		chromedp.Click(chromedp.CSS("#key-form button")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	state, err := chromedp.Run(ctx, chromedp.Poll[string](`["loaded", "problem"].includes(document.body.dataset.state) && document.body.dataset.state`,
+		chromedp.WithPollingTimeout(time.Minute)))
+	if err != nil || state != "loaded" {
+		problem, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("problem").textContent`))
+		t.Fatalf("the page did not load (state %q, %v): %s", state, err, problem)
+	}
+	js, err := chromedp.Run(ctx, chromedp.Evaluate[string](readCharts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var charts map[string]renderedChart
+	if err := json.Unmarshal([]byte(js), &charts); err != nil {
+		t.Fatal(err)
+	}
+	rows := db.Rows
+
+	t.Run("every chart is drawn on a canvas", func(t *testing.T) {
+		for _, id := range []string{"chart-hit-rate", "chart-decisions", "chart-attempts", "chart-outcomes"} {
+			c, ok := charts[id]
+			if !ok || c.Width == 0 || c.Height == 0 {
+				t.Errorf("%s: not drawn (%+v)", id, c)
+				continue
+			}
+			for _, d := range c.Datasets {
+				nonNull := 0
+				for _, v := range d.Data {
+					if v != nil {
+						nonNull++
+					}
+				}
+				if d.Drawn != nonNull || nonNull == 0 {
+					t.Errorf("%s/%s: %d of %d values placed on the canvas", id, d.Label, d.Drawn, nonNull)
+				}
+			}
+		}
+	})
+	t.Run("the hit rate chart has one line per acme type with its hourly rates", func(t *testing.T) {
+		c := charts["chart-hit-rate"]
+		type hm struct{ hits, misses int }
+		want := map[string]map[string]*hm{}
+		for _, d := range rows.Decisions {
+			if d.Tenant != "acme" || d.Stage != "dedupe" {
+				continue
+			}
+			hour := d.At.UTC().Truncate(time.Hour).Format("01-02 15:04")
+			if want[d.Type] == nil {
+				want[d.Type] = map[string]*hm{}
+			}
+			if want[d.Type][hour] == nil {
+				want[d.Type][hour] = &hm{}
+			}
+			switch d.Outcome {
+			case "duplicate", "idempotent_replay":
+				want[d.Type][hour].hits++
+			case "accepted":
+				want[d.Type][hour].misses++
+			}
+		}
+		got := map[string]string{}
+		for _, d := range c.Datasets {
+			for i, v := range d.Data {
+				if v != nil {
+					got[d.Label+"@"+c.Labels[i]] = fmt.Sprintf("%.2f", *v)
+				}
+			}
+		}
+		wantS := map[string]string{}
+		for typ, hours := range want {
+			for h, x := range hours {
+				if x.hits+x.misses > 0 {
+					wantS[typ+"@"+h] = fmt.Sprintf("%.2f", 100*float64(x.hits)/float64(x.hits+x.misses))
+				}
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(wantS) {
+			t.Fatalf("drawn %v, want %v", got, wantS)
+		}
+	})
+	t.Run("the decisions chart has a bar per acme stage and reason", func(t *testing.T) {
+		c := charts["chart-decisions"]
+		want := map[string]int{}
+		for _, d := range rows.Decisions {
+			if d.Tenant == "acme" {
+				want[d.Stage+" · "+d.Outcome]++
+			}
+		}
+		got := map[string]int{}
+		for i, l := range c.Labels {
+			got[l] = int(*c.Datasets[0].Data[i])
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("drawn %v, want %v", got, want)
+		}
+	})
+	stacked := func(t *testing.T, id string, want map[string]int) {
+		t.Helper()
+		c := charts[id]
+		got := map[string]int{}
+		for _, d := range c.Datasets {
+			for i, v := range d.Data {
+				if v != nil && *v != 0 {
+					got[c.Labels[i]+"/"+d.Label] = int(*v)
+				}
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("drawn %v, want %v", got, want)
+		}
+	}
+	t.Run("the attempts chart stacks acme's results per channel", func(t *testing.T) {
+		want := map[string]int{}
+		for _, a := range rows.Attempts {
+			if a.Tenant == "acme" {
+				want[a.Channel+"/"+a.Result]++
+			}
+		}
+		stacked(t, "chart-attempts", want)
+	})
+	t.Run("the outcomes chart stacks acme's statuses per channel", func(t *testing.T) {
+		want := map[string]int{}
+		for _, o := range rows.Outcomes {
+			if o.Tenant == "acme" {
+				want[o.Channel+"/"+o.Status]++
+			}
+		}
+		stacked(t, "chart-outcomes", want)
+	})
+	t.Run("the table lists acme's delivery that may have been shown twice", func(t *testing.T) {
+		ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#shown-twice tbody tr")].map((tr) => tr.dataset.deliveryId)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(ids)
+		if fmt.Sprint(ids) != "[acme-apns-twice]" {
+			t.Fatalf("rows %v, want [acme-apns-twice]", ids)
+		}
+	})
+
+	// A screenshot of the populated page, before the timeline opens.
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(artifactDir(t), "dashboard.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the populated dashboard: %s", shot)
+
+	t.Run("the search box opens the notification's timeline with its verdict", func(t *testing.T) {
+		if err := chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.CSS("#search"), rows.ShownTwice),
+			chromedp.Click(chromedp.CSS("#search-form button")),
+		); err != nil {
+			t.Fatal(err)
+		}
+		state, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const s = document.getElementById("timeline").dataset.state; return s && s !== "loading" && s; })()`,
+			chromedp.WithPollingTimeout(time.Minute)))
+		if err != nil || state != "loaded" {
+			t.Fatalf("timeline state %q, %v", state, err)
+		}
+		kinds, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#timeline-events li")].map((li) => li.dataset.kind)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, d := range rows.Decisions {
+			if d.NotificationID == rows.ShownTwice {
+				want = append(want, "decision")
+			}
+		}
+		for _, a := range rows.Attempts {
+			if a.NotificationID == rows.ShownTwice {
+				want = append(want, "attempt")
+			}
+		}
+		for _, o := range rows.Outcomes {
+			if o.NotificationID == rows.ShownTwice {
+				want = append(want, "outcome")
+			}
+		}
+		if strings.Join(kinds, " ") != strings.Join(want, " ") {
+			t.Fatalf("timeline events %v, want %v", kinds, want)
+		}
+		verdict, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("verdict").className + ": " + document.getElementById("verdict").textContent`))
+		if err != nil || !strings.HasPrefix(verdict, "POSSIBLY: ") {
+			t.Fatalf("verdict %q, %v; want POSSIBLY", verdict, err)
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shot := filepath.Join(artifactDir(t), "dashboard-timeline.png")
+		if err := os.WriteFile(shot, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot of the opened timeline: %s", shot)
+	})
+	t.Run("another tenant's notification is not found from the search box", func(t *testing.T) {
+		if err := chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.CSS("#search"), "globex-n-twice"),
+			chromedp.Click(chromedp.CSS("#search-form button")),
+		); err != nil {
+			t.Fatal(err)
+		}
+		state, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const s = document.getElementById("timeline").dataset.state; return s && s !== "loading" && s; })()`,
+			chromedp.WithPollingTimeout(time.Minute)))
+		if err != nil || state != "not-found" {
+			t.Fatalf("timeline state %q, %v; want not-found", state, err)
+		}
+	})
+}
+
+// TestTheDashboardPageShowsTheProblemWhenClickHouseIsNotConfigured opens
+// the page on a server without ClickHouse: it says so instead of drawing.
+func TestTheDashboardPageShowsTheProblemWhenClickHouseIsNotConfigured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("headless Chromium: not under -short")
+	}
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
+	}
+	srv := httptest.NewServer(dashboardServer(t, nil))
+	defer srv.Close()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelT()
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/dashboard"),
+		chromedp.SendKeys(chromedp.CSS("#api-key"), keyAcme),
+		chromedp.Click(chromedp.CSS("#key-form button")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	state, err := chromedp.Run(ctx, chromedp.Poll[string](`["loaded", "problem"].includes(document.body.dataset.state) && document.body.dataset.state`,
+		chromedp.WithPollingTimeout(time.Minute)))
+	if err != nil || state != "problem" {
+		t.Fatalf("state %q, %v; want problem", state, err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("problem").textContent`))
+	if err != nil || !strings.Contains(text, "Dashboard not configured") || !strings.Contains(text, "--clickhouse-addr") {
+		t.Fatalf("problem shown %q, %v", text, err)
+	}
+}
