@@ -18,11 +18,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/analytics/auditwriter"
+	"github.com/heraldhq/herald/analytics/dashboard"
 	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/sdk/web"
@@ -73,7 +75,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	var c devConfig
 	fs.StringVar(&c.stateDir, "state-dir", ".herald-dev", "folder for kfake's data and ClickHouse's tables")
 	fs.IntVar(&c.kafkaPort, "kafka-port", 19092, "port of the embedded Kafka (kfake) on 127.0.0.1")
-	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address of the HTTP server (/healthz, /metrics, the API)")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address of the HTTP server (the API, /metrics, /livez, /readyz and its alias /healthz, the dashboard)")
 	fs.IntVar(&c.chTCPPort, "clickhouse-tcp-port", 19000, "native port of the embedded ClickHouse (chDB)")
 	fs.IntVar(&c.chHTTPPort, "clickhouse-http-port", 18123, "HTTP port of the embedded ClickHouse (chDB)")
 	fs.StringVar(&c.chdbLib, "chdb-lib", "", "path of libchdb.so (default: HERALD_CHDB_LIB, then .cache/chdb)")
@@ -218,12 +220,32 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return err
 	}
 	defer apnsProvider.close()
-	goStage("sink-apns", func(ctx context.Context) error {
-		return sinks.Run(ctx, sinks.Options{
-			Channel: "apns", Provider: apnsProvider.p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
+	// Readiness: every stage assigned and restored, Kafka and ClickHouse
+	// answering, the API's replicas caught up (/readyz, /healthz).
+	checks := []ops.Check{
+		{Name: "kafka (answers)", Ready: func() bool { return pingWithin(admin.Ping) }},
+		{Name: "clickhouse (answers /ping)", Ready: func() bool {
+			return pingWithin(func(ctx context.Context) error { return pingHTTP(ctx, "http://"+ch.HTTPAddr()+"/ping") })
+		}},
+		{Name: "dedupe stage (assigned and restored)", Ready: dedupeStage.Ready},
+		{Name: "route stage (devices and preferences read, assigned and restored)", Ready: routeStage.Ready},
+	}
+	goSink := func(channel string, p sinks.Provider) error {
+		r, err := sinks.New(sinks.Options{
+			Channel: channel, Provider: p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
 			ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets,
 		})
-	})
+		if err != nil {
+			return fmt.Errorf("dev: sink %s: %w", channel, err)
+		}
+		checks = append(checks, ops.Check{Name: "sink " + channel + " (assigned and restored)", Ready: r.Ready})
+		goStage("sink-"+channel, r.Run)
+		return nil
+	}
+	if err := goSink("apns", apnsProvider.p); err != nil {
+		ln.Close()
+		return err
+	}
 
 	// The FCM sink, by default against the local emulator, the Web Push
 	// sink with the VAPID keys of the state dir, and the in-app feed.
@@ -245,13 +267,14 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: webpush: %w", err)
 	}
 	defer webpushProvider.CloseIdleConnections()
-	for channel, p := range map[string]sinks.Provider{"fcm": fcmProvider.p, "webpush": webpushProvider, feed.Channel: feed.New(cat)} {
-		goStage("sink-"+channel, func(ctx context.Context) error {
-			return sinks.Run(ctx, sinks.Options{
-				Channel: channel, Provider: p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
-				ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets,
-			})
-		})
+	for _, s := range []struct {
+		channel string
+		p       sinks.Provider
+	}{{"fcm", fcmProvider.p}, {"webpush", webpushProvider}, {feed.Channel, feed.New(cat)}} {
+		if err := goSink(s.channel, s.p); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 
 	// Outbound webhooks (fan-out from herald.outcomes and the sink), and a
@@ -271,15 +294,20 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: %w", err)
 	}
 	defer receiver.Close()
+	checks = append(checks, ops.Check{Name: "webhooks (endpoints read, fan-out and sink assigned and restored)", Ready: hooks.Ready})
 	goStage("webhook", func(ctx context.Context) error {
 		return hooks.Run(ctx, brokers, embedded.ClientOpts(), log.With("component", "webhook"))
 	})
 
-	goStage("audit-writer", func(ctx context.Context) error {
-		return auditwriter.Run(ctx, auditwriter.Options{
-			Brokers: brokers, Catalog: cat, ClickHouse: chConn, Database: c.database, ClientOpts: embedded.ClientOpts(),
-		})
+	writer, err := auditwriter.New(auditwriter.Options{
+		Brokers: brokers, Catalog: cat, ClickHouse: chConn, Database: c.database, ClientOpts: embedded.ClientOpts(),
 	})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: audit writer: %w", err)
+	}
+	checks = append(checks, ops.Check{Name: "audit writer (connected to Kafka and ClickHouse)", Ready: writer.Ready})
+	goStage("audit-writer", writer.Run)
 
 	// The API.
 	keys, err := loadAPIKeys(c.apiKeys)
@@ -287,9 +315,18 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		ln.Close()
 		return err
 	}
+	// The dashboard's queries name their tables unqualified: a pool whose
+	// default database is herald's.
+	dashConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.TCPAddr()}, Auth: clickhouse.Auth{Database: c.database}})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("dev: clickhouse connect: %w", err)
+	}
+	defer dashConn.Close()
 	apiSrv, err := api.New(api.Config{
 		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, RoutePolicy: routePolicy, WaitForRoute: true, ClientOpts: embedded.ClientOpts(),
 		VAPIDPublicKey: vapid.PublicKey,
+		Dashboard:      &dashboard.Source{Conn: dashConn, Database: c.database},
 	})
 	if err != nil {
 		ln.Close()
@@ -300,22 +337,32 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: api: %w", err)
 	}
 	defer apiSrv.Close()
+	checks = append(checks, ops.Check{Name: "api (started, replicas caught up)", Ready: apiSrv.Ready})
 
 	// HTTP.
 	mux := http.NewServeMux()
 	mux.Handle("/", apiSrv)
-	mux.Handle("GET /metrics", metrics.Default.Handler())
+	// /metrics, /livez and /readyz as every role serves them (internal/ops);
+	// /healthz is /readyz under its older name.
+	opsHandler := ops.Handler(metrics.Default, checks...)
+	mux.Handle("GET /metrics", opsHandler)
+	mux.Handle("GET /livez", opsHandler)
+	mux.Handle("GET /readyz", opsHandler)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = "/readyz"
+		opsHandler.ServeHTTP(w, r2)
+	})
 	// The web client (service worker and page helper) for browsers.
 	mux.Handle("GET "+web.Prefix, web.Handler())
 	mux.Handle("GET /{$}", web.Demo())
-	mux.HandleFunc("GET /healthz", healthz(admin, ch.HTTPAddr(), dedupeStage.Ready))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("dev: http: %w", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "herald dev is up: http://%s (demo page, API, openapi.json, healthz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · webhook receiver %s/hooks/NAME (messages: %s/emulator/messages) · state %s\n",
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (demo page, API, openapi.json, dashboard, livez, readyz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · webhook receiver %s/hooks/NAME (messages: %s/emulator/messages) · state %s\n",
 		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, fcmNote, receiver.URL(), receiver.URL(), c.stateDir)
 
 	var runErr error
@@ -387,36 +434,12 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, cat *topics.Catalog) erro
 	return nil
 }
 
-// healthz answers 200 when Kafka answers a metadata request, ClickHouse
-// answers /ping and the dedupe stage is ready (not restoring), else 503
-// naming what failed.
-func healthz(kafka *kgo.Client, chHTTP string, dedupeReady func() bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		status, body := http.StatusOK, `{"status":"ok","kafka":"ok","clickhouse":"ok","dedupe":"ready"}`
-		kafkaErr := kafka.Ping(ctx)
-		chErr := pingHTTP(ctx, "http://"+chHTTP+"/ping")
-		ready := dedupeReady()
-		if kafkaErr != nil || chErr != nil || !ready {
-			dedupe := "ready"
-			if !ready {
-				dedupe = "starting or restoring"
-			}
-			status = http.StatusServiceUnavailable
-			body = fmt.Sprintf(`{"status":"unavailable","kafka":%q,"clickhouse":%q,"dedupe":%q}`, errText(kafkaErr), errText(chErr), dedupe)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		io.WriteString(w, body+"\n")
-	}
-}
-
-func errText(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return err.Error()
+// pingWithin runs ping with a 3 s bound and reports whether it succeeded:
+// a readiness check of a component herald dev talks to.
+func pingWithin(ping func(context.Context) error) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return ping(ctx) == nil
 }
 
 func pingHTTP(ctx context.Context, url string) error {

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/chdb"
+	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/topics"
+)
+
+// get returns a GET's status and body (0 and the error when nothing answers).
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestDevServesLivezAndReadyzAndIsNotReadyWhileAStageRestores runs herald
+// dev as a process. Once up, /livez, /readyz and its alias /healthz answer
+// 200. Then the dedupe stage is made to restore one partition again while a
+// transaction is open on that partition's seen-set changelog (a consumer
+// joins the stage's group, takes partitions, and leaves, so they come back
+// to the stage, which restores them only once every transaction there has
+// ended): /readyz and /healthz answer 503 naming the dedupe stage while
+// /livez stays 200; once the transaction is aborted, /readyz is 200 again.
+func TestDevServesLivezAndReadyzAndIsNotReadyWhileAStageRestores(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts herald dev with the chDB server; runs in the full suite")
+	}
+	if _, err := chdb.FindLib(); err != nil {
+		t.Fatalf("chDB engine missing (scripts/install installs it): %v", err)
+	}
+	bin := testenv.Herald(t)
+	kafkaPort, httpPort, chTCP, chHTTP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	dev := startDev(t, bin, t.TempDir(), kafkaPort, httpPort, chTCP, chHTTP)
+	brokers := []string{fmt.Sprintf("127.0.0.1:%d", kafkaPort)}
+	cat := topics.New(embedded.CatalogOptions(24 * time.Hour))
+
+	t.Run("livez, readyz and healthz answer 200 once it is up", func(t *testing.T) {
+		for _, path := range []string{"/livez", "/readyz", "/healthz"} {
+			if code, body := get(dev.http + path); code != http.StatusOK || strings.TrimSpace(body) != "ok" {
+				t.Errorf("GET %s = %d %q, want 200 ok", path, code, body)
+			}
+		}
+	})
+
+	// A consumer joins the dedupe stage's group (without polling, so it
+	// commits nothing) and is given some of its partitions.
+	var mu sync.Mutex
+	var taken []int32
+	joined := make(chan struct{}, 1)
+	intruder, err := kgo.NewClient(append(embedded.ClientOpts(), kgo.SeedBrokers(brokers...),
+		kgo.ConsumerGroup("herald-dedupe"), kgo.ConsumeTopics(cat.Name(topics.Requests)), kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			taken = append(taken, a[cat.Name(topics.Requests)]...)
+			t.Logf("%s: the joining consumer is assigned %v", time.Now().Format(time.StampMilli), a)
+			if len(taken) > 0 {
+				select {
+				case joined <- struct{}{}:
+				default:
+				}
+			}
+		}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	select {
+	case <-joined:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the joining consumer was given no partition of the dedupe stage's group")
+	}
+	mu.Lock()
+	p := taken[0]
+	mu.Unlock()
+
+	// A transaction left open on that partition of the seen-set changelog.
+	holder := testenv.Client(t, brokers, append(embedded.ClientOpts(), kgo.TransactionalID("dev-ops-hold"), kgo.TransactionTimeout(5*time.Minute), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	ctx := context.Background()
+	if err := holder.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.ProduceSync(ctx, &kgo.Record{Topic: cat.Name(topics.Seen), Partition: p, Key: []byte("held")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: a transaction is open on %s/%d", time.Now().Format(time.StampMilli), cat.Name(topics.Seen), p)
+	// The consumer leaves: the partition goes back to the stage, which
+	// restores it.
+	intruder.Close()
+	t.Logf("%s: the joining consumer left the group", time.Now().Format(time.StampMilli))
+
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				out, _ := os.ReadFile(dev.log)
+				t.Fatalf("no %s; herald dev's log:\n%s", what, out)
+			}
+		}
+	}
+	await("/readyz 503 while the partition restores", func() bool { code, _ := get(dev.http + "/readyz"); return code == http.StatusServiceUnavailable })
+	t.Run("readyz and healthz answer 503 naming the dedupe stage while livez answers 200", func(t *testing.T) {
+		for _, path := range []string{"/readyz", "/healthz"} {
+			if code, body := get(dev.http + path); code != http.StatusServiceUnavailable || !strings.Contains(body, "dedupe stage") {
+				t.Errorf("GET %s = %d %q during the restore, want 503 naming the dedupe stage", path, code, body)
+			}
+		}
+		if code, body := get(dev.http + "/livez"); code != http.StatusOK {
+			t.Errorf("GET /livez = %d %q during the restore, want 200", code, body)
+		}
+	})
+	if err := holder.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	await("/readyz 200 after the restore", func() bool { code, _ := get(dev.http + "/readyz"); return code == http.StatusOK })
+
+	dev.cmd.Process.Signal(syscall.SIGTERM)
+	if err := dev.cmd.Wait(); err != nil {
+		t.Fatalf("herald dev exited with %v on SIGTERM", err)
+	}
+}
