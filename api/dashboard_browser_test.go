@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -81,33 +82,8 @@ func TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("headless Chromium and ClickHouse: not under -short")
 	}
-	exe, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
-	}
 	db := dashboardtest.Populate(t)
-	srv := httptest.NewServer(dashboardServer(t, db))
-	defer srv.Close()
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancelT()
-
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/dashboard"),
-		chromedp.WaitVisible(chromedp.CSS("#api-key")),
-		chromedp.SendKeys(chromedp.CSS("#api-key"), keyAcme),
-		chromedp.Click(chromedp.CSS("#key-form button")),
-	); err != nil {
-		t.Fatal(err)
-	}
-	state, err := chromedp.Run(ctx, chromedp.Poll[string](`["loaded", "problem"].includes(document.body.dataset.state) && document.body.dataset.state`,
-		chromedp.WithPollingTimeout(time.Minute)))
+	ctx, state, err := openDashboard(t, dashboardServer(t, db))
 	if err != nil || state != "loaded" {
 		problem, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("problem").textContent`))
 		t.Fatalf("the page did not load (state %q, %v): %s", state, err, problem)
@@ -245,25 +221,10 @@ func TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium(t *testing.T) {
 	})
 
 	// A screenshot of the populated page, before the timeline opens.
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shot := filepath.Join(artifactDir(t), "dashboard.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot of the populated dashboard: %s", shot)
+	t.Logf("screenshot of the populated dashboard: %s", screenshot(t, ctx, "dashboard.png"))
 
 	t.Run("the search box opens the notification's timeline with its verdict", func(t *testing.T) {
-		if err := chromedp.Do(ctx,
-			chromedp.SendKeys(chromedp.CSS("#search"), rows.ShownTwice),
-			chromedp.Click(chromedp.CSS("#search-form button")),
-		); err != nil {
-			t.Fatal(err)
-		}
-		state, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const s = document.getElementById("timeline").dataset.state; return s && s !== "loading" && s; })()`,
-			chromedp.WithPollingTimeout(time.Minute)))
+		state, err := search(ctx, rows.ShownTwice)
 		if err != nil || state != "loaded" {
 			t.Fatalf("timeline state %q, %v", state, err)
 		}
@@ -294,25 +255,10 @@ func TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium(t *testing.T) {
 		if err != nil || !strings.HasPrefix(verdict, "POSSIBLY: ") {
 			t.Fatalf("verdict %q, %v; want POSSIBLY", verdict, err)
 		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		shot := filepath.Join(artifactDir(t), "dashboard-timeline.png")
-		if err := os.WriteFile(shot, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot of the opened timeline: %s", shot)
+		t.Logf("screenshot of the opened timeline: %s", screenshot(t, ctx, "dashboard-timeline.png"))
 	})
 	t.Run("another tenant's notification is not found from the search box", func(t *testing.T) {
-		if err := chromedp.Do(ctx,
-			chromedp.SetValue(chromedp.CSS("#search"), "globex-n-twice"),
-			chromedp.Click(chromedp.CSS("#search-form button")),
-		); err != nil {
-			t.Fatal(err)
-		}
-		state, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const s = document.getElementById("timeline").dataset.state; return s && s !== "loading" && s; })()`,
-			chromedp.WithPollingTimeout(time.Minute)))
+		state, err := search(ctx, "globex-n-twice")
 		if err != nil || state != "not-found" {
 			t.Fatalf("timeline state %q, %v; want not-found", state, err)
 		}
@@ -325,28 +271,7 @@ func TestTheDashboardPageShowsTheProblemWhenClickHouseIsNotConfigured(t *testing
 	if testing.Short() {
 		t.Skip("headless Chromium: not under -short")
 	}
-	exe, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
-	}
-	srv := httptest.NewServer(dashboardServer(t, nil))
-	defer srv.Close()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelT()
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/dashboard"),
-		chromedp.SendKeys(chromedp.CSS("#api-key"), keyAcme),
-		chromedp.Click(chromedp.CSS("#key-form button")),
-	); err != nil {
-		t.Fatal(err)
-	}
-	state, err := chromedp.Run(ctx, chromedp.Poll[string](`["loaded", "problem"].includes(document.body.dataset.state) && document.body.dataset.state`,
-		chromedp.WithPollingTimeout(time.Minute)))
+	ctx, state, err := openDashboard(t, dashboardServer(t, nil))
 	if err != nil || state != "problem" {
 		t.Fatalf("state %q, %v; want problem", state, err)
 	}
@@ -354,4 +279,64 @@ func TestTheDashboardPageShowsTheProblemWhenClickHouseIsNotConfigured(t *testing
 	if err != nil || !strings.Contains(text, "Dashboard not configured") || !strings.Contains(text, "--clickhouse-addr") {
 		t.Fatalf("problem shown %q, %v", text, err)
 	}
+}
+
+// openDashboard opens srv's dashboard in headless Chromium, gives it tenant
+// acme's key, and waits until the page has loaded or shows a problem; it
+// returns the page's state.
+func openDashboard(t *testing.T, h http.Handler) (context.Context, string, error) {
+	t.Helper()
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(cancelT)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/dashboard"),
+		chromedp.WaitVisible(chromedp.CSS("#api-key")),
+		chromedp.SendKeys(chromedp.CSS("#api-key"), keyAcme),
+		chromedp.Click(chromedp.CSS("#key-form button")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	state, err := chromedp.Run(ctx, chromedp.Poll[string](`["loaded", "problem"].includes(document.body.dataset.state) && document.body.dataset.state`,
+		chromedp.WithPollingTimeout(time.Minute)))
+	return ctx, state, err
+}
+
+// search types id into the search box, opens its timeline and returns the
+// timeline's state once it has loaded or failed.
+func search(ctx context.Context, id string) (string, error) {
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#search"), id),
+		chromedp.Click(chromedp.CSS("#search-form button")),
+	); err != nil {
+		return "", err
+	}
+	return chromedp.Run(ctx, chromedp.Poll[string](`(() => { const s = document.getElementById("timeline").dataset.state; return s && s !== "loading" && s; })()`,
+		chromedp.WithPollingTimeout(time.Minute)))
+}
+
+// screenshot keeps a full screenshot of the page in the artifact directory
+// and returns its path.
+func screenshot(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(artifactDir(t), name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
