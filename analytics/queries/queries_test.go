@@ -21,8 +21,8 @@ func TestEveryQueryDocumentsItselfAndItsParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"ambiguous_timeout_rate", "attempts_by_channel", "decisions_by_reason", "high_hit_rate_types", "hit_rate_by_type_7d",
-		"hit_rate_hourly", "hit_rate_spikes", "maybe_shown_twice", "near_retry_limit", "outcomes_by_channel", "suppressed_for_recipient",
-		"zero_hit_rate_types"}
+		"hit_rate_hourly", "hit_rate_spikes", "maybe_shown_twice", "near_retry_limit", "outcomes_by_channel", "receipts_by_type",
+		"suppressed_for_recipient", "zero_hit_rate_types"}
 	var names []string
 	for _, q := range all {
 		names = append(names, q.Name)
@@ -160,6 +160,39 @@ func TestQueriesOnAPipelineRun(t *testing.T) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) || len(want) == 0 || sentTwice == 0 {
 			t.Fatalf("query %v\nreceipts %v (want some, %d of them sent twice)", got, want, sentTwice)
+		}
+	})
+
+	t.Run("receipts per type count each receipt once, however often it was sent", func(t *testing.T) {
+		var rows []struct {
+			Tenant    string   `ch:"tenant"`
+			Type      string   `ch:"type"`
+			Displayed uint64   `ch:"displayed"`
+			Opened    uint64   `ch:"opened"`
+			Dropped   uint64   `ch:"dropped"`
+			OpenRate  *float64 `ch:"open_rate"`
+		}
+		run(t, "receipts_by_type", &rows, map[string]string{"since": queries.Time(until.Add(-49 * time.Hour)), "until": queries.Time(until.Add(time.Hour))})
+		got := map[string][3]uint64{}
+		for _, r := range rows {
+			got[r.Tenant+"/"+r.Type] = [3]uint64{r.Displayed, r.Opened, r.Dropped}
+			if r.OpenRate == nil || math.Abs(*r.OpenRate-float64(r.Opened)/float64(r.Displayed)) > 1e-12 {
+				t.Errorf("%s/%s: open rate %v for %d of %d", r.Tenant, r.Type, r.OpenRate, r.Opened, r.Displayed)
+			}
+		}
+		want := map[string][3]uint64{}
+		seen := map[string]bool{}
+		for _, rc := range f.Receipts {
+			if seen[rc.ReceiptID] {
+				continue
+			}
+			seen[rc.ReceiptID] = true
+			c := want[rc.Tenant+"/"+rc.Type]
+			c[map[string]int{schemas.ReceiptDisplayed: 0, schemas.ReceiptOpened: 1, schemas.ReceiptDropped: 2}[rc.Kind]]++
+			want[rc.Tenant+"/"+rc.Type] = c
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) || len(seen) == len(f.Receipts) {
+			t.Fatalf("query %v\nreceipts %v (want some sent twice: %d ids of %d receipts)", got, want, len(seen), len(f.Receipts))
 		}
 	})
 
