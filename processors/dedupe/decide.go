@@ -169,7 +169,7 @@ type seenStore interface {
 	// get returns the live or expired entry under k, if any.
 	get(k seenKey) (seenVal, seenStrings, bool)
 	// hexString returns id in hex.
-	hexString(id *[identity.IDLen / 2]byte) string
+	hexString(id *[16]byte) string
 	// decisionID returns the id of the decision about the request at src.
 	decisionID(src Source) string
 }
@@ -186,7 +186,7 @@ func (l lookupStore) get(k seenKey) (seenVal, seenStrings, bool) {
 	return v, s, true
 }
 
-func (lookupStore) hexString(id *[identity.IDLen / 2]byte) string { return hex.EncodeToString(id[:]) }
+func (lookupStore) hexString(id *[16]byte) string { return hex.EncodeToString(id[:]) }
 
 func (lookupStore) decisionID(src Source) string { return string(appendDecisionID(nil, src)) }
 
@@ -300,7 +300,7 @@ func (p Policy) decide(req *schemas.Request, at int64, src Source, st seenStore,
 				return
 			}
 			repeat(v, s)
-			if sameContent(v, s, &e.sum) {
+			if sameContent(v, &e.sum) {
 				d.Outcome = schemas.DecisionIdempotentReplay
 			} else {
 				d.Outcome = schemas.DecisionIdempotencyConflict
@@ -362,7 +362,7 @@ func (e *effects) add(req *schemas.Request, ids *derived, k seenKey, at, expires
 
 // derived holds the ids of a valid request, each derived once.
 type derived struct {
-	notification, dedupe, idem [identity.IDLen / 2]byte
+	notification, dedupe, idem [16]byte
 }
 
 func (p Policy) window(req *schemas.Request) int64 {

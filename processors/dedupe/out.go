@@ -24,9 +24,10 @@ type slab struct {
 const (
 	slabRecords = 256
 	slabBytes   = 64 << 10
-	// valueRoom is the room reserved for one encoded value; a larger one
-	// is encoded into its own allocation.
+	// valueRoom is the room reserved for one encoded value, textRoom for
+	// one key or string; a larger one is written to its own allocation.
 	valueRoom = 2 << 10
+	textRoom  = 512
 )
 
 // newRecord returns a zero record from the slab.
@@ -81,7 +82,7 @@ var (
 
 // record returns a slab record of v under key on topic, stamped at.
 func (s *slab) record(topic, key string, v schemas.Record, headers []kgo.RecordHeader, at int64) (*kgo.Record, error) {
-	return s.recordKey(topic, append(s.reserve(len(key)), key...), v, headers, at)
+	return s.recordKey(topic, append(s.reserve(textRoom), key...), v, headers, at)
 }
 
 // recordKey is record with the key appended to a slice reserve returned.

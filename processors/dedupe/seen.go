@@ -15,20 +15,22 @@ import (
 // pointer-free seenVal, so the garbage collector never scans the seen-set
 // and a lookup allocates nothing. The few fields that have no fixed form
 // (a request id that is not a herald id, an outcome other than accepted or
-// duplicate, a content hash that is not a sha256 in hex) are kept as
-// strings beside it (seenStrings), flagged in seenVal.
+// duplicate) are kept as strings beside it (seenStrings), flagged in
+// seenVal. A content hash that is not a sha256 in lower-case hex is not
+// kept: no request's hash can equal it, so the entry answers a conflict
+// either way.
 
 // seenKind is a seen-set kind in memory.
 type seenKind uint8
 
 const (
-	kindIdem seenKind = iota + 1
-	kindDedupe
+	kindIdem   seenKind = 1
+	kindDedupe seenKind = 2
 )
 
 // seenKey is a seen-set key in memory: kind and scope id.
 type seenKey struct {
-	id   [identity.IDLen / 2]byte
+	id   [16]byte
 	kind seenKind
 }
 
@@ -49,11 +51,11 @@ const (
 
 // seenVal is one seen-set entry in memory, without pointers.
 type seenVal struct {
-	notification [identity.IDLen / 2]byte
-	request      [identity.IDLen / 2]byte
+	notification [16]byte
+	request      [16]byte
 	// content is the first half of the sha256 of the request's content:
 	// two contents are told apart unless their hashes agree on 128 bits.
-	content            [sha256.Size / 2]byte
+	content            [16]byte
 	firstAt, expiresAt int64
 	offset             int64
 	partition          int32
@@ -64,7 +66,7 @@ type seenVal struct {
 // seenStrings holds the fields of an entry that seenVal cannot; a field
 // left empty here is in seenVal.
 type seenStrings struct {
-	notification, request, outcome, content string
+	notification, request, outcome string
 }
 
 func (k seenKey) schemaKind() schemas.SeenKind {
@@ -127,8 +129,6 @@ func valOf(e *schemas.SeenEntry) (v seenVal, s seenStrings) {
 	if sum, ok := parseSum(e.ContentHash); ok {
 		copy(v.content[:], sum[:])
 		v.flags |= flagContent
-	} else if e.ContentHash != "" {
-		s.content = strings.Clone(e.ContentHash)
 	}
 	if s != (seenStrings{}) {
 		v.flags |= flagStrings
@@ -138,23 +138,20 @@ func valOf(e *schemas.SeenEntry) (v seenVal, s seenStrings) {
 
 // parseSum reads a sha256 in lower-case hex.
 func parseSum(h string) (sum [sha256.Size]byte, ok bool) {
-	if len(h) != 2*sha256.Size {
+	if len(h) != 64 {
 		return sum, false
 	}
-	lo, ok1 := identity.ParseID(h[:identity.IDLen])
-	hi, ok2 := identity.ParseID(h[identity.IDLen:])
-	copy(sum[:], lo[:])
-	copy(sum[len(lo):], hi[:])
+	lo, ok1 := identity.ParseID(h[:32])
+	hi, ok2 := identity.ParseID(h[32:])
+	copy(sum[:16], lo[:])
+	copy(sum[16:], hi[:])
 	return sum, ok1 && ok2
 }
 
 // sameContent reports whether an entry records the content whose sha256
 // is sum.
-func sameContent(v seenVal, s seenStrings, sum *[sha256.Size]byte) bool {
-	if v.flags&flagContent != 0 {
-		return [sha256.Size / 2]byte(sum[:sha256.Size/2]) == v.content
-	}
-	return s.content != "" && s.content == hex.EncodeToString(sum[:])
+func sameContent(v seenVal, sum *[sha256.Size]byte) bool {
+	return v.flags&flagContent != 0 && [16]byte(sum[:16]) == v.content
 }
 
 // outcomeOf is the outcome an entry records.

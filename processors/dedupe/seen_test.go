@@ -1,12 +1,16 @@
 package dedupe
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -169,5 +173,70 @@ func TestASeenSetLookupDoesNotAllocate(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("%v allocations per lookup round, want 0", n)
+	}
+}
+
+func TestKeysAreDerivedWhateverTheIDSourceSays(t *testing.T) {
+	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}
+	random := func(dedupeKey, idemKey string) schemas.Request {
+		r := req("paid", dedupeKey, idemKey)
+		r.IDSource, r.NotificationID = "random", identity.NewRandomID()
+		return r
+	}
+	emptyDedupe := req("paid", "", "")
+	emptyDedupe.IDSource, emptyDedupe.NotificationID = "dedupe_key", identity.DedupeID(emptyDedupe.Tenant, emptyDedupe.Type, emptyDedupe.Recipient, "")
+	emptyIdem := req("paid", "", "")
+	emptyIdem.IDSource, emptyIdem.NotificationID = "idempotency_key", identity.IdempotencyID(emptyIdem.Tenant, emptyIdem.Type, emptyIdem.Recipient, "")
+	cases := []struct {
+		name string
+		reqs []sent
+		want string
+	}{
+		{"random ids with two dedupe keys are two notifications", []sent{{random("k1", ""), 0}, {random("k2", ""), time.Second}}, "[accepted accepted]"},
+		{"random ids with one dedupe key are one notification", []sent{{random("k1", ""), 0}, {random("k1", ""), time.Second}}, "[accepted duplicate]"},
+		{"random ids with two idempotency keys are two notifications", []sent{{random("", "i1"), 0}, {random("", "i2"), time.Second}}, "[accepted accepted]"},
+		{"random ids with one idempotency key are one call", []sent{{random("", "i1"), 0}, {random("", "i1"), time.Second}}, "[accepted idempotent_replay]"},
+		{"the id of an empty dedupe key is that key's id", []sent{{emptyDedupe, 0}}, "[accepted]"},
+		{"the id of an empty idempotency key is that key's id", []sent{{emptyIdem, 0}}, "[accepted]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, _, _ := runTask(t, p, c.reqs)
+			if fmt.Sprint(got) != c.want {
+				t.Fatalf("outcomes %v, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestAFewAllocationsPerRequest holds the task to the budget of
+// at most five allocations per request (an allocation count, not a
+// timing): records, keys and values come from slabs, strings of the
+// decoded request share one copy, lookups allocate nothing.
+func TestAFewAllocationsPerRequest(t *testing.T) {
+	reqs, _ := crashWorkload(rand.New(rand.NewPCG(3, 4)))
+	recs := make([]*kgo.Record, 4000)
+	for i := range recs {
+		v, _ := schemas.Encode(reqs[i])
+		recs[i] = &kgo.Record{Topic: "requests", Value: v, Offset: int64(i), Timestamp: taskBase.Add(time.Duration(i) * time.Millisecond)}
+	}
+	task := NewTask(DefaultPolicy(), testTopics, 0)
+	out := new(stage.Out)
+	i := 0
+	step := func() {
+		if err := task.Process(recs[i], out); err != nil {
+			t.Fatal(err)
+		}
+		i++
+		if i%500 == 0 {
+			task.Commit()
+			out = new(stage.Out)
+		}
+	}
+	for range 1000 { // warm up: slabs, maps and pools in use
+		step()
+	}
+	if n := testing.AllocsPerRun(2000, step); n > 5 {
+		t.Fatalf("%.1f allocations per request, want at most 5", n)
 	}
 }

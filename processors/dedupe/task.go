@@ -1,13 +1,11 @@
 package dedupe
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
@@ -110,12 +108,12 @@ func (t *Task) get(k seenKey) (seenVal, seenStrings, bool) {
 	return v, seenStrings{}, ok
 }
 
-func (t *Task) hexString(id *[identity.IDLen / 2]byte) string {
-	return t.out.text(hex.AppendEncode(t.out.reserve(identity.IDLen), id[:]))
+func (t *Task) hexString(id *[16]byte) string {
+	return t.out.text(hex.AppendEncode(t.out.reserve(textRoom), id[:]))
 }
 
 func (t *Task) decisionID(src Source) string {
-	return t.out.text(appendDecisionID(t.out.reserve(64+len(src.Topic)), src))
+	return t.out.text(appendDecisionID(t.out.reserve(textRoom), src))
 }
 
 // Process implements stage.Task.
@@ -163,12 +161,12 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 	}
 	content := ""
 	if fx.hasSum {
-		content = t.out.text(hex.AppendEncode(t.out.reserve(2*sha256.Size), fx.sum[:]))
+		content = t.out.text(hex.AppendEncode(t.out.reserve(textRoom), fx.sum[:]))
 	}
 	for i := range fx.n {
 		c := &fx.changes[i]
-		key := c.key.appendKey(t.out.reserve(len("dedupe/") + identity.IDLen))
-		scope := t.out.text(key[len(key)-identity.IDLen:])
+		key := c.key.appendKey(t.out.reserve(textRoom))
+		scope := t.out.text(key[len(key)-32:])
 		t.draft.seen = c.entry(req, scope, content)
 		r, err := t.out.recordKey(t.topics.Seen, key, &t.draft.seen, seenHeaders, at)
 		if err != nil {
@@ -183,7 +181,7 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 	}
 	if fx.accepted {
 		t.draft.accepted = acceptedOf(req, at)
-		key := schemas.AppendRecipientKey(t.out.reserve(len(req.Tenant)+len(req.Recipient)+1), req.Tenant, req.Recipient)
+		key := schemas.AppendRecipientKey(t.out.reserve(textRoom), req.Tenant, req.Recipient)
 		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, acceptedHeaders, at)
 		if err != nil {
 			return err
@@ -211,7 +209,7 @@ func (t *Task) expire(out *stage.Out) {
 			continue // replaced or already deleted: a newer item covers it
 		}
 		r := t.out.newRecord()
-		r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(it.key.appendKey(t.out.reserve(len("dedupe/")+identity.IDLen))), t.partition
+		r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(it.key.appendKey(t.out.reserve(textRoom))), t.partition
 		out.Emit(r)
 		t.pending[it.key] = pendingVal{deleted: true}
 	}
