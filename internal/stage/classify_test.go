@@ -20,7 +20,7 @@ func TestProduceErrorsThatNoRetryCanFixAreToldApart(t *testing.T) {
 		{"a record over the topic's max.message.bytes can never be written", kerr.MessageTooLarge, true},
 		{"a batch over the broker's limit can never be written", kerr.RecordListTooLarge, true},
 		{"an invalid record can never be written", kerr.InvalidRecord, true},
-		{"a corrupt record can never be written", kerr.CorruptMessage, true},
+		{"a corrupt message is retried, as Kafka calls it retriable (a CRC failure in transit)", kerr.CorruptMessage, false},
 		{"a timestamp out of the topic's bounds can never be written", kerr.InvalidTimestamp, true},
 		{"a wrapped cause is still recognised", fmt.Errorf("produce to t: %w", kerr.MessageTooLarge), true},
 		{"a leader change is retried", kerr.NotLeaderForPartition, false},

@@ -754,9 +754,12 @@ func (r *Runner) notePoison(batch []*kgo.Record, ticksFrom, first int, perr erro
 }
 
 // neverWritable reports whether a produce error is the record's own fault,
-// so that retrying the same record can never succeed.
+// so that retrying the same record can never succeed. CORRUPT_MESSAGE is
+// not one: Kafka (and kerr) call it retriable, as a CRC failure in transit
+// is; dead-lettering it would drop a good input record. (Its other cause,
+// a null key on a compacted topic, is INVALID_RECORD on current brokers.)
 func neverWritable(err error) bool {
-	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp} {
+	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.InvalidTimestamp} {
 		if errors.Is(err, e) {
 			return true
 		}
