@@ -430,20 +430,26 @@ func (rt *runtime) afterCommit(ctx context.Context) bool {
 		return false
 	}
 
+	// At most maxInFlight workers, each taking the next call until none
+	// is left: a goroutine (and its stack, grown by the HTTP/2 client) per
+	// worker, not per call.
 	results := make([]done, len(jobs))
-	sem := make(chan struct{}, rt.maxInFlight)
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for i, j := range jobs {
-		sem <- struct{}{}
+	for range min(rt.maxInFlight, len(jobs)) {
 		wg.Add(1)
-		rt.inFlight.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done(); rt.inFlight.Add(-1) }()
-			cctx, cancel := context.WithTimeout(ctx, rt.callTimeout)
-			start := time.Now()
-			res := rt.provider.Send(cctx, j.c.cmd)
-			cancel()
-			results[i] = done{call: j.c, res: res, latency: time.Since(start), at: rt.now()}
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
+				j := jobs[i]
+				rt.inFlight.Add(1)
+				cctx, cancel := context.WithTimeout(ctx, rt.callTimeout)
+				start := time.Now()
+				res := rt.provider.Send(cctx, j.c.cmd)
+				cancel()
+				rt.inFlight.Add(-1)
+				results[i] = done{call: j.c, res: res, latency: time.Since(start), at: rt.now()}
+			}
 		}()
 	}
 	wg.Wait()

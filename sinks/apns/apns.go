@@ -128,6 +128,10 @@ func New(c Config) (*Provider, error) {
 		TLSClientConfig:     tlsCfg,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 16,
+		// Without a bound a burst of calls before the first connection is
+		// up dials (and TLS-handshakes) once per call; with it they wait
+		// for the connection and share its streams.
+		MaxConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 	}}}
 	cl.Host = c.Host
