@@ -94,9 +94,10 @@ func (b *Browser) Push(t testing.TB, reg serviceworker.RegistrationID, data stri
 }
 
 // Artifact writes a test artifact (a screenshot) under the artifacts
-// directory, $HERALD_TEST_ARTIFACTS or .cache/test-artifacts in the module,
-// logs its path and returns it. Artifacts outlive the test, for a person
-// to look at.
+// directory, $HERALD_TEST_ARTIFACTS or test-artifacts/ at the module's root
+// (git-ignored; the dashboard's browser test keeps its screenshots there
+// too), logs its path and returns it. Artifacts outlive the test, for a
+// person to look at.
 func Artifact(t testing.TB, name string, data []byte) string {
 	t.Helper()
 	dir := os.Getenv("HERALD_TEST_ARTIFACTS")
@@ -105,7 +106,7 @@ func Artifact(t testing.TB, name string, data []byte) string {
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
-		dir = filepath.Join(root, ".cache", "test-artifacts")
+		dir = filepath.Join(root, "test-artifacts")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("testenv: artifacts dir: %v", err)
