@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+
 	"github.com/heraldhq/herald/analytics/dashboard"
 	"github.com/heraldhq/herald/analytics/dashboard/dashboardtest"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 const (
@@ -236,4 +239,23 @@ func TestTheDashboardEndpointsAnswerTheKeysTenantFromClickHouse(t *testing.T) {
 			t.Fatalf("window %v..%v, want the 7 days to now in whole hours", dec.Since, dec.Until)
 		}
 	})
+}
+
+func TestTheDashboardAnswers503WithRetryAfterWhileClickHouseIsDown(t *testing.T) {
+	// A port nothing listens on: every query fails to connect.
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s := unstarted(t, func(c *Config) { c.Dashboard = &dashboard.Source{Conn: conn, Database: "herald"} })
+	for _, path := range dashboardEndpoints {
+		t.Run(path+" answers 503 unavailable with Retry-After", func(t *testing.T) {
+			w := do(t, s, "GET", path, keyA, "")
+			p := problemOf(t, w)
+			if w.Code != http.StatusServiceUnavailable || p.Type != probUnavailable || w.Header().Get("Retry-After") == "" {
+				t.Fatalf("%d %+v (Retry-After %q)", w.Code, p, w.Header().Get("Retry-After"))
+			}
+		})
+	}
 }
