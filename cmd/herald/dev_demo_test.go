@@ -3,14 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -38,41 +32,15 @@ import (
 // screenshot of the demo is kept as a test artifact.
 func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 	requireDev(t)
-	push := testenv.WebPushService(t)
-	// The API takes only https subscriptions: web-push-testing behind a TLS
-	// proxy whose certificate herald dev trusts (SSL_CERT_FILE).
-	target, _ := url.Parse(push)
-	tlsPush := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
-	t.Cleanup(tlsPush.Close)
-	certFile := filepath.Join(t.TempDir(), "push.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsPush.Certificate().Raw}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SSL_CERT_FILE", certFile)
-	t.Setenv("HERALD_APNS_EMULATOR_ADDR", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
-	t.Setenv("HERALD_FCM_EMULATOR_ADDR", fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
 	chTCP := testenv.FreePort(t)
-	dev := startDev(t, testenv.Herald(t), t.TempDir(), testenv.FreePort(t), testenv.FreePort(t), chTCP, testenv.FreePort(t))
-	e := &e2e{t: t, dev: dev.http, push: push}
-
-	var sub struct {
-		Data struct {
-			Endpoint   string `json:"endpoint"`
-			Keys       struct{ P256dh, Auth string }
-			ClientHash string `json:"clientHash"`
-		} `json:"data"`
-	}
-	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": vapidKeyOf(t, dev.http)}, &sub)
-	e.hash = sub.Data.ClientHash
-	endpoint, _ := url.Parse(sub.Data.Endpoint)
-	endpoint.Scheme, endpoint.Host = "https", strings.TrimPrefix(tlsPush.URL, "https://")
+	e, dev, sub := startDevWithWebPush(t, chTCP)
 
 	b := testenv.Chromium(t, dev.http)
 	ctx := b.Ctx
 	if err := chromedp.Do(ctx, chromedp.Navigate(dev.http+"/")); err != nil {
 		t.Fatal(err)
 	}
-	subJSON, _ := json.Marshal(map[string]any{"endpoint": endpoint.String(), "keys": map[string]string{"p256dh": sub.Data.Keys.P256dh, "auth": sub.Data.Keys.Auth}})
+	subJSON, _ := json.Marshal(map[string]any{"endpoint": sub.endpoint, "keys": map[string]string{"p256dh": sub.p256dh, "auth": sub.auth}})
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any](`heraldDemo.subscribe(`+string(subJSON)+`)`, chromedp.EvalAwaitPromise)); err != nil {
 		t.Fatalf("the demo's subscribe: %v", err)
 	}

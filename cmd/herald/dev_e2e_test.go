@@ -36,43 +36,15 @@ import (
 // duplicate if it were going to.
 func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	requireDev(t)
-	push := testenv.WebPushService(t)
-	// The API takes only https subscriptions: web-push-testing behind a
-	// TLS proxy whose certificate herald dev trusts (SSL_CERT_FILE).
-	target, _ := url.Parse(push)
-	tlsPush := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
-	t.Cleanup(tlsPush.Close)
-	certFile := filepath.Join(t.TempDir(), "push.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsPush.Certificate().Raw}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SSL_CERT_FILE", certFile)
-	apnsAddr, fcmAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	t.Setenv("HERALD_APNS_EMULATOR_ADDR", apnsAddr)
-	t.Setenv("HERALD_FCM_EMULATOR_ADDR", fcmAddr)
-	hookAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	t.Setenv("HERALD_WEBHOOK_EMULATOR_ADDR", hookAddr)
-	dev := startDev(t, testenv.Herald(t), t.TempDir(), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t))
-	e := &e2e{t: t, dev: dev.http, push: push, apns: "https://" + apnsAddr, fcm: "http://" + fcmAddr, hooks: "http://" + hookAddr}
+	e, _, sub := startDevWithWebPush(t, testenv.FreePort(t))
 	if st, b := e.call("PUT", "/v1/webhooks/e2e", `{"url":"`+e.hooks+`/hooks/e2e","events":["delivery.completed"]}`); st != 201 {
 		t.Fatalf("register the webhook endpoint: %d %s", st, b)
 	}
 
-	var sub struct {
-		Data struct {
-			Endpoint   string `json:"endpoint"`
-			Keys       struct{ P256dh, Auth string }
-			ClientHash string `json:"clientHash"`
-		} `json:"data"`
-	}
-	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": vapidKeyOf(t, dev.http)}, &sub)
-	e.hash = sub.Data.ClientHash
-	endpoint, _ := url.Parse(sub.Data.Endpoint)
-	endpoint.Scheme, endpoint.Host = "https", strings.TrimPrefix(tlsPush.URL, "https://")
 	for id, body := range map[string]string{
 		"iphone":  `{"platform":"ios","token":"0a1b2c3d4e5f"}`,
 		"pixel":   `{"platform":"android","token":"fcm-pixel-token-1"}`,
-		"firefox": fmt.Sprintf(`{"platform":"web","webPush":{"endpoint":%q,"p256dh":%q,"auth":%q}}`, endpoint.String(), sub.Data.Keys.P256dh, sub.Data.Keys.Auth),
+		"firefox": fmt.Sprintf(`{"platform":"web","webPush":{"endpoint":%q,"p256dh":%q,"auth":%q}}`, sub.endpoint, sub.p256dh, sub.auth),
 	} {
 		if st, b := e.call("PUT", "/v1/users/u_e2e/devices/"+id, body); st != 200 && st != 201 {
 			t.Fatalf("register %s: %d %s", id, st, b)
@@ -246,4 +218,47 @@ func getJSON(t *testing.T, cl *http.Client, url string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
+}
+
+// pushSubscription is a subscription at the test's push service, its
+// endpoint on the TLS proxy herald dev trusts.
+type pushSubscription struct{ endpoint, p256dh, auth string }
+
+// startDevWithWebPush starts web-push-testing behind a TLS proxy whose
+// certificate herald dev trusts (SSL_CERT_FILE: the API takes only https
+// subscriptions), puts herald dev's emulators on free ports, starts herald
+// dev with its ClickHouse native port on chTCP, and subscribes at the push
+// service with dev's VAPID key. The returned e2e knows every receiver and
+// the subscription's client hash.
+func startDevWithWebPush(t *testing.T, chTCP int) (*e2e, *devProc, pushSubscription) {
+	t.Helper()
+	push := testenv.WebPushService(t)
+	target, _ := url.Parse(push)
+	tlsPush := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
+	t.Cleanup(tlsPush.Close)
+	certFile := filepath.Join(t.TempDir(), "push.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsPush.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", certFile)
+	apnsAddr, fcmAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	t.Setenv("HERALD_APNS_EMULATOR_ADDR", apnsAddr)
+	t.Setenv("HERALD_FCM_EMULATOR_ADDR", fcmAddr)
+	hookAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	t.Setenv("HERALD_WEBHOOK_EMULATOR_ADDR", hookAddr)
+	dev := startDev(t, testenv.Herald(t), t.TempDir(), testenv.FreePort(t), testenv.FreePort(t), chTCP, testenv.FreePort(t))
+	e := &e2e{t: t, dev: dev.http, push: push, apns: "https://" + apnsAddr, fcm: "http://" + fcmAddr, hooks: "http://" + hookAddr}
+
+	var sub struct {
+		Data struct {
+			Endpoint   string `json:"endpoint"`
+			Keys       struct{ P256dh, Auth string }
+			ClientHash string `json:"clientHash"`
+		} `json:"data"`
+	}
+	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": vapidKeyOf(t, dev.http)}, &sub)
+	e.hash = sub.Data.ClientHash
+	endpoint, _ := url.Parse(sub.Data.Endpoint)
+	endpoint.Scheme, endpoint.Host = "https", strings.TrimPrefix(tlsPush.URL, "https://")
+	return e, dev, pushSubscription{endpoint: endpoint.String(), p256dh: sub.Data.Keys.P256dh, auth: sub.Data.Keys.Auth}
 }
