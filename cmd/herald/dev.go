@@ -137,7 +137,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		ln.Close()
 		return err
 	}
-	log.Info("embedded kafka ready", "brokers", brokers, "topics", len(cat.Topics()))
+	log.Info("embedded kafka ready", "brokers", brokers, "topics", len(cat.Topics()),
+		"crashed_transactions_aborted", k.AbortedOnStart())
 
 	// ClickHouse.
 	exe, err := os.Executable()

@@ -2,7 +2,7 @@
 // its data dir for persistence and the workarounds its known defects need.
 //
 // kfake (pinned in go.mod) runs transactions, fencing, read_committed,
-// group rebalances and compaction in process, fast enough for a laptop. Three
+// group rebalances and compaction in process, fast enough for a laptop. Five
 // of its defects matter to herald and are worked around here, for every
 // client that talks to it (use ClientOpts) and for the topic catalog (use
 // CatalogOptions):
@@ -34,12 +34,26 @@
 //     the sinks never resend a delivery their state holds. The route stage
 //     may decide such a notification again: on kfake, after a SIGKILL, and
 //     only for the transaction the kill interrupted.
+//  5. Defect 2's transaction, open when the process was killed, stays
+//     without a marker for good: kfake treats it as aborted, but a
+//     read_committed reader drops its records, sees nothing after them,
+//     and so never reaches a partition's high watermark when they end the
+//     partition. A stage's restore (which reads each changelog up to a
+//     record at its high watermark's last offset) then waits forever and
+//     herald dev never becomes healthy. StartKafka therefore reads every
+//     partition (read_uncommitted) before anything else runs and writes an
+//     abort marker (WriteTxnMarkers) for every producer whose last batch
+//     there is transactional data: every such producer belongs to an
+//     earlier run (defect 2's fresh ids), so its transaction is one a
+//     crash left open, already aborted in kfake's memory. The marker
+//     changes no outcome; it makes the abort visible to readers.
 //
 // Exactly-once and crash claims are proven on real Apache Kafka; kfake is
 // for the embedded default and fast tests only.
 package embedded
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -63,10 +77,16 @@ const maxTopicsPerClient = 4
 // Kafka is a running embedded cluster.
 type Kafka struct {
 	cluster *kfake.Cluster
+	// aborted is how many abort markers the start wrote (defect 5).
+	aborted int
 }
 
+// abortTimeout bounds the start's search for crashed transactions.
+const abortTimeout = 5 * time.Minute
+
 // StartKafka starts kfake listening on 127.0.0.1:port with its data in dir
-// (created if missing; reused on the next start).
+// (created if missing; reused on the next start), and ends with an abort
+// marker every transaction an earlier run's crash left open (defect 5).
 func StartKafka(dir string, port int) (*Kafka, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded kafka: data dir: %w", err)
@@ -82,8 +102,19 @@ func StartKafka(dir string, port int) (*Kafka, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded kafka: start on port %d: %w", port, err)
 	}
-	return &Kafka{cluster: c}, nil
+	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+	defer cancel()
+	n, err := abortCrashedTransactions(ctx, c.ListenAddrs())
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("embedded kafka: end transactions a crash left open: %w", err)
+	}
+	return &Kafka{cluster: c, aborted: n}, nil
 }
+
+// AbortedOnStart is how many abort markers the start wrote for
+// transactions a crash left open (defect 5).
+func (k *Kafka) AbortedOnStart() int { return k.aborted }
 
 // Brokers returns the listen addresses.
 func (k *Kafka) Brokers() []string { return k.cluster.ListenAddrs() }
