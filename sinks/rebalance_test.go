@@ -3,7 +3,6 @@ package sinks_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/sinks/sinktest"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -40,24 +40,7 @@ func TestARevokedPartitionLeavesTheInstanceAndComesBackRestored(t *testing.T) {
 	}
 	t.Cleanup(prov.CloseIdleConnections)
 	start := func(id string, reg *metrics.Registry) (stop func()) {
-		r, err := sinks.New(sinks.Options{Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, InstanceID: id,
-			Metrics: reg, BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second, CallTimeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.Run(ctx); err != nil {
-				t.Errorf("sink %s: %v", id, err)
-			}
-		}()
-		var once sync.Once
-		stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-		t.Cleanup(stop)
-		return stop
+		return sinktest.Start(t, sinks.Options{Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, InstanceID: id, Metrics: reg})
 	}
 
 	regA, regB := metrics.NewRegistry(), metrics.NewRegistry()

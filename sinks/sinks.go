@@ -283,19 +283,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	if s.table == nil {
 		return s.runner.Run(ctx)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	tableDone := make(chan error, 1)
-	go func() { tableDone <- s.table.Run(ctx) }()
-	defer func() { cancel(); <-tableDone }()
-	if err := s.table.SyncAll(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("sinks: read devices: %w", err)
-	}
-	s.synced.Store(true)
-	return s.runner.Run(ctx)
+	return s.table.RunWith(ctx, func() { s.synced.Store(true) }, s.runner.Run)
 }
 
 // defaults checks the required options and fills in the others.

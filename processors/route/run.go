@@ -113,19 +113,27 @@ func (s *Stage) Ready() bool { return s.synced.Load() && s.runner.Ready() }
 // Run reads devices and preferences to their ends, then runs the stage
 // until ctx is done.
 func (s *Stage) Run(ctx context.Context) error {
+	return s.table.RunWith(ctx, func() { s.synced.Store(true) }, s.runner.Run)
+}
+
+// RunWith reads both topics (Run) while it runs run, which starts once the
+// table has read them to their ends (SyncAll) and synced is called; it
+// returns run's error, or nil when ctx ends first, and stops the table
+// before returning.
+func (t *Table) RunWith(ctx context.Context, synced func(), run func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	tableDone := make(chan error, 1)
-	go func() { tableDone <- s.table.Run(ctx) }()
+	go func() { tableDone <- t.Run(ctx) }()
 	defer func() { cancel(); <-tableDone }()
-	if err := s.table.SyncAll(ctx); err != nil {
+	if err := t.SyncAll(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("route: read devices and preferences: %w", err)
 	}
-	s.synced.Store(true)
-	return s.runner.Run(ctx)
+	synced()
+	return run(ctx)
 }
 
 // Run runs one instance until ctx is done.

@@ -132,7 +132,7 @@ func New(c Config) (*Provider, error) {
 		// up dials (and TLS-handshakes) once per call; with it they wait
 		// for the connection and share its streams.
 		MaxConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout: 90 * time.Second,
 	}}}
 	cl.Host = c.Host
 	p := &Provider{cl: cl, priority: c.Priority, pushType: apns2.EPushType(c.PushType), topic: c.Topic}

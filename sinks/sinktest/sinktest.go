@@ -20,9 +20,10 @@ import (
 	"github.com/heraldhq/herald/topics"
 )
 
-// Start runs one sink instance for o.Channel until the test ends; Brokers,
-// Catalog, InstanceID and the batching knobs get test defaults.
-func Start(t *testing.T, o sinks.Options) {
+// Start runs one sink instance for o.Channel until the test ends or stop
+// is called (it waits for the instance to return); InstanceID and the
+// batching knobs get test defaults.
+func Start(t *testing.T, o sinks.Options) (stop func()) {
 	t.Helper()
 	if o.InstanceID == "" {
 		o.InstanceID = "i1"
@@ -52,7 +53,10 @@ func Start(t *testing.T, o sinks.Options) {
 			t.Errorf("sink %s: %v", o.Channel, err)
 		}
 	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // Produce writes the commands to their channel's deliveries topic, keyed
