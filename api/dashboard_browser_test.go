@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -17,26 +14,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/heraldhq/herald/analytics/dashboard/dashboardtest"
+	"github.com/heraldhq/herald/internal/testenv"
 )
-
-// artifactDir is where browser tests keep what a person looks at: the
-// directory in HERALD_TEST_ARTIFACTS, else test-artifacts/ at the
-// repository's root (git-ignored).
-func artifactDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("HERALD_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = filepath.Join("..", "test-artifacts")
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // renderedChart is what Chart.js drew on one canvas: its labels, and per
 // dataset its label, data and how many elements it placed at finite
@@ -286,20 +265,11 @@ func TestTheDashboardPageShowsTheProblemWhenClickHouseIsNotConfigured(t *testing
 // returns the page's state.
 func openDashboard(t *testing.T, h http.Handler) (context.Context, string, error) {
 	t.Helper()
-	exe, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("headless Chromium is required (scripts/install.d/chromium): %v", err)
-	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelA)
-	ctx, cancel := chromedp.NewContext(actx)
+	b := testenv.Chromium(t, srv.URL)
+	ctx, cancel := context.WithTimeout(b.Ctx, 3*time.Minute)
 	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(cancelT)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/dashboard"),
 		chromedp.WaitVisible(chromedp.CSS("#api-key")),
@@ -326,17 +296,14 @@ func search(ctx context.Context, id string) (string, error) {
 		chromedp.WithPollingTimeout(time.Minute)))
 }
 
-// screenshot keeps a full screenshot of the page in the artifact directory
-// and returns its path.
+// screenshot keeps a full screenshot of the page as a test artifact
+// (testenv.Artifact: test-artifacts/ at the module's root) and returns its
+// path.
 func screenshot(t *testing.T, ctx context.Context, name string) string {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(artifactDir(t), name)
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testenv.Artifact(t, name, png)
 }
