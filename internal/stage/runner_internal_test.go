@@ -145,3 +145,22 @@ func TestARevocationDropsTheStateOfTheRevokedPartitionsOnly(t *testing.T) {
 		t.Fatalf("partitions gauge %d, want 1", got)
 	}
 }
+
+func TestACommitMarkerIsToldFromAnAbortMarker(t *testing.T) {
+	cases := []struct {
+		name string
+		key  []byte
+		want bool
+	}{
+		{"a commit marker (version 0, type 1)", []byte{0, 0, 0, 1}, true},
+		{"an abort marker (version 0, type 0)", []byte{0, 0, 0, 0}, false},
+		{"a key too short to be a marker", []byte{0, 1}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := isCommitMarker(&kgo.Record{Key: c.key}); got != c.want {
+				t.Fatalf("isCommitMarker(%v) = %v, want %v", c.key, got, c.want)
+			}
+		})
+	}
+}

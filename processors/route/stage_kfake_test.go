@@ -50,7 +50,7 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	var decisions []schemas.Decision
-	for deadline := time.Now().Add(time.Minute); len(decisions) < 2; time.Sleep(50 * time.Millisecond) { // a guard
+	for deadline := time.Now().Add(20 * time.Second); len(decisions) < 2; time.Sleep(50 * time.Millisecond) { // a guard
 		if time.Now().After(deadline) {
 			t.Fatalf("decisions %+v, want two", decisions)
 		}

@@ -94,7 +94,7 @@ func (r *tableRig) putRaw(topic string, p int32, key string, value []byte) {
 
 func (r *tableRig) sync(p int32) {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard, not a timed assertion
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a guard, not a timed assertion
 	defer cancel()
 	if err := r.table.Sync(ctx, p); err != nil {
 		r.t.Fatal(err)
@@ -176,7 +176,7 @@ func TestTheRouteTableSeesEveryChangeWrittenBeforeSync(t *testing.T) {
 		r.put(r.devices, 0, schemas.DeviceKey("acme", "u0", "d"), device("acme", "u0", "d"))
 		r.put(r.devices, 1, schemas.DeviceKey("acme", "u1", "d"), device("acme", "u1", "d"))
 		r.put(r.prefs, 1, schemas.RecipientKey("acme", "u1"), &schemas.Preferences{Tenant: "acme", Recipient: "u1"})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a guard
 		defer cancel()
 		if err := r.table.SyncAll(ctx); err != nil {
 			t.Fatal(err)
@@ -220,7 +220,7 @@ func TestARouteTableSyncEndsWhenItCannotCatchUp(t *testing.T) {
 		r := newTableRigRunning(t, false)
 		r.put(r.devices, 1, schemas.DeviceKey("acme", "u1", "d"), device("acme", "u1", "d"))
 		r.put(r.prefs, 1, schemas.RecipientKey("acme", "u1"), &schemas.Preferences{Tenant: "acme", Recipient: "u1"})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a guard
 		defer cancel()
 		if err := r.table.Sync(ctx, 0); err != nil {
 			t.Fatalf("Sync of partition 0 with only partition 1 behind: %v", err)
@@ -231,7 +231,7 @@ func TestARouteTableSyncEndsWhenItCannotCatchUp(t *testing.T) {
 		r.put(r.devices, 0, schemas.DeviceKey("acme", "u1", "d"), device("acme", "u1", "d"))
 		r.put(r.devices, 0, schemas.DeviceKey("acme", "u1", "e"), device("acme", "u1", "e"))
 		done := make(chan error, 1)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a guard
 		defer cancel()
 		go func() { done <- r.table.Sync(ctx, 0) }()
 		advance := func(next int64) {
