@@ -43,14 +43,7 @@ func TestDevDeliversFCMWebPushAndTheFeedAndKeepsItsVAPIDKeys(t *testing.T) {
 	} else if resp.Body.Close(); resp.StatusCode != 200 || resp.Header.Get("Service-Worker-Allowed") != "/" {
 		t.Fatalf("GET /sdk/herald-sw.js: %d, Service-Worker-Allowed %q", resp.StatusCode, resp.Header.Get("Service-Worker-Allowed"))
 	}
-	var sub struct {
-		Data struct {
-			Endpoint   string `json:"endpoint"`
-			Keys       struct{ P256dh, Auth string }
-			ClientHash string `json:"clientHash"`
-		} `json:"data"`
-	}
-	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": key}, &sub)
+	sub, hash := subscribeAt(t, push, key)
 
 	nid := identity.DedupeID("dev", "welcome", "u_1", "hello-channels")
 	android := schemas.DeliveryCommand{
@@ -60,7 +53,7 @@ func TestDevDeliversFCMWebPushAndTheFeedAndKeepsItsVAPIDKeys(t *testing.T) {
 	}
 	browser := android
 	browser.DeliveryID, browser.DeviceID, browser.Channel, browser.Token = identity.DeliveryID(nid, "firefox"), "firefox", "webpush", ""
-	browser.WebPush = &schemas.WebPushSubscription{Endpoint: sub.Data.Endpoint, P256dh: sub.Data.Keys.P256dh, Auth: sub.Data.Keys.Auth}
+	browser.WebPush = &schemas.WebPushSubscription{Endpoint: sub.endpoint, P256dh: sub.p256dh, Auth: sub.auth}
 	inApp := android
 	inApp.DeliveryID, inApp.DeviceID, inApp.Channel, inApp.Token = identity.DeliveryID(nid, "feed"), "feed", "feed", ""
 	cl := testenv.Client(t, brokers, append(embedded.ClientOpts(), kgo.RecordPartitioner(cat.Partitioner()))...)
@@ -101,7 +94,7 @@ func TestDevDeliversFCMWebPushAndTheFeedAndKeepsItsVAPIDKeys(t *testing.T) {
 			Messages []string `json:"messages"`
 		} `json:"data"`
 	}
-	postJSON(t, push+"/get-notifications", map[string]string{"clientHash": sub.Data.ClientHash}, &msgs)
+	postJSON(t, push+"/get-notifications", map[string]string{"clientHash": hash}, &msgs)
 	if len(msgs.Data.Messages) != 1 || !strings.Contains(msgs.Data.Messages[0], `"id":"`+nid+`"`) {
 		t.Fatalf("the push service holds %q, want one push with the notification id", msgs.Data.Messages)
 	}

@@ -249,6 +249,18 @@ func startDevWithWebPush(t *testing.T, chTCP int) (*e2e, *devProc, pushSubscript
 	dev := startDev(t, testenv.Herald(t), t.TempDir(), testenv.FreePort(t), testenv.FreePort(t), chTCP, testenv.FreePort(t))
 	e := &e2e{t: t, dev: dev.http, push: push, apns: "https://" + apnsAddr, fcm: "http://" + fcmAddr, hooks: "http://" + hookAddr}
 
+	sub, hash := subscribeAt(t, push, vapidKeyOf(t, dev.http))
+	e.hash = hash
+	endpoint, _ := url.Parse(sub.endpoint)
+	endpoint.Scheme, endpoint.Host = "https", strings.TrimPrefix(tlsPush.URL, "https://")
+	sub.endpoint = endpoint.String()
+	return e, dev, sub
+}
+
+// subscribeAt subscribes at the push service (web-push-testing) with a
+// VAPID public key and returns the subscription and its client hash.
+func subscribeAt(t *testing.T, push, vapidKey string) (pushSubscription, string) {
+	t.Helper()
 	var sub struct {
 		Data struct {
 			Endpoint   string `json:"endpoint"`
@@ -256,9 +268,6 @@ func startDevWithWebPush(t *testing.T, chTCP int) (*e2e, *devProc, pushSubscript
 			ClientHash string `json:"clientHash"`
 		} `json:"data"`
 	}
-	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": vapidKeyOf(t, dev.http)}, &sub)
-	e.hash = sub.Data.ClientHash
-	endpoint, _ := url.Parse(sub.Data.Endpoint)
-	endpoint.Scheme, endpoint.Host = "https", strings.TrimPrefix(tlsPush.URL, "https://")
-	return e, dev, pushSubscription{endpoint: endpoint.String(), p256dh: sub.Data.Keys.P256dh, auth: sub.Data.Keys.Auth}
+	postJSON(t, push+"/subscribe", map[string]string{"userVisibleOnly": "true", "applicationServerKey": vapidKey}, &sub)
+	return pushSubscription{endpoint: sub.Data.Endpoint, p256dh: sub.Data.Keys.P256dh, auth: sub.Data.Keys.Auth}, sub.Data.ClientHash
 }
