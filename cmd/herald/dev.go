@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -344,15 +345,21 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", apiSrv)
 	// /metrics, /livez and /readyz as every role serves them (internal/ops);
-	// /healthz is /readyz under its older name.
+	// /healthz is /readyz under its older name, in the API's JSON shape
+	// (openapi.json): 200 {"status":"ok"}, or 503 {"status":"starting"}
+	// naming what is not ready.
 	opsHandler := ops.Handler(metrics.Default, checks...)
 	mux.Handle("GET /metrics", opsHandler)
 	mux.Handle("GET /livez", opsHandler)
 	mux.Handle("GET /readyz", opsHandler)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		r2 := r.Clone(r.Context())
-		r2.URL.Path = "/readyz"
-		opsHandler.ServeHTTP(w, r2)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if not := ops.NotReady(checks...); len(not) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(map[string]any{"status": "starting", "notReady": not})
+			return
+		}
+		io.WriteString(w, `{"status":"ok"}`+"\n")
 	})
 	// The web client (service worker and page helper) for browsers.
 	mux.Handle("GET "+web.Prefix, web.Handler())

@@ -59,7 +59,7 @@ func startDev(t *testing.T, bin, state string, kafkaPort, httpPort, chTCP, chHTT
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				if strings.TrimSpace(string(body)) != "ok" {
+				if strings.TrimSpace(string(body)) != `{"status":"ok"}` {
 					t.Fatalf("healthz body %s", body)
 				}
 				return p
@@ -91,9 +91,10 @@ func devRequests(t *testing.T, brokers []string, cat *topics.Catalog, from, n in
 }
 
 // TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL runs the README's main
-// command's binary: healthz answers, requests are decided, a SIGKILL and a
-// restart on the same state lose and duplicate nothing (kfake defect 2's
-// workaround), and SIGTERM shuts down cleanly.
+// command's binary: healthz answers, requests are decided, a SIGKILL (once
+// the stages have decided, see below) and a restart on the same state lose
+// and duplicate nothing (kfake defects 2 and 5's workarounds), and SIGTERM
+// shuts down cleanly.
 func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts herald dev with the chDB server; runs in the full suite")
@@ -109,8 +110,32 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 
 	dev := startDev(t, bin, state, kafkaPort, httpPort, chTCP, chHTTP)
 	devRequests(t, brokers, cat, 0, 2000)
-	// Kill it while it is deciding (transactions open), then restart.
-	time.Sleep(200 * time.Millisecond)
+	// Kill it once the stages have decided the first half, while the sinks
+	// and the audit writer still work, then restart. Not in the middle of
+	// a stage's transaction: on kfake a SIGKILL inside EndTxn commits some
+	// partitions and not others and loses the group's offsets (kfake
+	// defect 4, internal/embedded), which no client can repair; the
+	// real-broker crash tests of every stage kill mid-transaction.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		dedupeN, routeN := 0, 0
+		for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Decisions), embedded.ClientOpts()...) {
+			var d schemas.Decision
+			if err := schemas.Decode(r.Value, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Stage == "dedupe" {
+				dedupeN++
+			} else {
+				routeN++
+			}
+		}
+		if dedupeN >= 2000 && routeN >= 1000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first 2000 requests got %d dedupe and %d route decisions, want 2000 and 1000", dedupeN, routeN)
+		}
+	}
 	dev.cmd.Process.Signal(syscall.SIGKILL)
 	dev.cmd.Wait()
 	dev = startDev(t, bin, state, kafkaPort, httpPort, chTCP, chHTTP)

@@ -31,13 +31,7 @@ func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		var not []string
-		for _, c := range checks {
-			if !c.Ready() {
-				not = append(not, c.Name)
-			}
-		}
-		if len(not) > 0 {
+		if not := NotReady(checks...); len(not) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %s\n", strings.Join(not, ", "))
 			return
@@ -45,6 +39,17 @@ func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// NotReady names the checks that are not ready now.
+func NotReady(checks ...Check) []string {
+	var not []string
+	for _, c := range checks {
+		if !c.Ready() {
+			not = append(not, c.Name)
+		}
+	}
+	return not
 }
 
 // Server is a running operations endpoint.
