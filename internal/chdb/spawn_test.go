@@ -94,17 +94,25 @@ func TestSpawnRefusesAPortInUse(t *testing.T) {
 // TestSpawn runs a second, private chDB server as a child process, uses it,
 // and stops it. It needs the installed libchdb, so it runs with the rest of
 // the ClickHouse tests.
-func TestSpawn(t *testing.T) {
+// spawnSetup skips t under -short and returns libchdb's path and this test
+// binary, which acts as `herald clickhouse-server` for Spawn.
+func spawnSetup(t *testing.T) (lib, exe string) {
+	t.Helper()
 	testenv.ClickHouse(t) // skip under -short; the full suite has chDB installed
 	lib, err := FindLib()
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
+	exe, err = os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(childEnv, "1")
+	return lib, exe
+}
+
+func TestSpawn(t *testing.T) {
+	lib, exe := spawnSetup(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -176,16 +184,7 @@ func portOf(t *testing.T, hostport string) int {
 // terminates the whole server process. When a chDB release fixes it this
 // test fails: then drop the hazard from the package doc.
 func TestABadHandshakeEndsTheServer(t *testing.T) {
-	testenv.ClickHouse(t) // skip under -short; the full suite has chDB installed
-	lib, err := FindLib()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(childEnv, "1")
+	lib, exe := spawnSetup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, tc := range []struct {
