@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
@@ -61,8 +62,11 @@ func startPipelineWith(t *testing.T, withStage bool, mod func(*Config)) *pipelin
 		if !withStage {
 			return
 		}
-		err := dedupe.Run(ctx, dedupe.Options{Brokers: brokers, Catalog: cat, Group: "g-" + cat.Name(""), InstanceID: "i1",
-			Policy: dedupe.DefaultPolicy(), Logger: quiet})
+		err := dedupe.Run(ctx, dedupe.Options{
+			Instance: stage.Instance{Brokers: brokers, Group: "g-" + cat.Name(""), InstanceID: "i1", Logger: quiet},
+			Catalog:  cat,
+			Policy:   dedupe.DefaultPolicy(),
+		})
 		if err != nil {
 			t.Errorf("dedupe stage: %v", err)
 		}

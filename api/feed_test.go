@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/feed"
@@ -21,7 +22,7 @@ import (
 // same items and read marks from herald.feed.
 func TestTheFeedOnTheRealBroker(t *testing.T) {
 	p := startPipelineWith(t, false, nil)
-	sinktest.Start(t, sinks.Options{Channel: feed.Channel, Provider: feed.New(p.cat), Brokers: p.brokers, Catalog: p.cat})
+	sinktest.Start(t, sinks.Options{Instance: stage.Instance{Brokers: p.brokers}, Channel: feed.Channel, Provider: feed.New(p.cat), Catalog: p.cat})
 	base := time.Now().Add(-time.Hour).UnixMilli()
 	var cmds []*schemas.DeliveryCommand
 	var ids []string // ta's, oldest first

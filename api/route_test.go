@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/stage"
 	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/sdk"
 )
@@ -32,8 +33,12 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		// Timers on stream time only: the rate window stays open.
-		err := routestage.Run(ctx, routestage.Options{Brokers: p.brokers, Catalog: p.cat, Group: "g-route-" + p.cat.Name(""), InstanceID: "r1",
-			Policy: policy, TimerGrace: 100000 * time.Hour, Logger: p.cfg.Logger})
+		err := routestage.Run(ctx, routestage.Options{
+			Instance:   stage.Instance{Brokers: p.brokers, Group: "g-route-" + p.cat.Name(""), InstanceID: "r1", Logger: p.cfg.Logger},
+			Catalog:    p.cat,
+			Policy:     policy,
+			TimerGrace: 100000 * time.Hour,
+		})
 		if err != nil {
 			t.Errorf("route stage: %v", err)
 		}

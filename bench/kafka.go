@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -204,15 +205,9 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	txns0, aborts0 := committedTxns.Value(), abortedTxns.Value()
 
 	runner, err := dedupe.New(dedupe.Options{
-		Brokers:         o.Brokers,
-		Catalog:         cat,
-		Group:           group,
-		InstanceID:      instanceID,
-		Policy:          o.Policy,
-		MaxBatchRecords: txn,
-		BatchInterval:   o.BatchInterval,
-		ClientOpts:      o.ClientOpts,
-		Logger:          stageLogger(ctx, log),
+		Instance: stage.Instance{Brokers: o.Brokers, Group: group, InstanceID: instanceID, MaxBatchRecords: txn, BatchInterval: o.BatchInterval, ClientOpts: o.ClientOpts, Logger: stageLogger(ctx, log)},
+		Catalog:  cat,
+		Policy:   o.Policy,
 	})
 	if err != nil {
 		return Row{}, fmt.Errorf("bench: kafka: %w", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
@@ -31,7 +32,7 @@ func runDedupe(t *testing.T, brokers []string, cat *topics.Catalog) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := dedupe.Run(ctx, dedupe.Options{Brokers: brokers, Catalog: cat, Group: "g-" + cat.Name(""), InstanceID: "i1", Logger: quiet}); err != nil {
+		if err := dedupe.Run(ctx, dedupe.Options{Instance: stage.Instance{Brokers: brokers, Group: "g-" + cat.Name(""), InstanceID: "i1", Logger: quiet}, Catalog: cat}); err != nil {
 			t.Errorf("dedupe stage: %v", err)
 		}
 	}()

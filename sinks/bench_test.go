@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
@@ -40,8 +41,13 @@ func BenchmarkSinkThroughput(b *testing.B) {
 				b.Fatal(err)
 			}
 			reg := metrics.NewRegistry()
-			r, err := sinks.New(sinks.Options{Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, InstanceID: "bench",
-				MaxInFlight: inFlight, Metrics: reg, BatchInterval: 50 * time.Millisecond})
+			r, err := sinks.New(sinks.Options{
+				Instance:    stage.Instance{Brokers: brokers, InstanceID: "bench", Metrics: reg, BatchInterval: 50 * time.Millisecond},
+				Channel:     "apns",
+				Provider:    prov,
+				Catalog:     cat,
+				MaxInFlight: inFlight,
+			})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -85,7 +85,7 @@ func TestTheIntentIsCommittedBeforeTheProviderIsCalled(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	cat := testenv.Catalog(t, brokers, 2)
 	checker := &intentChecker{brokers: brokers, topic: cat.Name(topics.SinkState("apns")), seen: map[string]bool{}}
-	sinktest.Start(t, sinks.Options{Channel: "apns", Provider: checker, Brokers: brokers, Catalog: cat, CallTimeout: 30 * time.Second})
+	sinktest.Start(t, sinks.Options{Instance: stage.Instance{Brokers: brokers}, Channel: "apns", Provider: checker, Catalog: cat, CallTimeout: 30 * time.Second})
 	var ids []string
 	var cmds []*schemas.DeliveryCommand
 	for i := range 6 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
@@ -63,7 +64,7 @@ func startSink(t *testing.T, brokers []string, cat *topics.Catalog, em *emulator
 		t.Fatal(err)
 	}
 	t.Cleanup(prov.CloseIdleConnections)
-	sinktest.Start(t, sinks.Options{Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, Policy: p, CallTimeout: time.Second})
+	sinktest.Start(t, sinks.Options{Instance: stage.Instance{Brokers: brokers}, Channel: "apns", Provider: prov, Catalog: cat, Policy: p, CallTimeout: time.Second})
 }
 
 func TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
@@ -17,8 +18,12 @@ func (nopProvider) Send(context.Context, *schemas.DeliveryCommand) Result {
 }
 
 func sinkOptions() Options {
-	return Options{Channel: "apns", Provider: nopProvider{}, Catalog: topics.New(topics.Options{}), InstanceID: "sink-0",
-		Brokers: []string{"127.0.0.1:1"}, Metrics: metrics.NewRegistry()}
+	return Options{
+		Instance: stage.Instance{InstanceID: "sink-0", Brokers: []string{"127.0.0.1:1"}, Metrics: metrics.NewRegistry()},
+		Channel:  "apns",
+		Provider: nopProvider{},
+		Catalog:  topics.New(topics.Options{}),
+	}
 }
 
 func TestASinksUnsetOptionsTakeTheirDefaultsAndSetOnesAreKept(t *testing.T) {

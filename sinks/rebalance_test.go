@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
@@ -40,7 +41,7 @@ func TestARevokedPartitionLeavesTheInstanceAndComesBackRestored(t *testing.T) {
 	}
 	t.Cleanup(prov.CloseIdleConnections)
 	start := func(id string, reg *metrics.Registry) (stop func()) {
-		return sinktest.Start(t, sinks.Options{Channel: "apns", Provider: prov, Brokers: brokers, Catalog: cat, InstanceID: id, Metrics: reg})
+		return sinktest.Start(t, sinks.Options{Instance: stage.Instance{Brokers: brokers, InstanceID: id, Metrics: reg}, Channel: "apns", Provider: prov, Catalog: cat})
 	}
 
 	regA, regB := metrics.NewRegistry(), metrics.NewRegistry()

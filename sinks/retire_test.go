@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
@@ -68,7 +69,7 @@ func TestARetiredDeviceGetsNothingMore(t *testing.T) {
 		}()
 	}
 	run("route", func(ctx context.Context) error {
-		return route.Run(ctx, route.Options{Brokers: brokers, Catalog: cat, InstanceID: "r1", BatchInterval: 20 * time.Millisecond})
+		return route.Run(ctx, route.Options{Instance: stage.Instance{Brokers: brokers, InstanceID: "r1", BatchInterval: 20 * time.Millisecond}, Catalog: cat})
 	})
 	startSink(t, brokers, cat, em, sinks.Policy{Backoff: backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	t.Cleanup(func() { cancel(); wg.Wait() })

@@ -129,38 +129,22 @@ func (p *Policy) defaults() {
 
 // Options configure one sink instance.
 type Options struct {
+	// The runtime's settings: Group is "herald-sink-<channel>" by default,
+	// MaxBatchRecords twice MaxInFlight; size RebalanceTimeout above the
+	// longest restore of a sink state partition. ResetOffsets "" refuses
+	// to start when the group's offsets were lost: replaying deliveries is
+	// safe (the sent-set skips what is final) but it is the operator's call.
+	stage.Instance
 	Channel  string
 	Provider Provider
-	Brokers  []string
 	Catalog  *topics.Catalog
-	// Group is the consumer group; "herald-sink-<channel>" by default.
-	Group string
-	// InstanceID names this instance, stable across its restarts (its
-	// transactional id is Group + "-" + InstanceID).
-	InstanceID string
-	Policy     Policy
+	Policy   Policy
 	// MaxInFlight bounds concurrent provider calls (1000 by default).
 	MaxInFlight int
 	// CallTimeout bounds one provider call (10 s by default).
 	CallTimeout time.Duration
-	// MaxBatchRecords and BatchInterval bound one transaction.
-	MaxBatchRecords int
-	BatchInterval   time.Duration
-	// TransactionTimeout: 10 s by default.
-	TransactionTimeout time.Duration
-	SessionTimeout     time.Duration
-	// RebalanceTimeout and ResetOffsets are stage.Config's: size the first
-	// above the longest restore of a sink state partition; the second is
-	// the operator's choice when the group's offsets were lost ("" refuses
-	// to start then: replaying deliveries is safe, the sent-set skips
-	// what is final, but it is the operator's call).
-	RebalanceTimeout time.Duration
-	ResetOffsets     string
 	// Now is the clock (time.Now by default).
-	Now        func() time.Time
-	ClientOpts []kgo.Opt
-	Logger     *slog.Logger
-	Metrics    *metrics.Registry
+	Now func() time.Time
 }
 
 // Topics are the topics a sink reads and writes.
@@ -320,28 +304,13 @@ func (o *Options) defaults() error {
 // transactional id per instance of it (a static member, so a restart takes
 // its partitions back), its state restored from the channel's state topic.
 func (o Options) stageConfig(rt *runtime) stage.Config {
-	return stage.Config{
-		Name:               "sink-" + o.Channel,
-		Brokers:            o.Brokers,
-		Group:              o.Group,
-		TransactionalID:    o.Group + "-" + o.InstanceID,
-		GroupInstanceID:    o.InstanceID,
-		SessionTimeout:     o.SessionTimeout,
-		RebalanceTimeout:   o.RebalanceTimeout,
-		ResetOffsets:       o.ResetOffsets,
-		DeadLetterTopic:    rt.topics.DeadLetters,
-		Input:              rt.topics.Deliveries,
-		Changelogs:         []string{rt.topics.State},
-		NewTask:            func(p int32) stage.Task { return rt.newTask(p) },
-		AfterCommit:        rt.afterCommit,
-		Partitioner:        o.Catalog.Partitioner(),
-		MaxBatchRecords:    o.MaxBatchRecords,
-		BatchInterval:      o.BatchInterval,
-		TransactionTimeout: o.TransactionTimeout,
-		ClientOpts:         o.ClientOpts,
-		Logger:             o.Logger,
-		Metrics:            o.Metrics,
-	}
+	cfg := o.Config("sink-" + o.Channel)
+	cfg.Input, cfg.Changelogs = rt.topics.Deliveries, []string{rt.topics.State}
+	cfg.DeadLetterTopic = rt.topics.DeadLetters
+	cfg.NewTask = func(p int32) stage.Task { return rt.newTask(p) }
+	cfg.AfterCommit = rt.afterCommit
+	cfg.Partitioner = o.Catalog.Partitioner()
+	return cfg
 }
 
 // Run runs one sink instance until ctx is done.

@@ -48,8 +48,16 @@ type harness struct {
 func newHarness(t *testing.T, p Policy) *harness {
 	h := &harness{t: t, prov: &scripted{results: map[string][]Result{}, calls: map[string]int{}}, now: time.UnixMilli(1_800_000_000_000)}
 	p.defaults()
-	h.rt = newRuntime(Options{Channel: "apns", Provider: h.prov, Catalog: topics.New(topics.Options{}), Policy: p,
-		MaxInFlight: 4, CallTimeout: time.Second, Now: func() time.Time { return h.now }, Logger: testLogger(t), Metrics: metrics.NewRegistry()})
+	h.rt = newRuntime(Options{
+		Instance:    stage.Instance{Logger: testLogger(t), Metrics: metrics.NewRegistry()},
+		Channel:     "apns",
+		Provider:    h.prov,
+		Catalog:     topics.New(topics.Options{}),
+		Policy:      p,
+		MaxInFlight: 4,
+		CallTimeout: time.Second,
+		Now:         func() time.Time { return h.now },
+	})
 	h.rt.devices = registered{}
 	h.task = h.rt.newTask(0)
 	return h

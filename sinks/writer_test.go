@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
@@ -47,8 +48,16 @@ func TestAWriterChannelWritesInTheTransactionThatConsumesTheCommand(t *testing.T
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Policy{})
 			w := &writer{fail: tc.fail}
-			h.rt = newRuntime(Options{Channel: "feed", Provider: w, Catalog: topics.New(topics.Options{}), Policy: h.rt.policy,
-				MaxInFlight: 4, CallTimeout: time.Second, Now: func() time.Time { return h.now }, Logger: testLogger(t), Metrics: metrics.NewRegistry()})
+			h.rt = newRuntime(Options{
+				Instance:    stage.Instance{Logger: testLogger(t), Metrics: metrics.NewRegistry()},
+				Channel:     "feed",
+				Provider:    w,
+				Catalog:     topics.New(topics.Options{}),
+				Policy:      h.rt.policy,
+				MaxInFlight: 4,
+				CallTimeout: time.Second,
+				Now:         func() time.Time { return h.now },
+			})
 			h.task = h.rt.newTask(0)
 			h.step(cmd("d"), cmd("d"))
 			h.step(cmd("d"))

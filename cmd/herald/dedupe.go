@@ -34,17 +34,9 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	r, err := dedupe.New(dedupe.Options{
-		Brokers:            seeds,
-		ClientOpts:         kopts,
-		Catalog:            kf.catalog(),
-		Group:              sf.group,
-		InstanceID:         sf.instance,
-		Policy:             policy,
-		MaxBatchRecords:    sf.batch,
-		BatchInterval:      sf.interval,
-		TransactionTimeout: sf.txnTimeout,
-		RebalanceTimeout:   sf.rebalanceTimeout,
-		ResetOffsets:       sf.reset,
+		Instance: sf.runtime(seeds, kopts),
+		Catalog:  kf.catalog(),
+		Policy:   policy,
 	})
 	if err != nil {
 		return err

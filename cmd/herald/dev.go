@@ -26,6 +26,7 @@ import (
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/ops"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/sdk/web"
@@ -196,9 +197,13 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		}()
 	}
 	suffix := embedded.TransactionalSuffix()
+	// Every stage's instance on kfake: fresh transactional ids per start
+	// (defect 2) and an explicit offset reset (defect 4).
+	devStage := stage.Instance{Brokers: brokers, InstanceID: "dev" + suffix, ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets}
 	dedupeStage, err := dedupe.New(dedupe.Options{
-		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: policy, ClientOpts: embedded.ClientOpts(),
-		ResetOffsets: embedded.ResetOffsets,
+		Instance: devStage,
+		Catalog:  cat,
+		Policy:   policy,
 	})
 	if err != nil {
 		ln.Close()
@@ -206,8 +211,9 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	goStage("dedupe", dedupeStage.Run)
 	routeStage, err := route.New(route.Options{
-		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, Policy: routePolicy, ClientOpts: embedded.ClientOpts(),
-		ResetOffsets: embedded.ResetOffsets,
+		Instance: devStage,
+		Catalog:  cat,
+		Policy:   routePolicy,
 	})
 	if err != nil {
 		ln.Close()
@@ -234,8 +240,10 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	goSink := func(channel string, p sinks.Provider) error {
 		r, err := sinks.New(sinks.Options{
-			Channel: channel, Provider: p, Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix,
-			ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets,
+			Instance: devStage,
+			Channel:  channel,
+			Provider: p,
+			Catalog:  cat,
 		})
 		if err != nil {
 			return fmt.Errorf("dev: sink %s: %w", channel, err)
@@ -282,7 +290,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	// Outbound webhooks (fan-out from herald.outcomes and the sink), and a
 	// local receiver that verifies their signatures.
 	hooks, err := webhook.NewChannel(webhook.ChannelOptions{Sink: sinks.Options{
-		Brokers: brokers, Catalog: cat, InstanceID: "dev" + suffix, ClientOpts: embedded.ClientOpts(), ResetOffsets: embedded.ResetOffsets,
+		Instance: devStage,
+		Catalog:  cat,
 	}})
 	if err != nil {
 		ln.Close()

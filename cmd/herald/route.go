@@ -40,18 +40,10 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	s, err := route.New(route.Options{
-		Brokers:            seeds,
-		ClientOpts:         kopts,
-		Catalog:            kf.catalog(),
-		Group:              sf.group,
-		InstanceID:         sf.instance,
-		Policy:             policy,
-		TimerGrace:         *grace,
-		MaxBatchRecords:    sf.batch,
-		BatchInterval:      sf.interval,
-		TransactionTimeout: sf.txnTimeout,
-		RebalanceTimeout:   sf.rebalanceTimeout,
-		ResetOffsets:       sf.reset,
+		Instance:   sf.runtime(seeds, kopts),
+		Catalog:    kf.catalog(),
+		Policy:     policy,
+		TimerGrace: *grace,
 	})
 	if err != nil {
 		return err

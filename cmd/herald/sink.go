@@ -88,10 +88,13 @@ func (s *sinkFlags) options(channel string, p sinks.Provider, kf *kafkaFlags) (s
 		return sinks.Options{}, err
 	}
 	return sinks.Options{
-		Channel: channel, Provider: p, Brokers: seeds, ClientOpts: kopts, Catalog: kf.catalog(), Group: s.group, InstanceID: s.instance,
+		Instance:    stage.Instance{Brokers: seeds, ClientOpts: kopts, Group: s.group, InstanceID: s.instance, MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset},
+		Channel:     channel,
+		Provider:    p,
+		Catalog:     kf.catalog(),
 		Policy:      sinks.Policy{MaxAttempts: s.maxAttempts, Backoff: backoff.Policy{Min: s.backoffMin, Max: s.backoffMax}, MaxAge: s.maxAge},
-		MaxInFlight: s.maxInFlight, CallTimeout: s.callTO, MaxBatchRecords: s.batch, BatchInterval: s.interval,
-		TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset,
+		MaxInFlight: s.maxInFlight,
+		CallTimeout: s.callTO,
 	}, nil
 }
 

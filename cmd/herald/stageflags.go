@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/heraldhq/herald/internal/stage"
 )
 
@@ -52,4 +54,12 @@ func (s *stageFlags) check() error {
 		return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
 	}
 	return nil
+}
+
+// runtime is the stage runtime's settings from the flags, with the
+// brokers and client options of the Kafka flags.
+func (s *stageFlags) runtime(brokers []string, opts []kgo.Opt) stage.Instance {
+	return stage.Instance{Brokers: brokers, ClientOpts: opts, Group: s.group, InstanceID: s.instance,
+		MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout,
+		RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset}
 }

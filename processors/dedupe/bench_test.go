@@ -42,8 +42,10 @@ func BenchmarkStageOnKafka(b *testing.B) {
 				start := time.Now()
 				go func() {
 					defer wg.Done()
-					Run(ctx, Options{Brokers: brokers, Catalog: cat, Group: group, InstanceID: "bench",
-						MaxBatchRecords: size, BatchInterval: 2 * time.Second})
+					Run(ctx, Options{
+						Instance: stage.Instance{Brokers: brokers, Group: group, InstanceID: "bench", MaxBatchRecords: size, BatchInterval: 2 * time.Second},
+						Catalog:  cat,
+					})
 				}()
 				testenv.WaitCommitted(b, brokers, group, cat.Name(topics.Requests), n)
 				elapsed += time.Since(start)

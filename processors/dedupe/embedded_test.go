@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -23,8 +24,8 @@ func TestNewRefusesOptionsWithoutCatalogOrInstance(t *testing.T) {
 		name string
 		o    Options
 	}{
-		{"without a catalog it refuses to start", Options{Brokers: []string{"127.0.0.1:1"}, InstanceID: "i1"}},
-		{"without an instance id it refuses to start", Options{Brokers: []string{"127.0.0.1:1"}, Catalog: cat}},
+		{"without a catalog it refuses to start", Options{Instance: stage.Instance{Brokers: []string{"127.0.0.1:1"}, InstanceID: "i1"}}},
+		{"without an instance id it refuses to start", Options{Instance: stage.Instance{Brokers: []string{"127.0.0.1:1"}}, Catalog: cat}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := Run(context.Background(), c.o); err == nil {
@@ -51,8 +52,10 @@ func TestTheStageWithItsDefaultsOnAnEmbeddedCluster(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		// No group and a zero policy: "herald-dedupe" and DefaultPolicy.
-		if err := Run(ctx, Options{Brokers: brokers, Catalog: cat, InstanceID: "i1", ClientOpts: embedded.ClientOpts(),
-			BatchInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		if err := Run(ctx, Options{
+			Instance: stage.Instance{Brokers: brokers, InstanceID: "i1", ClientOpts: embedded.ClientOpts(), BatchInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+			Catalog:  cat,
+		}); err != nil {
 			t.Errorf("stage: %v", err)
 		}
 	}()

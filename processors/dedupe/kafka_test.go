@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -23,7 +24,7 @@ func runStage(t *testing.T, brokers []string, cat *topics.Catalog, instance stri
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := Run(ctx, Options{Brokers: brokers, Catalog: cat, Group: "g-" + cat.Name(""), InstanceID: instance, Policy: p})
+		err := Run(ctx, Options{Instance: stage.Instance{Brokers: brokers, Group: "g-" + cat.Name(""), InstanceID: instance}, Catalog: cat, Policy: p})
 		if err != nil {
 			t.Errorf("stage %s: %v", instance, err)
 		}

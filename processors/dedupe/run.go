@@ -3,42 +3,19 @@ package dedupe
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/topics"
 )
 
-// Options configure one instance of the dedupe stage.
+// Options configure one instance of the dedupe stage: the runtime's
+// (stage.Instance; Group is "herald-dedupe" by default), its topics and its
+// policy.
 type Options struct {
-	Brokers []string
+	stage.Instance
 	Catalog *topics.Catalog
-	// Group is the consumer group; "herald-dedupe" by default.
-	Group string
-	// InstanceID names this instance, stable across its restarts: its
-	// transactional id is Group + "-" + InstanceID, so a restart fences
-	// the crashed predecessor's open transaction at once.
-	InstanceID      string
-	Policy          Policy
-	MaxBatchRecords int
-	BatchInterval   time.Duration
-	// TransactionTimeout: 10 s by default.
-	TransactionTimeout time.Duration
-	// RebalanceTimeout: 60 s by default; see stage.Config.RebalanceTimeout
-	// for sizing it from the restore speed.
-	RebalanceTimeout time.Duration
-	// ResetOffsets is stage.Config.ResetOffsets: "" refuses to start a
-	// partition whose group offset was lost while its seen-set holds
-	// state; "earliest" or "latest" is the operator's explicit choice.
-	ResetOffsets string
-	ClientOpts   []kgo.Opt
-	Logger       *slog.Logger
-	// Metrics receives the stage's metrics (metrics.Default when nil).
-	Metrics *metrics.Registry
+	Policy  Policy
 }
 
 // TopicsOf returns the dedupe stage's topics in a catalog.
@@ -67,30 +44,16 @@ func New(o Options) (*stage.Runner, error) {
 		o.Metrics = metrics.Default
 	}
 	decisions := metrics.NewDecisions(o.Metrics, "dedupe")
-	return stage.New(stage.Config{
-		Name:            "dedupe",
-		Brokers:         o.Brokers,
-		Group:           o.Group,
-		TransactionalID: o.Group + "-" + o.InstanceID,
-		GroupInstanceID: o.InstanceID,
-		Input:           t.Requests,
-		Changelogs:      []string{t.Seen},
-		NewTask: func(p int32) stage.Task {
-			task := NewTask(o.Policy, t, p)
-			task.decisions = decisions.Tally()
-			return task
-		},
-		Partitioner:        o.Catalog.Partitioner(),
-		MaxBatchRecords:    o.MaxBatchRecords,
-		BatchInterval:      o.BatchInterval,
-		TransactionTimeout: o.TransactionTimeout,
-		RebalanceTimeout:   o.RebalanceTimeout,
-		ResetOffsets:       o.ResetOffsets,
-		DeadLetterTopic:    o.Catalog.Name(topics.DeadLetters),
-		ClientOpts:         o.ClientOpts,
-		Logger:             o.Logger,
-		Metrics:            o.Metrics,
-	})
+	cfg := o.Config("dedupe")
+	cfg.Input, cfg.Changelogs = t.Requests, []string{t.Seen}
+	cfg.NewTask = func(p int32) stage.Task {
+		task := NewTask(o.Policy, t, p)
+		task.decisions = decisions.Tally()
+		return task
+	}
+	cfg.Partitioner = o.Catalog.Partitioner()
+	cfg.DeadLetterTopic = o.Catalog.Name(topics.DeadLetters)
+	return stage.New(cfg)
 }
 
 // Run runs one instance until ctx is done.

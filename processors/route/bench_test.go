@@ -87,8 +87,12 @@ func BenchmarkStageOnKafka(b *testing.B) {
 		start := time.Now()
 		go func() {
 			defer wg.Done()
-			Run(ctx, Options{Brokers: brokers, Catalog: cat, Group: group, InstanceID: "bench", Policy: crashPolicy,
-				TimerGrace: 100000 * time.Hour, MaxBatchRecords: 5000, BatchInterval: 2 * time.Second})
+			Run(ctx, Options{
+				Instance:   stage.Instance{Brokers: brokers, Group: group, InstanceID: "bench", MaxBatchRecords: 5000, BatchInterval: 2 * time.Second},
+				Catalog:    cat,
+				Policy:     crashPolicy,
+				TimerGrace: 100000 * time.Hour,
+			})
 		}()
 		testenv.WaitCommitted(b, brokers, group, cat.Name(topics.Accepted), n)
 		elapsed += time.Since(start)

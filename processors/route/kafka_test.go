@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/analytics/queries"
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
@@ -138,12 +139,18 @@ func TestSeedInteractionsThroughDedupeAndRouteOnTheRealBroker(t *testing.T) {
 	})
 
 	goRun(t, "dedupe", func(ctx context.Context) error {
-		return dedupe.Run(ctx, dedupe.Options{Brokers: brokers, Catalog: cat, Group: "g-dedupe-" + cat.Name(""), InstanceID: "d1",
-			Policy: dedupe.Policy{DefaultWindowMs: 3600_000, IdempotencyTTLMs: 3600_000}})
+		return dedupe.Run(ctx, dedupe.Options{
+			Instance: stage.Instance{Brokers: brokers, Group: "g-dedupe-" + cat.Name(""), InstanceID: "d1"},
+			Catalog:  cat,
+			Policy:   dedupe.Policy{DefaultWindowMs: 3600_000, IdempotencyTTLMs: 3600_000},
+		})
 	})
 	goRun(t, "route", func(ctx context.Context) error {
-		return Run(ctx, Options{Brokers: brokers, Catalog: cat, Group: "g-route-" + cat.Name(""), InstanceID: "r1",
-			Policy: seedPolicy})
+		return Run(ctx, Options{
+			Instance: stage.Instance{Brokers: brokers, Group: "g-route-" + cat.Name(""), InstanceID: "r1"},
+			Catalog:  cat,
+			Policy:   seedPolicy,
+		})
 	})
 
 	now := time.Now()

@@ -17,28 +17,13 @@ import (
 
 // Options configure one instance of the route stage.
 type Options struct {
-	Brokers []string
+	// The runtime's settings; Group is "herald-route" by default.
+	stage.Instance
 	Catalog *topics.Catalog
-	// Group is the consumer group; "herald-route" by default.
-	Group string
-	// InstanceID names this instance, stable across its restarts: its
-	// transactional id is Group + "-" + InstanceID.
-	InstanceID string
-	Policy     Policy
+	Policy  Policy
 	// TimerGrace: timers fire when stream time reaches them, or the wall
 	// clock minus TimerGrace does (1 s by default).
-	TimerGrace      time.Duration
-	MaxBatchRecords int
-	BatchInterval   time.Duration
-	// TransactionTimeout: 10 s by default.
-	TransactionTimeout time.Duration
-	// RebalanceTimeout and ResetOffsets: see stage.Config.
-	RebalanceTimeout time.Duration
-	ResetOffsets     string
-	ClientOpts       []kgo.Opt
-	Logger           *slog.Logger
-	// Metrics receives the stage's metrics (metrics.Default when nil).
-	Metrics *metrics.Registry
+	TimerGrace time.Duration
 }
 
 // Stage is one instance of the route stage: the devices and preferences
@@ -75,30 +60,16 @@ func New(o Options) (*Stage, error) {
 	decisions := metrics.NewDecisions(o.Metrics, "route")
 	grace := o.TimerGrace.Milliseconds()
 	now := func() int64 { return time.Now().UnixMilli() - grace }
-	r, err := stage.New(stage.Config{
-		Name:            "route",
-		Brokers:         o.Brokers,
-		Group:           o.Group,
-		TransactionalID: o.Group + "-" + o.InstanceID,
-		GroupInstanceID: o.InstanceID,
-		Input:           t.Accepted,
-		Changelogs:      []string{t.Route},
-		NewTask: func(p int32) stage.Task {
-			task := NewTask(o.Policy, t, p, table, now)
-			task.decisions = decisions.Tally()
-			return task
-		},
-		Partitioner:        o.Catalog.Partitioner(),
-		MaxBatchRecords:    o.MaxBatchRecords,
-		BatchInterval:      o.BatchInterval,
-		TransactionTimeout: o.TransactionTimeout,
-		RebalanceTimeout:   o.RebalanceTimeout,
-		ResetOffsets:       o.ResetOffsets,
-		DeadLetterTopic:    o.Catalog.Name(topics.DeadLetters),
-		ClientOpts:         o.ClientOpts,
-		Logger:             o.Logger,
-		Metrics:            o.Metrics,
-	})
+	cfg := o.Config("route")
+	cfg.Input, cfg.Changelogs = t.Accepted, []string{t.Route}
+	cfg.NewTask = func(p int32) stage.Task {
+		task := NewTask(o.Policy, t, p, table, now)
+		task.decisions = decisions.Tally()
+		return task
+	}
+	cfg.Partitioner = o.Catalog.Partitioner()
+	cfg.DeadLetterTopic = o.Catalog.Name(topics.DeadLetters)
+	r, err := stage.New(cfg)
 	if err != nil {
 		table.cl.Close()
 		return nil, err

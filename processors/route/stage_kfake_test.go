@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -38,8 +39,10 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 		{Topic: cat.Name(topics.Accepted), Key: []byte(schemas.RecipientKey("acme", "u1")), Value: []byte("{not json"), Timestamp: now},
 	})
 
-	s, err := New(Options{Brokers: brokers, Catalog: cat, InstanceID: "r1" + embedded.TransactionalSuffix(),
-		ResetOffsets: embedded.ResetOffsets, BatchInterval: 10 * time.Millisecond, ClientOpts: opts, Metrics: metrics.NewRegistry()})
+	s, err := New(Options{
+		Instance: stage.Instance{Brokers: brokers, InstanceID: "r1" + embedded.TransactionalSuffix(), ResetOffsets: embedded.ResetOffsets, BatchInterval: 10 * time.Millisecond, ClientOpts: opts, Metrics: metrics.NewRegistry()},
+		Catalog:  cat,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

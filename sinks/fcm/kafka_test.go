@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
@@ -62,8 +63,13 @@ func TestTheFCMSinkDoesWhatTheTableSaysOnTheRealBroker(t *testing.T) {
 			CreatedAt: time.Now().UnixMilli(), ExpiresAt: time.Now().Add(time.Hour).UnixMilli()})
 	}
 	sinktest.RegisterDevices(t, brokers, cat, cmds...)
-	sinktest.Start(t, sinks.Options{Channel: "fcm", Provider: p, Brokers: brokers, Catalog: cat,
-		Policy: sinks.Policy{MaxAttempts: 4, Backoff: backoff.Policy{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}}})
+	sinktest.Start(t, sinks.Options{
+		Instance: stage.Instance{Brokers: brokers},
+		Channel:  "fcm",
+		Provider: p,
+		Catalog:  cat,
+		Policy:   sinks.Policy{MaxAttempts: 4, Backoff: backoff.Policy{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}},
+	})
 	sinktest.Produce(t, brokers, cat, cmds...)
 	ids := make([]string, len(cmds))
 	for i, c := range cmds {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
@@ -24,7 +25,7 @@ func TestTheFeedSinkWritesOneItemPerDeliveryExactlyOnceOnTheRealBroker(t *testin
 	brokers := testenv.Kafka(t)
 	cat := testenv.Catalog(t, brokers, 2)
 	a, b := feedCmd("u1", "hello"), feedCmd("u2", "invoice")
-	sinktest.Start(t, sinks.Options{Channel: feed.Channel, Provider: feed.New(cat), Brokers: brokers, Catalog: cat})
+	sinktest.Start(t, sinks.Options{Instance: stage.Instance{Brokers: brokers}, Channel: feed.Channel, Provider: feed.New(cat), Catalog: cat})
 	// The first command twice (a producer retry, a replayed input): the
 	// sent-set keeps it to one item.
 	sinktest.Produce(t, brokers, cat, a, b, a)

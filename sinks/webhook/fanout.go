@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/identity"
-	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -92,21 +91,10 @@ func Commands(o *schemas.Outcome, endpoints []schemas.Webhook) []*schemas.Delive
 
 // FanOutOptions configure the fan-out stage.
 type FanOutOptions struct {
-	Brokers []string
+	// The runtime's settings; Group is "herald-webhook-fanout" by default.
+	stage.Instance
 	Catalog *topics.Catalog
 	Table   *Table
-	// Group is "herald-webhook-fanout" by default; InstanceID names this
-	// instance (its transactional id is Group + "-" + InstanceID).
-	Group, InstanceID string
-	// ResetOffsets, SessionTimeout, RebalanceTimeout, BatchInterval and
-	// TransactionTimeout are stage.Config's.
-	ResetOffsets                     string
-	SessionTimeout, RebalanceTimeout time.Duration
-	BatchInterval                    time.Duration
-	TransactionTimeout               time.Duration
-	ClientOpts                       []kgo.Opt
-	Logger                           *slog.Logger
-	Metrics                          *metrics.Registry
 }
 
 // NewFanOut builds the fan-out stage: herald.outcomes in,
@@ -123,16 +111,13 @@ func NewFanOut(o FanOutOptions) (*stage.Runner, error) {
 	}
 	deliveries := o.Catalog.Name(topics.Deliveries(Channel))
 	log := o.Logger.With("stage", "webhook-fanout")
-	return stage.New(stage.Config{
-		Name: "webhook-fanout", Brokers: o.Brokers, Group: o.Group, TransactionalID: o.Group + "-" + o.InstanceID,
-		GroupInstanceID: o.InstanceID, SessionTimeout: o.SessionTimeout, RebalanceTimeout: o.RebalanceTimeout,
-		ResetOffsets: o.ResetOffsets, Input: o.Catalog.Name(topics.Outcomes), DeadLetterTopic: o.Catalog.Name(topics.DeadLetters),
-		NewTask: func(int32) stage.Task {
-			return &fanTask{table: o.Table, topic: deliveries, log: log}
-		},
-		Partitioner: o.Catalog.Partitioner(), BatchInterval: o.BatchInterval, TransactionTimeout: o.TransactionTimeout,
-		ClientOpts: o.ClientOpts, Logger: o.Logger, Metrics: o.Metrics,
-	})
+	cfg := o.Config("webhook-fanout")
+	cfg.Input, cfg.DeadLetterTopic = o.Catalog.Name(topics.Outcomes), o.Catalog.Name(topics.DeadLetters)
+	cfg.NewTask = func(int32) stage.Task {
+		return &fanTask{table: o.Table, topic: deliveries, log: log}
+	}
+	cfg.Partitioner = o.Catalog.Partitioner()
+	return stage.New(cfg)
 }
 
 // fanTask is the fan-out of one herald.outcomes partition: stateless (the

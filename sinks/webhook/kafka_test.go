@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
@@ -38,9 +39,14 @@ func produce(t *testing.T, brokers []string, cat *topics.Catalog, topic string, 
 // test ends.
 func runChannel(t *testing.T, brokers []string, cat *topics.Catalog, policy sinks.Policy) *webhook.Runners {
 	t.Helper()
-	r, err := webhook.NewChannel(webhook.ChannelOptions{Sink: sinks.Options{Brokers: brokers, Catalog: cat, InstanceID: "i1",
-		Policy: policy, MaxInFlight: 16, CallTimeout: 2 * time.Second, BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second},
-		FanOut: webhook.FanOutOptions{BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second}})
+	r, err := webhook.NewChannel(webhook.ChannelOptions{Sink: sinks.Options{
+		Instance:    stage.Instance{Brokers: brokers, InstanceID: "i1", BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second},
+		Catalog:     cat,
+		Policy:      policy,
+		MaxInFlight: 16,
+		CallTimeout: 2 * time.Second,
+	},
+		FanOut: webhook.FanOutOptions{Instance: stage.Instance{BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second}}})
 	if err != nil {
 		t.Fatal(err)
 	}

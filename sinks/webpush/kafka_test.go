@@ -7,6 +7,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
@@ -27,8 +28,13 @@ func TestTheWebPushSinkDeliversAndRetiresAnExpiredSubscriptionOnTheRealBroker(t 
 	expired.DeviceID = "b2"
 	expired.DeliveryID = identity.DeliveryID(nid, "b2")
 	sinktest.RegisterDevices(t, brokers, cat, ok, expired)
-	sinktest.Start(t, sinks.Options{Channel: "webpush", Provider: p, Brokers: brokers, Catalog: cat,
-		Policy: sinks.Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}}})
+	sinktest.Start(t, sinks.Options{
+		Instance: stage.Instance{Brokers: brokers},
+		Channel:  "webpush",
+		Provider: p,
+		Catalog:  cat,
+		Policy:   sinks.Policy{MaxAttempts: 3, Backoff: backoff.Policy{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}},
+	})
 	sinktest.Produce(t, brokers, cat, ok, expired)
 	a := sinktest.AwaitOutcomes(t, brokers, cat, ok.DeliveryID, expired.DeliveryID)
 
@@ -90,8 +96,13 @@ func TestTheWebPushSinkActsOnEachFaultOfThePushServiceOnTheRealBroker(t *testing
 		cmds = append(cmds, c)
 	}
 	sinktest.RegisterDevices(t, brokers, cat, cmds...)
-	sinktest.Start(t, sinks.Options{Channel: "webpush", Provider: p, Brokers: brokers, Catalog: cat,
-		Policy: sinks.Policy{MaxAttempts: 5, Backoff: backoff.Policy{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}}})
+	sinktest.Start(t, sinks.Options{
+		Instance: stage.Instance{Brokers: brokers},
+		Channel:  "webpush",
+		Provider: p,
+		Catalog:  cat,
+		Policy:   sinks.Policy{MaxAttempts: 5, Backoff: backoff.Policy{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}},
+	})
 	sinktest.Produce(t, brokers, cat, cmds...)
 	ids := make([]string, len(cmds))
 	for i, c := range cmds {
