@@ -284,6 +284,7 @@ type writerProcess struct {
 	cmd            *exec.Cmd
 	insertStarted  chan struct{} // receives (without blocking) at each insert start
 	exited         chan struct{} // closed when the process has exited
+	logging        chan struct{} // closed at its first log line: its signal handler is set by then
 	err            error         // the result of Wait, once exited is closed
 	started, ended atomic.Int64  // insert attempts logged as started and ended
 	killed         atomic.Bool
@@ -293,7 +294,7 @@ type writerProcess struct {
 // startWriter starts cmd, copying its log to logf.
 func startWriter(t *testing.T, cmd *exec.Cmd, logf *os.File) *writerProcess {
 	t.Helper()
-	p := &writerProcess{cmd: cmd, insertStarted: make(chan struct{}, 1), exited: make(chan struct{})}
+	p := &writerProcess{cmd: cmd, insertStarted: make(chan struct{}, 1), exited: make(chan struct{}), logging: make(chan struct{})}
 	cmd.Stdout = logf
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -305,7 +306,9 @@ func startWriter(t *testing.T, cmd *exec.Cmd, logf *os.File) *writerProcess {
 	go func() {
 		sc := bufio.NewScanner(pipe)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var once sync.Once
 		for sc.Scan() {
+			once.Do(func() { close(p.logging) })
 			line := sc.Bytes()
 			logf.Write(append(line, '\n'))
 			switch {
@@ -346,9 +349,16 @@ func (p *writerProcess) kill() (started, ended int64, onItsOwn bool, err error) 
 	return p.started.Load(), p.ended.Load(), p.onItsOwn.Load(), nil
 }
 
-// stop sends SIGINT and returns how the process ended.
+// stop sends SIGINT, once the process logs (herald sets its signal handler
+// before its command logs anything: a SIGINT sent a few milliseconds after
+// the start would end it as the default handler does), and returns how the
+// process ended.
 func (p *writerProcess) stop() error {
 	p.killed.Store(true)
+	select {
+	case <-p.logging:
+	case <-p.exited:
+	}
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
 		return err
 	}
