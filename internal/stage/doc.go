@@ -59,8 +59,10 @@
 //     fences the transaction the old session left open, rejoins, and
 //     restores its partitions from the changelogs. Ready is false until
 //     then, and also whenever no broker answers a metadata request.
-//     Only refusals (above), a task's error, and the broker denying this
-//     instance (authorization, SASL, a fenced static member) stop Run
+//     A task's error marked Transient (the route stage's device table
+//     out of reach) restarts the session the same way (transient_test.go).
+//     Only refusals (above), any other task error, and the broker denying
+//     this instance (authorization, SASL, a fenced static member) stop Run
 //     (session_test.go on kfake; the outage test in cmd/herald on a
 //     real broker SIGKILLed and restarted under load).
 //

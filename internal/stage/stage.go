@@ -27,7 +27,10 @@ type Task interface {
 	// Process handles one input record, emitting outputs and changelog
 	// records into out. State changes stay pending until Commit. An error
 	// stops the stage: tasks turn bad input into outputs (a rejection, a
-	// dead letter), never into errors.
+	// dead letter), never into errors. The exception is an error marked
+	// Transient (the broker unreachable while the task reads a side
+	// table): it restarts the session, which drops every pending change
+	// and processes the record again, as a restarted process would.
 	Process(r *kgo.Record, out *Out) error
 	// Tick fires timers that are due, emitting into out; called once per
 	// transaction after the batch.
@@ -453,6 +456,31 @@ func (e *fatalError) Unwrap() error { return e.err }
 
 func fatal(err error) error { return &fatalError{err} }
 
+// transientError marks a task's error as one a new session can fix.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// Transient marks err, returned by a Task's Process, as one that a new
+// session can fix: the broker or a side table out of reach, not bad input
+// or a bug. Run restarts the session after a backoff instead of stopping;
+// the new session restores the task from the changelogs and processes the
+// record again. A nil err stays nil.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err}
+}
+
+// IsTransient reports whether err, or an error it wraps, is marked
+// Transient.
+func IsTransient(err error) bool {
+	var t *transientError
+	return errors.As(err, &t)
+}
+
 // isFatal reports whether err stops Run: a fatalError, or a broker error
 // that says this instance is not allowed to do its work.
 func isFatal(err error) bool {
@@ -591,7 +619,11 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		}
 		if err := t.Process(rec, &out); err != nil {
 			r.mu.Unlock()
-			return false, 0, fatal(fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err))
+			err = fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
+			if IsTransient(err) {
+				return false, 0, err // no transaction is open: the session restarts and drops the tasks
+			}
+			return false, 0, fatal(err)
 		}
 	}
 	ticksFrom := out.Len()

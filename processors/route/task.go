@@ -123,7 +123,8 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		err := t.dir.Sync(ctx, t.partition)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("route: partition %d: %w", t.partition, err)
+			// The broker out of reach: a new session syncs again.
+			return stage.Transient(fmt.Errorf("route: partition %d: %w", t.partition, err))
 		}
 		t.synced = true
 	}

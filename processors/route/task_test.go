@@ -1,6 +1,8 @@
 package route
 
 import (
+	"context"
+	"errors"
 	"sort"
 	"testing"
 	"time"
@@ -108,4 +110,43 @@ func TestRestoredStateContinuesCountsAndTimersExactly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unreachable is a Directory whose Sync fails while the broker is down.
+type unreachable struct {
+	StaticDirectory
+	down bool
+}
+
+func (u *unreachable) Sync(context.Context, int32) error {
+	if u.down {
+		return errors.New("list end offsets: connection refused")
+	}
+	return nil
+}
+
+func TestADirectoryOutOfReachIsATransientError(t *testing.T) {
+	dir := &unreachable{StaticDirectory: StaticDirectory{schemas.RecipientKey("acme", "u1"): {Devices: fourDevices[:1]}}, down: true}
+	task := NewTask(Policy{}, testTopics, 0, dir, func() int64 { return 0 })
+	rec := acceptedRecord(t, note("x", "1"), 0, 0)
+	t.Run("while the broker is down Process fails with an error that restarts the session, not one that stops the stage", func(t *testing.T) {
+		var out stage.Out
+		err := task.Process(rec, &out)
+		if err == nil || !stage.IsTransient(err) {
+			t.Fatalf("Process = %v, want a stage.Transient error", err)
+		}
+		if out.Len() != 0 {
+			t.Fatalf("%d records emitted before the directory synced, want none", out.Len())
+		}
+	})
+	t.Run("once it is back the same record is routed", func(t *testing.T) {
+		dir.down = false
+		var out stage.Out
+		if err := task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+		if count(&out, "d.apns") != 1 {
+			t.Fatalf("%d apns commands, want 1", count(&out, "d.apns"))
+		}
+	})
 }
