@@ -396,6 +396,38 @@ func (f *fields) problem() *problem {
 	return nil
 }
 
+// valid reports the members no accessor asked for (unknown) and answers
+// the body's problem, if any (400 for type errors, else 422); it reports
+// whether the body is valid. Call it once every member has been read and
+// checked.
+func (f *fields) valid(w http.ResponseWriter) bool {
+	f.unknown()
+	if prob := f.problem(); prob != nil {
+		writeProblem(w, prob)
+		return false
+	}
+	return true
+}
+
+// distinctIDs checks the items of the array member name (as read by
+// strings): each an id of 1 to maxIDLen characters, none repeating an
+// earlier one.
+func (f *fields) distinctIDs(name string, items []string) {
+	at := map[string]int{}
+	for i, it := range items {
+		field := fmt.Sprintf("%s[%d]", name, i)
+		switch j, dup := at[it]; {
+		case it == "":
+			f.fail(field, "must not be empty")
+		case utf8.RuneCountInString(it) > maxIDLen:
+			f.fail(field, fmt.Sprintf("must be at most %d characters", maxIDLen))
+		case dup:
+			f.fail(field, fmt.Sprintf("repeats %s[%d]", name, j))
+		}
+		at[it] = i
+	}
+}
+
 func summarize(errs []sdk.FieldError) string {
 	parts := make([]string, 0, min(len(errs), 3))
 	for i, e := range errs {

@@ -9,92 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
 	"github.com/heraldhq/herald/topics"
 )
-
-// pathID reads a path parameter: a user or device id of 1 to 256
-// characters of valid UTF-8.
-func pathID(r *http.Request, name string) (string, *problem) {
-	v := r.PathValue(name)
-	field := "path:" + name
-	switch {
-	case !utf8.ValidString(v):
-		return "", badRequest(name+" is not valid UTF-8", sdk.FieldError{Field: field, Message: "invalid UTF-8"})
-	case v == "":
-		return "", invalid(name+" is empty", sdk.FieldError{Field: field, Message: "must not be empty"})
-	case utf8.RuneCountInString(v) > maxIDLen:
-		return "", invalid(name+" is too long", sdk.FieldError{Field: field, Message: fmt.Sprintf("must be at most %d characters", maxIDLen)})
-	}
-	return v, nil
-}
-
-// userPath reads {userId}, answering the problem when it is bad.
-func userPath(w http.ResponseWriter, r *http.Request) (string, bool) {
-	user, prob := pathID(r, "userId")
-	if prob != nil {
-		writeProblem(w, prob)
-		return "", false
-	}
-	return user, true
-}
-
-// readyUser reads {userId} and checks the replica is ready, answering
-// the problem otherwise.
-func (s *Server) readyUser(w http.ResponseWriter, r *http.Request) (string, bool) {
-	user, ok := userPath(w, r)
-	return user, ok && s.replicaReady(w)
-}
-
-// readObject reads a JSON object body, answering the problem when it is
-// not one.
-func (s *Server) readObject(w http.ResponseWriter, r *http.Request) (*fields, bool) {
-	body, prob := readJSON(w, r, s.cfg.MaxBodyBytes)
-	if prob != nil {
-		writeProblem(w, prob)
-		return nil, false
-	}
-	f := newFields(body, "")
-	if f.members == nil {
-		writeProblem(w, f.problem())
-		return nil, false
-	}
-	return f, true
-}
-
-// replicaReady answers 503 while the device, preference and segment replica
-// loads.
-func (s *Server) replicaReady(w http.ResponseWriter) bool {
-	if !s.running() || !s.rep.ready.Load() {
-		writeProblem(w, unavailable("the device, preference and segment index is still loading; retry shortly", 1))
-		return false
-	}
-	return true
-}
-
-// put commits one record of a compacted topic under key: v, or a tombstone
-// when v is nil. On failure it answers the problem and returns false.
-func (s *Server) put(w http.ResponseWriter, r *http.Request, topic, key string, v schemas.Record) bool {
-	rec := &kgo.Record{Topic: topic, Key: []byte(key), Timestamp: time.Now()}
-	if v != nil {
-		b, err := schemas.Encode(v)
-		if err != nil {
-			writeProblem(w, invalid(err.Error()))
-			return false
-		}
-		rec.Value = b
-		rec.Headers = []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}
-	}
-	if err := s.w.write(r.Context(), []*kgo.Record{rec}); err != nil {
-		s.log.Warn("write failed", "topic", rec.Topic, "err", err)
-		writeProblem(w, unavailable("the change was not written; retry", 1))
-		return false
-	}
-	return true
-}
 
 func deviceOut(d schemas.Device) sdk.Device {
 	out := sdk.Device{UserID: d.Recipient, DeviceID: d.DeviceID, Platform: d.Platform, Token: d.Token,
@@ -106,7 +24,7 @@ func deviceOut(d schemas.Device) sdk.Device {
 }
 
 func (s *Server) listDevices(w http.ResponseWriter, r *http.Request, p principal) {
-	user, ok := s.readyUser(w, r)
+	user, ok := s.readyPath(w, r, "userId")
 	if !ok {
 		return
 	}
@@ -117,29 +35,22 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request, p principal
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) devicePath(w http.ResponseWriter, r *http.Request) (user, device string, ok bool) {
-	user, prob := pathID(r, "userId")
-	if prob == nil {
-		device, prob = pathID(r, "deviceId")
+// devicePath reads {userId} and {deviceId}, answering the problem of the
+// first that is bad.
+func devicePath(w http.ResponseWriter, r *http.Request) (user, device string, ok bool) {
+	if user, ok = pathParam(w, r, "userId"); ok {
+		device, ok = pathParam(w, r, "deviceId")
 	}
-	if prob != nil {
-		writeProblem(w, prob)
-		return "", "", false
-	}
-	return user, device, true
+	return user, device, ok
 }
 
 func (s *Server) getDevice(w http.ResponseWriter, r *http.Request, p principal) {
-	user, device, ok := s.devicePath(w, r)
+	user, device, ok := devicePath(w, r)
 	if !ok || !s.replicaReady(w) {
 		return
 	}
 	d, found := s.rep.device(p.tenant, user, device)
-	if !found {
-		writeProblem(w, notFound("device"))
-		return
-	}
-	writeJSON(w, http.StatusOK, deviceOut(d))
+	writeFound(w, found, "device", d, deviceOut)
 }
 
 // maxTags bounds the tags of one device.
@@ -149,7 +60,7 @@ const maxTags = 64
 // new device, 200 for an update. The body replaces the device, tags
 // included.
 func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) {
-	user, device, ok := s.devicePath(w, r)
+	user, device, ok := devicePath(w, r)
 	if !ok {
 		return
 	}
@@ -184,24 +95,11 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 		if len(tags) > maxTags {
 			f.fail("tags", fmt.Sprintf("at most %d tags", maxTags))
 		}
-		at := map[string]int{}
-		for i, tg := range tags {
-			field := fmt.Sprintf("tags[%d]", i)
-			switch j, dup := at[tg]; {
-			case tg == "":
-				f.fail(field, "must not be empty")
-			case utf8.RuneCountInString(tg) > maxIDLen:
-				f.fail(field, fmt.Sprintf("must be at most %d characters", maxIDLen))
-			case dup:
-				f.fail(field, fmt.Sprintf("repeats tags[%d]", j))
-			}
-			at[tg] = i
-		}
+		f.distinctIDs("tags", tags)
 		if len(tags) > 0 {
 			d.Tags = tags
 		}
 	}
-	f.unknown()
 	switch d.Platform {
 	case sdk.PlatformIOS, sdk.PlatformAndroid:
 		if !f.has("token") {
@@ -218,11 +116,7 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 			f.fail("token", "is not used by web devices (send webPush)")
 		}
 	}
-	if prob := f.problem(); prob != nil {
-		writeProblem(w, prob)
-		return
-	}
-	if !s.replicaReady(w) {
+	if !f.valid(w) || !s.replicaReady(w) {
 		return
 	}
 	now := time.Now()
@@ -253,20 +147,12 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 }
 
 func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, p principal) {
-	user, device, ok := s.devicePath(w, r)
+	user, device, ok := devicePath(w, r)
 	if !ok || !s.replicaReady(w) {
 		return
 	}
-	if _, found := s.rep.device(p.tenant, user, device); !found {
-		writeProblem(w, notFound("device"))
-		return
-	}
-	key := schemas.DeviceKey(p.tenant, user, device)
-	if !s.put(w, r, s.devicesT, key, nil) {
-		return
-	}
-	s.rep.putDevice(key, nil)
-	w.WriteHeader(http.StatusNoContent)
+	_, found := s.rep.device(p.tenant, user, device)
+	deleteRecord(s, w, r, found, "device", s.devicesT, schemas.DeviceKey(p.tenant, user, device), s.rep.putDevice)
 }
 
 var hhmm = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
@@ -286,21 +172,17 @@ func prefsOut(pr schemas.Preferences) sdk.Preferences {
 }
 
 func (s *Server) getPreferences(w http.ResponseWriter, r *http.Request, p principal) {
-	user, ok := s.readyUser(w, r)
+	user, ok := s.readyPath(w, r, "userId")
 	if !ok {
 		return
 	}
-	pr, ok := s.rep.preferences(p.tenant, user)
-	if !ok {
-		writeProblem(w, notFound("preferences"))
-		return
-	}
-	writeJSON(w, http.StatusOK, prefsOut(pr))
+	pr, found := s.rep.preferences(p.tenant, user)
+	writeFound(w, found, "preferences", pr, prefsOut)
 }
 
 // putPreferences replaces a user's preferences.
 func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, p principal) {
-	user, ok := userPath(w, r)
+	user, ok := pathParam(w, r, "userId")
 	if !ok {
 		return
 	}
@@ -345,12 +227,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, p princi
 		q.unknown()
 		pr.QuietHours = qh
 	}
-	f.unknown()
-	if prob := f.problem(); prob != nil {
-		writeProblem(w, prob)
-		return
-	}
-	if !s.replicaReady(w) {
+	if !f.valid(w) || !s.replicaReady(w) {
 		return
 	}
 	now := time.Now()
@@ -364,18 +241,10 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, p princi
 }
 
 func (s *Server) deletePreferences(w http.ResponseWriter, r *http.Request, p principal) {
-	user, ok := s.readyUser(w, r)
+	user, ok := s.readyPath(w, r, "userId")
 	if !ok {
 		return
 	}
-	if _, ok := s.rep.preferences(p.tenant, user); !ok {
-		writeProblem(w, notFound("preferences"))
-		return
-	}
-	key := schemas.RecipientKey(p.tenant, user)
-	if !s.put(w, r, s.prefsT, key, nil) {
-		return
-	}
-	s.rep.putPreferences(key, nil)
-	w.WriteHeader(http.StatusNoContent)
+	_, found := s.rep.preferences(p.tenant, user)
+	deleteRecord(s, w, r, found, "preferences", s.prefsT, schemas.RecipientKey(p.tenant, user), s.rep.putPreferences)
 }

@@ -396,6 +396,15 @@ func TestTheAPIOnTheRealBroker(t *testing.T) {
 		if s := p.call(t, "GET", "/v1/users/shared-user/preferences", keyB, "").status; s != 404 {
 			t.Fatalf("another tenant's preferences: %d, want 404", s)
 		}
+		if s := p.call(t, "DELETE", "/v1/users/shared-user/preferences", keyB, "").status; s != 404 {
+			t.Fatalf("another tenant's preferences DELETE: %d, want 404", s)
+		}
+		if s := p.call(t, "DELETE", "/v1/users/shared-user/preferences", keyA, "").status; s != 204 {
+			t.Fatalf("preferences DELETE: %d, want 204", s)
+		}
+		if s := p.call(t, "GET", "/v1/users/shared-user/preferences", keyA, "").status; s != 404 {
+			t.Fatalf("preferences after DELETE: %d, want 404", s)
+		}
 		// A device target resolves only within the tenant.
 		if s := p.call(t, "POST", "/v1/notifications", keyB, `{"type":"x","target":{"kind":"device","deviceId":"d1"},"title":"t","body":"b"}`).status; s != 422 {
 			t.Fatalf("another tenant's device target: %d, want 422", s)

@@ -103,15 +103,6 @@ func (s *Server) feedSince() int64 {
 	return s.cfg.Now().UnixMilli() - s.cfg.Catalog.Options().FeedRetentionMs
 }
 
-func (s *Server) readyRecipient(w http.ResponseWriter, r *http.Request) (string, bool) {
-	rec, prob := pathID(r, "recipientId")
-	if prob != nil {
-		writeProblem(w, prob)
-		return "", false
-	}
-	return rec, s.replicaReady(w)
-}
-
 // feedCursor is the position after an item: its creation time and id.
 func feedCursor(it schemas.FeedItem) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(it.CreatedAt, 10) + ":" + it.NotificationID))
@@ -128,7 +119,7 @@ func parseFeedCursor(c string) (int64, string, bool) {
 }
 
 func (s *Server) getFeed(w http.ResponseWriter, r *http.Request, p principal) {
-	recipient, ok := s.readyRecipient(w, r)
+	recipient, ok := s.readyPath(w, r, "recipientId")
 	if !ok {
 		return
 	}
@@ -205,13 +196,12 @@ func (s *Server) markRead(w http.ResponseWriter, r *http.Request, items []schema
 }
 
 func (s *Server) postFeedRead(w http.ResponseWriter, r *http.Request, p principal) {
-	recipient, ok := s.readyRecipient(w, r)
+	recipient, ok := s.readyPath(w, r, "recipientId")
 	if !ok {
 		return
 	}
-	nid, prob := pathID(r, "notificationId")
-	if prob != nil {
-		writeProblem(w, prob)
+	nid, ok := pathParam(w, r, "notificationId")
+	if !ok {
 		return
 	}
 	var found *schemas.FeedItem
@@ -232,7 +222,7 @@ func (s *Server) postFeedRead(w http.ResponseWriter, r *http.Request, p principa
 }
 
 func (s *Server) postFeedReadAll(w http.ResponseWriter, r *http.Request, p principal) {
-	recipient, ok := s.readyRecipient(w, r)
+	recipient, ok := s.readyPath(w, r, "recipientId")
 	if !ok {
 		return
 	}

@@ -253,6 +253,7 @@ func TestDevicesPreferencesAndSegmentsThatBreakARuleAreRefused(t *testing.T) {
 		{"a segment needs members", segment, `{}`, 422, "members"},
 		{"a repeated member is a 422", segment, `{"members":["u1","u2","u1"]}`, 422, "members[2]"},
 		{"an empty member is a 422", segment, `{"members":[""]}`, 422, "members[0]"},
+		{"a member longer than 256 characters is a 422", segment, `{"members":["u1","` + strings.Repeat("m", 257) + `"]}`, 422, "members[1]"},
 		{"members must be an array of strings", segment, `{"members":"u1"}`, 400, "members"},
 		{"an unknown segment field is a 400", segment, `{"members":[],"owner":"x"}`, 400, "owner"},
 		{"an unknown channel is a 400", prefs, `{"channels":{"sms":true}}`, 400, "channels.sms"},

@@ -126,9 +126,7 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal
 	}
 	typ := f.text("type", false, maxIDLen)
 	clientAt, _ := f.integer("at", 1<<53)
-	f.unknown()
-	if prob := f.problem(); prob != nil {
-		writeProblem(w, prob)
+	if !f.valid(w) {
 		return
 	}
 	d, ok := s.deviceAuth(w, r)
@@ -171,9 +169,7 @@ func (s *Server) putDeviceWebPush(w http.ResponseWriter, r *http.Request, _ prin
 	if sub.Endpoint != "" && !strings.HasPrefix(sub.Endpoint, "https://") {
 		f.fail("endpoint", "must be an https URL")
 	}
-	f.unknown()
-	if prob := f.problem(); prob != nil {
-		writeProblem(w, prob)
+	if !f.valid(w) {
 		return
 	}
 	d, ok := s.deviceAuth(w, r)
