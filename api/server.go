@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/dedupe"
 	routestage "github.com/heraldhq/herald/processors/route"
+	"github.com/heraldhq/herald/sinks/webhook"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -86,6 +87,13 @@ type Config struct {
 	// they answer 503 dashboard-not-configured. The page (GET /dashboard)
 	// is served either way.
 	Dashboard *dashboard.Source
+	// AllowPrivateWebhooks accepts webhook endpoint URLs that are, or
+	// resolve to, private, loopback or link-local addresses (herald dev,
+	// tests); refused with a 422 otherwise (webhook.CheckURL).
+	AllowPrivateWebhooks bool
+	// Resolver looks up webhook endpoint hosts (net.DefaultResolver when
+	// nil).
+	Resolver webhook.Resolver
 	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger

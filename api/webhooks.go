@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/schemas"
@@ -22,10 +25,19 @@ func webhookPath(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return id, true
 }
 
-func webhookOut(wh schemas.Webhook) sdk.Webhook {
-	return sdk.Webhook{ID: wh.ID, URL: wh.URL, Secret: wh.Secret, Events: wh.Events, Enabled: wh.Enabled,
+// webhookOut is an endpoint as answered: without its signing secret,
+// which only the answer creating the endpoint shows (withSecret).
+func webhookOut(wh schemas.Webhook, withSecret bool) sdk.Webhook {
+	out := sdk.Webhook{ID: wh.ID, URL: wh.URL, Events: wh.Events, Enabled: wh.Enabled,
 		DisabledReason: wh.DisabledReason, CreatedAt: wh.CreatedAt, UpdatedAt: wh.UpdatedAt}
+	if withSecret {
+		out.Secret = wh.Secret
+	}
+	return out
 }
+
+// resolveTimeout bounds the registration check's DNS lookup.
+const resolveTimeout = 3 * time.Second
 
 func (s *Server) listWebhooks(w http.ResponseWriter, _ *http.Request, p principal) {
 	if !s.replicaReady(w) {
@@ -33,7 +45,7 @@ func (s *Server) listWebhooks(w http.ResponseWriter, _ *http.Request, p principa
 	}
 	out := sdk.WebhookList{Webhooks: []sdk.Webhook{}}
 	for _, wh := range s.rep.tenantWebhooks(p.tenant) {
-		out.Webhooks = append(out.Webhooks, webhookOut(wh))
+		out.Webhooks = append(out.Webhooks, webhookOut(wh, false))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -48,14 +60,18 @@ func (s *Server) getWebhook(w http.ResponseWriter, r *http.Request, p principal)
 		writeProblem(w, notFound("webhook"))
 		return
 	}
-	writeJSON(w, http.StatusOK, webhookOut(wh))
+	writeJSON(w, http.StatusOK, webhookOut(wh, false))
 }
 
 // putWebhook registers an endpoint (201) or replaces it (200). Without a
 // secret in the body a new endpoint gets a fresh one and an existing one
 // keeps its own, so the same PUT repeated leaves the endpoint as it was:
 // idempotent. Re-enabling an endpoint herald disabled (410) clears the
-// reason.
+// reason. Only the 201 shows the secret (no GET does): a client that lost
+// that answer sets a secret of its own with another PUT. Without
+// AllowPrivateWebhooks a URL that is, or resolves to, a private, loopback
+// or link-local address is refused (422, field url); the sink checks
+// again on every connection.
 func (s *Server) putWebhook(w http.ResponseWriter, r *http.Request, p principal) {
 	id, ok := webhookPath(w, r)
 	if !ok {
@@ -69,8 +85,18 @@ func (s *Server) putWebhook(w http.ResponseWriter, r *http.Request, p principal)
 	wh.URL = f.text("url", true, 2048)
 	if wh.URL != "" {
 		u, err := url.Parse(wh.URL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" {
 			f.fail("url", "must be an absolute http or https URL")
+		} else if u.User != nil {
+			f.fail("url", "must not carry a user name or password")
+		} else if !s.cfg.AllowPrivateWebhooks {
+			ctx, cancel := context.WithTimeout(r.Context(), resolveTimeout)
+			err := webhook.CheckURL(ctx, s.cfg.Resolver, wh.URL)
+			cancel()
+			if errors.Is(err, webhook.ErrForbiddenAddress) {
+				f.fail("url", "must reach a public address: "+strings.TrimPrefix(err.Error(), "webhook: ")+
+					"; herald refuses internal addresses unless the api and the webhook sink run with --webhook-allow-private")
+			}
 		}
 	}
 	events, ok := f.strings("events")
@@ -121,7 +147,7 @@ func (s *Server) putWebhook(w http.ResponseWriter, r *http.Request, p principal)
 			wh.DisabledReason = old.DisabledReason
 		}
 		if old.URL == wh.URL && old.Secret == wh.Secret && slices.Equal(old.Events, wh.Events) && old.Enabled == wh.Enabled {
-			writeJSON(w, status, webhookOut(old)) // a repeat: nothing to write
+			writeJSON(w, status, webhookOut(old, false)) // a repeat: nothing to write
 			return
 		}
 	}
@@ -133,7 +159,7 @@ func (s *Server) putWebhook(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	s.rep.putWebhook(key, &wh)
-	writeJSON(w, status, webhookOut(wh))
+	writeJSON(w, status, webhookOut(wh, status == http.StatusCreated))
 }
 
 func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request, p principal) {

@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/heraldhq/herald/internal/testenv"
@@ -35,8 +38,25 @@ func (p *pipeline) webhookRecords(t *testing.T, tenant, id string) []*schemas.We
 	return out
 }
 
+// hosts resolves the names it holds and no other (a stand-in for DNS
+// answers a test cannot get from the real one: a public name pointed at
+// an internal address).
+type hosts map[string][]netip.Addr
+
+func (h hosts) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if ips, ok := h[host]; ok {
+		return ips, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
 func TestWebhookEndpointsOnTheRealBroker(t *testing.T) {
-	p := startPipelineWith(t, false, nil)
+	p := startPipelineWith(t, false, func(c *Config) {
+		c.Resolver = hosts{
+			"intranet.example.com": {netip.MustParseAddr("203.0.114.9"), netip.MustParseAddr("10.0.0.7")},
+			"hooks.example.com":    {netip.MustParseAddr("93.184.215.14")},
+		}
+	})
 	const body = `{"url":"https://hooks.example.com/herald","events":["delivery.failed","device.retired"]}`
 	var created sdk.Webhook
 	t.Run("a PUT registers an endpoint with a fresh whsec_ secret, on herald.webhooks", func(t *testing.T) {
@@ -59,8 +79,8 @@ func TestWebhookEndpointsOnTheRealBroker(t *testing.T) {
 		if a.status != 200 {
 			t.Fatalf("PUT again: %d %s", a.status, a.body)
 		}
-		if again := decode[sdk.Webhook](t, a); again.Secret != created.Secret || again.CreatedAt != created.CreatedAt || again.UpdatedAt != created.UpdatedAt {
-			t.Fatalf("again %+v, want %+v", again, created)
+		if again := decode[sdk.Webhook](t, a); again.Secret != "" || again.CreatedAt != created.CreatedAt || again.UpdatedAt != created.UpdatedAt {
+			t.Fatalf("again %+v, want %+v without its secret (only the creation shows it)", again, created)
 		}
 		if recs := p.webhookRecords(t, "ta", "orders"); len(recs) != 1 {
 			t.Fatalf("%d records, want 1", len(recs))
@@ -68,7 +88,7 @@ func TestWebhookEndpointsOnTheRealBroker(t *testing.T) {
 	})
 	t.Run("a PUT with a secret and other events replaces the endpoint", func(t *testing.T) {
 		const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-		a := p.call(t, "PUT", "/v1/webhooks/billing", keyA, `{"url":"http://127.0.0.1:9/hooks/b","events":["delivery.completed"],"secret":"`+secret+`","enabled":false}`)
+		a := p.call(t, "PUT", "/v1/webhooks/billing", keyA, `{"url":"https://billing.example.com/hooks/b","events":["delivery.completed"],"secret":"`+secret+`","enabled":false}`)
 		if a.status != 201 {
 			t.Fatalf("PUT: %d %s", a.status, a.body)
 		}
@@ -81,8 +101,16 @@ func TestWebhookEndpointsOnTheRealBroker(t *testing.T) {
 		if len(l.Webhooks) != 2 || l.Webhooks[0].ID != "billing" || l.Webhooks[1].ID != "orders" {
 			t.Fatalf("list %+v, want billing and orders", l)
 		}
-		if g := decode[sdk.Webhook](t, p.call(t, "GET", "/v1/webhooks/orders", keyA, "")); g.Secret != created.Secret {
+		if g := decode[sdk.Webhook](t, p.call(t, "GET", "/v1/webhooks/orders", keyA, "")); g.ID != "orders" || g.CreatedAt != created.CreatedAt {
 			t.Fatalf("get %+v", g)
+		}
+	})
+	t.Run("neither list nor get shows a signing secret", func(t *testing.T) {
+		for _, path := range []string{"/v1/webhooks", "/v1/webhooks/orders", "/v1/webhooks/billing"} {
+			a := p.call(t, "GET", path, keyA, "")
+			if a.status != 200 || strings.Contains(string(a.body), `"secret"`) || strings.Contains(string(a.body), "whsec_") {
+				t.Errorf("GET %s: %d %s, want no secret", path, a.status, a.body)
+			}
 		}
 	})
 	t.Run("problems name the offending field", func(t *testing.T) {
@@ -96,6 +124,14 @@ func TestWebhookEndpointsOnTheRealBroker(t *testing.T) {
 			{"a secret without whsec_", `{"url":"https://x/y","events":["delivery.failed"],"secret":"abc"}`, "secret"},
 			{"a secret too short", `{"url":"https://x/y","events":["delivery.failed"],"secret":"whsec_c2hvcnQ="}`, "secret"},
 			{"an unknown member", `{"url":"https://x/y","events":["delivery.failed"],"colour":"red"}`, "colour"},
+			{"a url with a password", `{"url":"https://u:p@x/y","events":["delivery.failed"]}`, "url"},
+			{"a loopback address", `{"url":"http://127.0.0.1:8080/hook","events":["delivery.failed"]}`, "url"},
+			{"an IPv6 loopback address", `{"url":"http://[::1]/hook","events":["delivery.failed"]}`, "url"},
+			{"localhost", `{"url":"http://localhost:4020/hooks/x","events":["delivery.failed"]}`, "url"},
+			{"a private address", `{"url":"https://10.1.2.3/hook","events":["delivery.failed"]}`, "url"},
+			{"the cloud metadata address", `{"url":"http://169.254.169.254/latest/meta-data","events":["delivery.failed"]}`, "url"},
+			{"an IPv4-mapped private address", `{"url":"http://[::ffff:192.168.1.1]/hook","events":["delivery.failed"]}`, "url"},
+			{"a name resolving to a private address", `{"url":"https://intranet.example.com/hook","events":["delivery.failed"]}`, "url"},
 		}
 		for _, c := range cases {
 			t.Run(c.name+" is a problem naming "+c.field, func(t *testing.T) {
@@ -128,12 +164,13 @@ func TestWebhookEndpointsOnTheRealBroker(t *testing.T) {
 		if a := p.call(t, "PUT", "/v1/webhooks/orders", keyB, body); a.status != 201 {
 			t.Fatalf("tenant b's own orders: %d %s", a.status, a.body)
 		}
-		if g := decode[sdk.Webhook](t, p.call(t, "GET", "/v1/webhooks/orders", keyA, "")); g.Secret != created.Secret {
+		if recs := p.webhookRecords(t, "ta", "orders"); len(recs) != 1 || recs[0].Secret != created.Secret {
 			t.Fatal("tenant b's PUT changed tenant a's endpoint")
 		}
 	})
 	t.Run("a fresh replica reads the endpoints from herald.webhooks", func(t *testing.T) {
-		srv, err := New(Config{Brokers: p.brokers, Catalog: p.cat, Keys: testKeys(), InstanceID: "fresh-wh", Logger: slog.New(slog.DiscardHandler)})
+		srv, err := New(Config{Brokers: p.brokers, Catalog: p.cat, Keys: testKeys(), InstanceID: "fresh-wh", Logger: slog.New(slog.DiscardHandler),
+			AllowPrivateWebhooks: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,6 +184,12 @@ func TestWebhookEndpointsOnTheRealBroker(t *testing.T) {
 		p.eventually(t, "the fresh replica lists both endpoints", func() bool {
 			a := fresh.call(t, "GET", "/v1/webhooks", keyA, "")
 			return a.status == 200 && len(decode[sdk.WebhookList](t, a).Webhooks) == 2
+		})
+		t.Run("and, allowed private addresses, accepts a loopback endpoint", func(t *testing.T) {
+			a := fresh.call(t, "PUT", "/v1/webhooks/local", keyB, `{"url":"http://127.0.0.1:4020/hooks/local","events":["delivery.failed"]}`)
+			if a.status != 201 {
+				t.Fatalf("PUT: %d %s, want 201", a.status, a.body)
+			}
 		})
 	})
 	t.Run("a DELETE removes the endpoint with a tombstone", func(t *testing.T) {

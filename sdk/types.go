@@ -413,11 +413,12 @@ type WebhookUpdate struct {
 }
 
 // Webhook is a tenant's outbound webhook endpoint. Secret verifies the
-// Standard Webhooks signature of every delivery.
+// Standard Webhooks signature of every delivery; herald answers it only
+// when it creates the endpoint (empty otherwise: keep it then).
 type Webhook struct {
 	ID     string   `json:"id"`
 	URL    string   `json:"url"`
-	Secret string   `json:"secret"`
+	Secret string   `json:"secret,omitempty"`
 	Events []string `json:"events"`
 	// Enabled is false when the tenant disabled it or it answered 410
 	// (DisabledReason says so).

@@ -50,6 +50,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	lookback := fs.Duration("lookback", 24*time.Hour, "how far back the notification read model reads")
 	quota := fs.Int64("quota", 0, "accepted notifications per tenant per --quota-window (0: no quota)")
 	quotaWindow := fs.Duration("quota-window", time.Minute, "quota window")
+	allowPrivate := fs.Bool("webhook-allow-private", false, "accept webhook endpoint URLs at private, loopback and link-local addresses (development and tests only; the webhook sink needs the same flag to call them)")
 	demo := fs.Bool("demo", false, "also serve the web client's demo page at / (it sends with an API key typed into the page)")
 	var wf webpushFlags
 	wf.registerPublic(fs)
@@ -90,7 +91,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		WaitForRoute: *waitRoute,
 		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
 		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow, VAPIDPublicKey: wf.public,
-		Dashboard: dash,
+		Dashboard: dash, AllowPrivateWebhooks: *allowPrivate,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

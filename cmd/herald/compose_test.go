@@ -56,7 +56,7 @@ func TestDockerComposeIsTrueToTheCode(t *testing.T) {
 					continue // read by main, not a flag
 				}
 				flagName := "--" + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "HERALD_")), "_", "-")
-				args = append(args, flagName, val)
+				args = append(args, flagName+"="+val) // one argument: a bool flag takes no separate value
 			}
 			if role := svc.Command[0]; roles[role] {
 				checkHealthcheck(t, svc.Healthcheck.Test, svc.Environment["HERALD_METRICS_ADDR"])

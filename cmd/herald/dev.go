@@ -292,7 +292,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	hooks, err := webhook.NewChannel(webhook.ChannelOptions{Sink: sinks.Options{
 		Instance: devStage,
 		Catalog:  cat,
-	}})
+	}, AllowPrivate: true}) // the local receiver listens on loopback
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("dev: webhook: %w", err)
@@ -338,6 +338,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, RoutePolicy: routePolicy, WaitForRoute: true, ClientOpts: embedded.ClientOpts(),
 		VAPIDPublicKey: vapid.PublicKey,
 		Dashboard:      &dashboard.Source{Conn: dashConn, Database: c.database},
+		// The local webhook receiver listens on loopback.
+		AllowPrivateWebhooks: true,
 	})
 	if err != nil {
 		ln.Close()

@@ -174,7 +174,8 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	ff.register(fs)
 	var wf webpushFlags
 	wf.register(fs)
-	channel := fs.String("channel", "", "the channel to deliver: apns, fcm, webpush or feed")
+	channel := fs.String("channel", "", "the channel to deliver: apns, fcm, webpush, feed or webhook")
+	allowPrivate := fs.Bool("webhook-allow-private", false, "webhook channel: let endpoints be called at private, loopback and link-local addresses (development and tests only; refused by default, checked on every connection)")
 	var of opsFlags
 	of.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -208,7 +209,7 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	case "feed":
 		p = feed.New(kf.catalog())
 	case webhook.Channel:
-		return runWebhookSink(ctx, &sf, &kf, &of)
+		return runWebhookSink(ctx, &sf, &kf, &of, *allowPrivate)
 	case "":
 		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm, webpush, feed or webhook", errUsage)
 	default:
@@ -232,12 +233,12 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 
 // runWebhookSink runs the webhook channel: the endpoints table, the
 // fan-out (group herald-webhook-fanout) and the sink.
-func runWebhookSink(ctx context.Context, sf *sinkFlags, kf *kafkaFlags, of *opsFlags) error {
+func runWebhookSink(ctx context.Context, sf *sinkFlags, kf *kafkaFlags, of *opsFlags, allowPrivate bool) error {
 	o, err := sf.options(webhook.Channel, nil, kf)
 	if err != nil {
 		return err
 	}
-	r, err := webhook.NewChannel(webhook.ChannelOptions{Sink: o})
+	r, err := webhook.NewChannel(webhook.ChannelOptions{Sink: o, AllowPrivate: allowPrivate})
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,8 @@ func TestEachWebhookDeliveryOnceUnlessAuditedAmbiguousThroughSIGKILLs(t *testing
 	for _, c := range cmds {
 		c.ExpiresAt = time.Now().Add(time.Hour).UnixMilli()
 	}
-	a := sinktest.Crash{Channel: "webhook", Commands: cmds, Repeats: 40, Kills: 6}.Run(t, brokers, cat)
+	a := sinktest.Crash{Channel: "webhook", Commands: cmds, Repeats: 40, Kills: 6,
+		Args: []string{"--webhook-allow-private"}}.Run(t, brokers, cat)
 
 	byMessage := map[string]string{}
 	for _, c := range cmds {

@@ -46,7 +46,8 @@ func runChannel(t *testing.T, brokers []string, cat *topics.Catalog, policy sink
 		MaxInFlight: 16,
 		CallTimeout: 2 * time.Second,
 	},
-		FanOut: webhook.FanOutOptions{Instance: stage.Instance{BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second}}})
+		FanOut:       webhook.FanOutOptions{Instance: stage.Instance{BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second}},
+		AllowPrivate: true}) // the receiver listens on loopback
 	if err != nil {
 		t.Fatal(err)
 	}

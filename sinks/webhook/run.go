@@ -25,6 +25,9 @@ type ChannelOptions struct {
 	FanOut FanOutOptions
 	// Client is the adapter's HTTP client (Config.Client).
 	Client *http.Client
+	// AllowPrivate lets the adapter call private, loopback and link-local
+	// addresses (Config.AllowPrivate).
+	AllowPrivate bool
 }
 
 // Runners are the two stages of a webhook channel, for readiness checks.
@@ -42,7 +45,7 @@ func NewChannel(o ChannelOptions) (*Runners, error) {
 	}
 	cat := o.Sink.Catalog
 	r := &Runners{Table: NewTable(cat.Name(topics.Webhooks))}
-	p, err := New(Config{Endpoints: r.Table, Topic: cat.Name(topics.Webhooks), Client: o.Client})
+	p, err := New(Config{Endpoints: r.Table, Topic: cat.Name(topics.Webhooks), Client: o.Client, AllowPrivate: o.AllowPrivate})
 	if err != nil {
 		return nil, err
 	}

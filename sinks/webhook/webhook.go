@@ -60,6 +60,7 @@
 //	-  endpoint deleted since the fan-out    permanent   endpoint_deleted
 //	-  endpoint disabled                     permanent   endpoint_disabled
 //	-  secret unusable                       permanent   bad_secret
+//	-  the endpoint's address is forbidden   permanent   forbidden_address (see Hazards)
 //	-  connection refused, timeout before    retryable   not_sent
 //	   the request headers were written
 //	-  timeout, reset or EOF after they      ambiguous   no_answer (retried with the same webhook-id)
@@ -73,9 +74,18 @@
 // herald.webhooks by a moment: an endpoint registered that moment before
 // an outcome may miss its event, and one deleted may still get events
 // written (the adapter then ends them as endpoint_deleted). The endpoint
-// URL is called from herald's network: put the sink behind an egress
-// proxy that refuses internal addresses (SSRF), as the specification
-// advises; herald does not filter addresses itself.
+// URL is called from herald's network (SSRF). Unless AllowPrivate is set
+// (`--webhook-allow-private`, HERALD_WEBHOOK_ALLOW_PRIVATE, on both
+// `herald api` and `herald sink`; herald dev sets it for its loopback
+// receiver), herald refuses private, loopback, link-local and other
+// special-purpose addresses (Forbidden) twice: the API refuses an
+// endpoint URL that is, or resolves to, one (422, field url; CheckURL),
+// and the adapter's dialer refuses every connection to one after DNS
+// resolution (a net.Dialer Control), so a name re-pointed at an internal
+// address after registration (DNS rebinding) still gets nowhere: the
+// delivery ends permanent, forbidden_address. A connection to a proxy
+// named by HTTP_PROXY/HTTPS_PROXY is not checked; the proxy then must
+// refuse internal addresses itself, as the specification advises.
 package webhook
 
 import (
@@ -109,8 +119,13 @@ type Config struct {
 	// endpoint.
 	Topic string
 	// Client makes the calls; by default one that never follows
-	// redirects (the call's context bounds it).
+	// redirects (the call's context bounds it) and, without AllowPrivate,
+	// refuses to connect to a forbidden address (Dialer).
 	Client *http.Client
+	// AllowPrivate lets the default client call endpoints at private,
+	// loopback and link-local addresses (herald dev's local receiver,
+	// tests). Off in production: `herald sink --webhook-allow-private`.
+	AllowPrivate bool
 	// Now is the clock of webhook-timestamp (time.Now by default).
 	Now func() time.Time
 }
@@ -131,7 +146,7 @@ func New(c Config) (*Provider, error) {
 	}
 	p := &Provider{c: c}
 	if c.Client == nil {
-		p.tr = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
+		p.tr = &http.Transport{Proxy: http.ProxyFromEnvironment, DialContext: Dialer(c.AllowPrivate, proxyAddrs()...), ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
 		p.c.Client = &http.Client{Transport: p.tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	return p, nil
@@ -169,7 +184,9 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(key, cmd.CollapseID, ts, cmd.Payload))
 	resp, err := p.c.Client.Do(req)
-	if err != nil {
+	if errors.Is(err, ErrForbiddenAddress) {
+		return sinks.Result{Class: sinks.Permanent, Rule: "forbidden_address", Reason: "the endpoint's address is private, loopback or link-local", Err: err}
+	} else if err != nil {
 		return sinks.NoAnswer(err, wrote.Load())
 	}
 	defer resp.Body.Close()

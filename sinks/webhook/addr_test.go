@@ -1,0 +1,133 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/webhook"
+)
+
+func TestForbiddenAddressesAreTheInternalOnes(t *testing.T) {
+	cases := []struct {
+		addr      string
+		forbidden bool
+	}{
+		{"127.0.0.1", true}, {"127.8.9.10", true}, {"::1", true},
+		{"10.0.0.1", true}, {"172.16.5.4", true}, {"172.31.255.255", true}, {"192.168.1.1", true}, {"fd12:3456::1", true},
+		{"169.254.169.254", true}, {"fe80::1", true},
+		{"0.0.0.0", true}, {"::", true}, {"0.1.2.3", true},
+		{"100.64.0.1", true}, {"224.0.0.1", true}, {"ff02::1", true}, {"255.255.255.255", true},
+		{"::ffff:127.0.0.1", true}, {"::ffff:10.0.0.1", true},
+		{"198.18.0.1", true}, {"192.0.2.1", true},
+		{"93.184.215.14", false}, {"8.8.8.8", false}, {"172.32.0.1", false}, {"100.128.0.1", false},
+		{"2606:4700::6810:85e5", false}, {"::ffff:8.8.8.8", false},
+	}
+	for _, c := range cases {
+		name := c.addr + " is allowed"
+		if c.forbidden {
+			name = c.addr + " is forbidden"
+		}
+		t.Run(name, func(t *testing.T) {
+			if got := webhook.Forbidden(netip.MustParseAddr(c.addr)); got != c.forbidden {
+				t.Fatalf("Forbidden(%s) = %v", c.addr, got)
+			}
+		})
+	}
+}
+
+// resolver answers the names it holds.
+type resolver map[string][]netip.Addr
+
+func (r resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if ips, ok := r[host]; ok {
+		return ips, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func TestCheckURLRefusesWhatIsOrResolvesToAnInternalAddress(t *testing.T) {
+	r := resolver{
+		"public.example.com": {netip.MustParseAddr("93.184.215.14")},
+		"mixed.example.com":  {netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("192.168.0.10")},
+		"mapped.example.com": {netip.MustParseAddr("::ffff:127.0.0.1")},
+	}
+	cases := []struct {
+		name, url string
+		refused   bool
+	}{
+		{"a public name is accepted", "https://public.example.com/hook", false},
+		{"a public address is accepted", "https://93.184.215.14:8443/hook", false},
+		{"a name that does not resolve yet is accepted (the dialer still checks)", "https://unknown.example.com/hook", false},
+		{"a loopback address is refused", "http://127.0.0.1:4020/hooks/a", true},
+		{"a bracketed IPv6 loopback is refused", "http://[::1]:4020/hooks/a", true},
+		{"localhost is refused without a lookup", "http://localhost/hook", true},
+		{"a name under localhost is refused", "http://api.localhost./hook", true},
+		{"a name with one private address among public ones is refused", "https://mixed.example.com/hook", true},
+		{"a name resolving to an IPv4-mapped loopback is refused", "https://mapped.example.com/hook", true},
+		{"the metadata address is refused", "http://169.254.169.254/latest", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := webhook.CheckURL(context.Background(), r, c.url)
+			if got := errors.Is(err, webhook.ErrForbiddenAddress); got != c.refused {
+				t.Fatalf("CheckURL(%s) = %v, want refused %v", c.url, err, c.refused)
+			}
+		})
+	}
+}
+
+// TestTheAdapterRefusesToConnectToAnInternalAddress: the check at dial
+// time, on the resolved address. The endpoint is registered by name
+// ("localhost", which resolves to loopback only when dialled, as a
+// rebinding name would), and by loopback literal; the receiver gets
+// nothing and the delivery ends permanent, forbidden_address. Allowed
+// private addresses, the same endpoint is called.
+func TestTheAdapterRefusesToConnectToAnInternalAddress(t *testing.T) {
+	em := startReceiver(t)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(em.URL(), "http://"))
+	tbl := webhook.NewTable("herald.webhooks")
+	for _, ep := range []struct{ id, url string }{
+		{"by-name", "http://localhost:" + port + "/hooks/by-name"},
+		{"by-address", em.EndpointURL("by-address")},
+	} {
+		w := endpoint(ep.id, ep.url, "delivery.failed")
+		tbl.Put(w)
+		em.AddSecret(w.Secret)
+	}
+	for _, allow := range []bool{false, true} {
+		p, err := webhook.New(webhook.Config{Endpoints: tbl, Topic: "herald.webhooks", AllowPrivate: allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.CloseIdleConnections)
+		for _, id := range []string{"by-name", "by-address"} {
+			w, _ := tbl.Endpoint("acme", id)
+			cmd := webhook.Commands(outcome(), []schemas.Webhook{w})[0]
+			if !allow {
+				t.Run("an endpoint "+id+" on loopback is refused at dial time", func(t *testing.T) {
+					before := em.Total()
+					res := send(p, cmd, 10*time.Second)
+					if res.Class != sinks.Permanent || res.Rule != "forbidden_address" || !errors.Is(res.Err, webhook.ErrForbiddenAddress) {
+						t.Fatalf("result %+v, want permanent forbidden_address", res)
+					}
+					if em.Total() != before {
+						t.Fatal("the receiver was called")
+					}
+				})
+				continue
+			}
+			t.Run("an endpoint "+id+" on loopback is called when private addresses are allowed", func(t *testing.T) {
+				if res := send(p, cmd, 10*time.Second); res.Class != sinks.Success {
+					t.Fatalf("result %+v, want success", res)
+				}
+			})
+		}
+	}
+}
