@@ -38,6 +38,11 @@ func RestorePartition(ctx context.Context, cl *kgo.Client, changelogs []string, 
 // is.
 var restoreLogEvery = 10 * time.Second
 
+// restoreIdlePoll is how long a restore's poll waits for records before
+// readUntil checks whether retention deleted what is left to read (a
+// variable so the tests need not wait it out).
+var restoreIdlePoll = 10 * time.Second
+
 func restore(ctx context.Context, cl *kgo.Client, changelogs []string, p int32, t Task, log *slog.Logger, extra []kgo.Opt) (restored, error) {
 	ends := map[string]int64{}
 	for _, topic := range changelogs {
@@ -142,7 +147,7 @@ func readUntil(ctx context.Context, group *kgo.Client, ends map[string]int64, p 
 			log.Info("restoring partition", "partition", p, "records", res.records, "offsets_left", behind,
 				"elapsed", time.Since(began).Round(time.Second))
 		}
-		pollCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		pollCtx, cancel := context.WithTimeout(ctx, restoreIdlePoll)
 		fetches := cl.PollFetches(pollCtx)
 		cancel()
 		if ctx.Err() != nil {
@@ -158,7 +163,7 @@ func readUntil(ctx context.Context, group *kgo.Client, ends map[string]int64, p 
 			return res, ferr
 		}
 		if fetches.NumRecords() == 0 {
-			// Nothing for 10 s: the only way the end can be gone is
+			// Nothing for restoreIdlePoll: the only way the end can be gone is
 			// retention moving the log start past it.
 			for topic, end := range ends {
 				if pos[topic] >= end {
