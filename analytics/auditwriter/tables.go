@@ -155,278 +155,228 @@ func ms(v int64) time.Time {
 	return time.UnixMilli(v).UTC()
 }
 
-// decodeValue decodes r's value into v, whose Schema field is schema, and
-// checks the schema name as schemas.Decode does, in one JSON pass instead of
-// two (decoding is most of the writer's CPU).
-func decodeValue(r *kgo.Record, v schemas.Record, schema *string) error {
+// decodeValue decodes r's value into v, a record named name whose Schema
+// field is schema, and checks the schema name as schemas.Decode does, in one
+// JSON pass instead of two (decoding is most of the writer's CPU).
+func decodeValue(r *kgo.Record, v any, name string, schema *string) error {
 	if r.Value == nil {
 		return errors.New("empty value (tombstone) on an event topic")
 	}
 	if err := json.Unmarshal(r.Value, v); err != nil {
-		return fmt.Errorf("schemas: decode %s: %w", v.SchemaName(), err)
+		return fmt.Errorf("schemas: decode %s: %w", name, err)
 	}
-	if *schema != v.SchemaName() {
-		return fmt.Errorf("%w: got %q, want %q", schemas.ErrSchema, *schema, v.SchemaName())
+	if *schema != name {
+		return fmt.Errorf("%w: got %q, want %q", schemas.ErrSchema, *schema, name)
 	}
 	return nil
 }
 
-// requestsBatch rows go to the requests table.
-type requestsBatch struct {
+// column is one column of a table whose rows are records R: its name and
+// the values of the rows held.
+type column[R any] interface {
+	name() string
+	add(v *R)
+	values() any // the typed slice the INSERT appends
+	reset()
+}
+
+type typedColumn[R, T any] struct {
+	n    string
+	get  func(v *R) T
+	vals []T
+}
+
+// col is the column name; a row's value is get of its record.
+func col[R, T any](name string, get func(v *R) T) column[R] {
+	return &typedColumn[R, T]{n: name, get: get}
+}
+
+func (c *typedColumn[R, T]) name() string { return c.n }
+func (c *typedColumn[R, T]) add(v *R)     { c.vals = append(c.vals, c.get(v)) }
+func (c *typedColumn[R, T]) values() any  { return c.vals }
+func (c *typedColumn[R, T]) reset()       { c.vals = nil }
+
+// rows is the batch of a table whose rows are records R: the position
+// columns every table has, then cols.
+type rows[R schemas.Record] struct {
 	position
-	v schemas.Request // loaded, not yet kept
-
-	requestID, tenant, typ, recipient, notificationID, idSource, key, dedupeKey []string
-	dedupeWindowMs, idempotencyTTLMs                                            []int64
-	idempotencyKey, contentHash, title, body, payload, locale                   []string
-	channels                                                                    [][]string
-	targetDevice, producer, source                                              []string
-	createdAt                                                                   []time.Time
+	v R // loaded, not yet kept
+	// schema returns the record's Schema field, checked on decoding.
+	schema func(v *R) *string
+	// at returns the row's time in milliseconds; 0 (or less): the record
+	// time.
+	at   func(v *R) int64
+	cols []column[R]
 }
 
-func (b *requestsBatch) load(r *kgo.Record) int32 {
-	b.v = schemas.Request{}
-	err := decodeValue(r, &b.v, &b.v.Schema)
+func (b *rows[R]) load(r *kgo.Record) int32 {
+	var zero R
+	b.v = zero
+	err := decodeValue(r, &b.v, b.v.SchemaName(), b.schema(&b.v))
 	if err != nil {
-		b.v = schemas.Request{}
+		b.v = zero
 	}
-	// The dedupe stage decides on the record time, so the audit does too.
-	return b.loadPosition(r, r.Timestamp.UnixMilli(), err)
+	return b.loadPosition(r, b.at(&b.v), err)
 }
 
-func (b *requestsBatch) keep() {
-	v := &b.v
+func (b *rows[R]) keep() {
 	b.keepPosition()
-	b.requestID = append(b.requestID, v.RequestID)
-	b.tenant = append(b.tenant, v.Tenant)
-	b.typ = append(b.typ, v.Type)
-	b.recipient = append(b.recipient, v.Recipient)
-	b.notificationID = append(b.notificationID, v.NotificationID)
-	b.idSource = append(b.idSource, v.IDSource)
-	b.key = append(b.key, string(v.Key))
-	b.dedupeKey = append(b.dedupeKey, v.DedupeKey)
-	b.dedupeWindowMs = append(b.dedupeWindowMs, v.DedupeWindowMs)
-	b.idempotencyKey = append(b.idempotencyKey, v.IdempotencyKey)
-	b.idempotencyTTLMs = append(b.idempotencyTTLMs, v.IdempotencyTTLMs)
-	b.title = append(b.title, v.Title)
-	b.body = append(b.body, v.Body)
-	b.payload = append(b.payload, string(v.Payload))
-	b.locale = append(b.locale, v.Locale)
-	b.channels = append(b.channels, append([]string{}, v.Channels...))
-	b.targetDevice = append(b.targetDevice, v.TargetDevice)
-	b.producer = append(b.producer, v.Producer)
-	b.source = append(b.source, v.Source)
-	b.createdAt = append(b.createdAt, ms(v.CreatedAt))
-}
-
-func (b *requestsBatch) columns() ([]string, []any) {
-	names, cols := b.positionColumns()
-	return append(names, "request_id", "tenant", "type", "recipient", "notification_id", "id_source", "key", "dedupe_key",
-			"dedupe_window_ms", "idempotency_key", "idempotency_ttl_ms", "title", "body", "payload", "locale",
-			"channels", "target_device", "producer", "source", "created_at"),
-		append(cols, b.requestID, b.tenant, b.typ, b.recipient, b.notificationID, b.idSource, b.key, b.dedupeKey,
-			b.dedupeWindowMs, b.idempotencyKey, b.idempotencyTTLMs, b.title, b.body, b.payload, b.locale,
-			b.channels, b.targetDevice, b.producer, b.source, b.createdAt)
-}
-
-func (b *requestsBatch) reset() { *b = requestsBatch{position: b.position}; b.resetPosition() }
-
-// decisionsBatch rows go to the decisions table.
-type decisionsBatch struct {
-	position
-	v schemas.Decision // loaded, not yet kept
-
-	decisionID, stage, outcome, detail, requestID, tenant, typ, recipient, notificationID []string
-	dedupeKey, idempotencyKey, producer, channel                                          []string
-	originalRequestID, originalNotificationID                                             []string
-	originalAt                                                                            []time.Time
-	originalOutcome, sourceTopic                                                          []string
-	sourcePartition                                                                       []int32
-	sourceOffset                                                                          []int64
-}
-
-func (b *decisionsBatch) load(r *kgo.Record) int32 {
-	b.v = schemas.Decision{}
-	err := decodeValue(r, &b.v, &b.v.Schema)
-	if err != nil {
-		b.v = schemas.Decision{}
+	for _, c := range b.cols {
+		c.add(&b.v)
 	}
-	return b.loadPosition(r, b.v.At, err)
 }
 
-func (b *decisionsBatch) keep() {
-	v := &b.v
-	b.keepPosition()
-	b.decisionID = append(b.decisionID, v.DecisionID)
-	b.stage = append(b.stage, v.Stage)
-	b.outcome = append(b.outcome, v.Outcome)
-	b.detail = append(b.detail, v.Detail)
-	b.requestID = append(b.requestID, v.RequestID)
-	b.tenant = append(b.tenant, v.Tenant)
-	b.typ = append(b.typ, v.Type)
-	b.recipient = append(b.recipient, v.Recipient)
-	b.notificationID = append(b.notificationID, v.NotificationID)
-	b.dedupeKey = append(b.dedupeKey, v.DedupeKey)
-	b.idempotencyKey = append(b.idempotencyKey, v.IdempotencyKey)
-	b.producer = append(b.producer, v.Producer)
-	b.channel = append(b.channel, v.Channel)
-	b.originalRequestID = append(b.originalRequestID, v.OriginalRequestID)
-	b.originalNotificationID = append(b.originalNotificationID, v.OriginalNotificationID)
-	b.originalAt = append(b.originalAt, ms(v.OriginalAt))
-	b.originalOutcome = append(b.originalOutcome, v.OriginalOutcome)
-	b.sourceTopic = append(b.sourceTopic, v.SourceTopic)
-	b.sourcePartition = append(b.sourcePartition, v.SourcePartition)
-	b.sourceOffset = append(b.sourceOffset, v.SourceOffset)
-}
-
-func (b *decisionsBatch) columns() ([]string, []any) {
+func (b *rows[R]) columns() ([]string, []any) {
 	names, cols := b.positionColumns()
-	return append(names, "decision_id", "stage", "outcome", "detail", "request_id", "tenant", "type", "recipient",
-			"notification_id", "dedupe_key", "idempotency_key", "producer", "channel", "original_request_id",
-			"original_notification_id", "original_at", "original_outcome", "source_topic", "source_partition", "source_offset"),
-		append(cols, b.decisionID, b.stage, b.outcome, b.detail, b.requestID, b.tenant, b.typ, b.recipient,
-			b.notificationID, b.dedupeKey, b.idempotencyKey, b.producer, b.channel, b.originalRequestID,
-			b.originalNotificationID, b.originalAt, b.originalOutcome, b.sourceTopic, b.sourcePartition, b.sourceOffset)
-}
-
-func (b *decisionsBatch) reset() { *b = decisionsBatch{position: b.position}; b.resetPosition() }
-
-// attemptsBatch rows go to the attempts table.
-type attemptsBatch struct {
-	position
-	v schemas.Attempt // loaded, not yet kept
-
-	attemptID, deliveryID, notificationID, tenant, typ, recipient, deviceID, channel []string
-	attempt                                                                          []uint16
-	result, classification                                                           []string
-	providerStatus                                                                   []int32
-	providerReason, providerMessageID, collapseID, apnsID, locale                    []string
-	latencyMs, retryAfterMs                                                          []int64
-}
-
-func (b *attemptsBatch) load(r *kgo.Record) int32 {
-	b.v = schemas.Attempt{}
-	err := decodeValue(r, &b.v, &b.v.Schema)
-	if err != nil {
-		b.v = schemas.Attempt{}
+	for _, c := range b.cols {
+		names, cols = append(names, c.name()), append(cols, c.values())
 	}
-	return b.loadPosition(r, b.v.At, err)
+	return names, cols
 }
 
-func (b *attemptsBatch) keep() {
-	v := &b.v
-	b.keepPosition()
-	b.attemptID = append(b.attemptID, v.AttemptID)
-	b.deliveryID = append(b.deliveryID, v.DeliveryID)
-	b.notificationID = append(b.notificationID, v.NotificationID)
-	b.tenant = append(b.tenant, v.Tenant)
-	b.typ = append(b.typ, v.Type)
-	b.recipient = append(b.recipient, v.Recipient)
-	b.deviceID = append(b.deviceID, v.DeviceID)
-	b.channel = append(b.channel, v.Channel)
-	b.attempt = append(b.attempt, uint16(min(max(v.Attempt, 0), 65535)))
-	b.result = append(b.result, v.Result)
-	b.classification = append(b.classification, v.Classification)
-	b.providerStatus = append(b.providerStatus, int32(v.ProviderStatus))
-	b.providerReason = append(b.providerReason, v.ProviderReason)
-	b.providerMessageID = append(b.providerMessageID, v.ProviderMessageID)
-	b.collapseID = append(b.collapseID, v.CollapseID)
-	b.apnsID = append(b.apnsID, v.APNsID)
-	b.locale = append(b.locale, v.Locale)
-	b.latencyMs = append(b.latencyMs, v.LatencyMs)
-	b.retryAfterMs = append(b.retryAfterMs, v.RetryAfterMs)
-}
-
-func (b *attemptsBatch) columns() ([]string, []any) {
-	names, cols := b.positionColumns()
-	return append(names, "attempt_id", "delivery_id", "notification_id", "tenant", "type", "recipient", "device_id", "channel",
-			"attempt", "result", "classification", "provider_status", "provider_reason", "provider_message_id", "collapse_id",
-			"apns_id", "locale", "latency_ms", "retry_after_ms"),
-		append(cols, b.attemptID, b.deliveryID, b.notificationID, b.tenant, b.typ, b.recipient, b.deviceID, b.channel,
-			b.attempt, b.result, b.classification, b.providerStatus, b.providerReason, b.providerMessageID, b.collapseID,
-			b.apnsID, b.locale, b.latencyMs, b.retryAfterMs)
-}
-
-func (b *attemptsBatch) reset() { *b = attemptsBatch{position: b.position}; b.resetPosition() }
-
-// outcomesBatch rows go to the outcomes table.
-type outcomesBatch struct {
-	position
-	v schemas.Outcome // loaded, not yet kept
-
-	deliveryID, notificationID, tenant, typ, recipient, deviceID, channel, status, reason []string
-	attempts                                                                              []uint16
-}
-
-func (b *outcomesBatch) load(r *kgo.Record) int32 {
-	b.v = schemas.Outcome{}
-	err := decodeValue(r, &b.v, &b.v.Schema)
-	if err != nil {
-		b.v = schemas.Outcome{}
+func (b *rows[R]) reset() {
+	var zero R
+	b.v = zero
+	for _, c := range b.cols {
+		c.reset()
 	}
-	return b.loadPosition(r, b.v.At, err)
+	b.resetPosition()
 }
 
-func (b *outcomesBatch) keep() {
-	v := &b.v
-	b.keepPosition()
-	b.deliveryID = append(b.deliveryID, v.DeliveryID)
-	b.notificationID = append(b.notificationID, v.NotificationID)
-	b.tenant = append(b.tenant, v.Tenant)
-	b.typ = append(b.typ, v.Type)
-	b.recipient = append(b.recipient, v.Recipient)
-	b.deviceID = append(b.deviceID, v.DeviceID)
-	b.channel = append(b.channel, v.Channel)
-	b.status = append(b.status, v.Status)
-	b.reason = append(b.reason, v.Reason)
-	b.attempts = append(b.attempts, uint16(min(max(v.Attempts, 0), 65535)))
-}
+// count16 is a count as a UInt16 column holds it: clamped to 0..65535.
+func count16(n int) uint16 { return uint16(min(max(n, 0), 65535)) }
 
-func (b *outcomesBatch) columns() ([]string, []any) {
-	names, cols := b.positionColumns()
-	return append(names, "delivery_id", "notification_id", "tenant", "type", "recipient", "device_id", "channel", "status", "reason", "attempts"),
-		append(cols, b.deliveryID, b.notificationID, b.tenant, b.typ, b.recipient, b.deviceID, b.channel, b.status, b.reason, b.attempts)
-}
-
-func (b *outcomesBatch) reset() { *b = outcomesBatch{position: b.position}; b.resetPosition() }
-
-// receiptsBatch rows go to the receipts table.
-type receiptsBatch struct {
-	position
-	v schemas.Receipt // loaded, not yet kept
-
-	receiptID, kind, deliveryID, notificationID, tenant, typ, recipient, deviceID, channel []string
-	clientAt                                                                               []time.Time
-}
-
-func (b *receiptsBatch) load(r *kgo.Record) int32 {
-	b.v = schemas.Receipt{}
-	err := decodeValue(r, &b.v, &b.v.Schema)
-	if err != nil {
-		b.v = schemas.Receipt{}
+// newRequestsBatch holds rows of the requests table.
+func newRequestsBatch() batch {
+	type R = schemas.Request
+	return &rows[R]{
+		schema: func(v *R) *string { return &v.Schema },
+		// The dedupe stage decides on the record time, so the audit does too.
+		at: func(*R) int64 { return 0 },
+		cols: []column[R]{
+			col("request_id", func(v *R) string { return v.RequestID }),
+			col("tenant", func(v *R) string { return v.Tenant }),
+			col("type", func(v *R) string { return v.Type }),
+			col("recipient", func(v *R) string { return v.Recipient }),
+			col("notification_id", func(v *R) string { return v.NotificationID }),
+			col("id_source", func(v *R) string { return v.IDSource }),
+			col("key", func(v *R) string { return string(v.Key) }),
+			col("dedupe_key", func(v *R) string { return v.DedupeKey }),
+			col("dedupe_window_ms", func(v *R) int64 { return v.DedupeWindowMs }),
+			col("idempotency_key", func(v *R) string { return v.IdempotencyKey }),
+			col("idempotency_ttl_ms", func(v *R) int64 { return v.IdempotencyTTLMs }),
+			col("title", func(v *R) string { return v.Title }),
+			col("body", func(v *R) string { return v.Body }),
+			col("payload", func(v *R) string { return string(v.Payload) }),
+			col("locale", func(v *R) string { return v.Locale }),
+			col("channels", func(v *R) []string { return append([]string{}, v.Channels...) }),
+			col("target_device", func(v *R) string { return v.TargetDevice }),
+			col("producer", func(v *R) string { return v.Producer }),
+			col("source", func(v *R) string { return v.Source }),
+			col("created_at", func(v *R) time.Time { return ms(v.CreatedAt) }),
+		},
 	}
-	return b.loadPosition(r, b.v.At, err)
 }
 
-func (b *receiptsBatch) keep() {
-	v := &b.v
-	b.keepPosition()
-	b.receiptID = append(b.receiptID, v.ReceiptID)
-	b.kind = append(b.kind, v.Kind)
-	b.deliveryID = append(b.deliveryID, v.DeliveryID)
-	b.notificationID = append(b.notificationID, v.NotificationID)
-	b.tenant = append(b.tenant, v.Tenant)
-	b.typ = append(b.typ, v.Type)
-	b.recipient = append(b.recipient, v.Recipient)
-	b.deviceID = append(b.deviceID, v.DeviceID)
-	b.channel = append(b.channel, v.Channel)
-	b.clientAt = append(b.clientAt, ms(v.ClientAt))
+// newDecisionsBatch holds rows of the decisions table.
+func newDecisionsBatch() batch {
+	type R = schemas.Decision
+	return &rows[R]{
+		schema: func(v *R) *string { return &v.Schema },
+		at:     func(v *R) int64 { return v.At },
+		cols: []column[R]{
+			col("decision_id", func(v *R) string { return v.DecisionID }),
+			col("stage", func(v *R) string { return v.Stage }),
+			col("outcome", func(v *R) string { return v.Outcome }),
+			col("detail", func(v *R) string { return v.Detail }),
+			col("request_id", func(v *R) string { return v.RequestID }),
+			col("tenant", func(v *R) string { return v.Tenant }),
+			col("type", func(v *R) string { return v.Type }),
+			col("recipient", func(v *R) string { return v.Recipient }),
+			col("notification_id", func(v *R) string { return v.NotificationID }),
+			col("dedupe_key", func(v *R) string { return v.DedupeKey }),
+			col("idempotency_key", func(v *R) string { return v.IdempotencyKey }),
+			col("producer", func(v *R) string { return v.Producer }),
+			col("channel", func(v *R) string { return v.Channel }),
+			col("original_request_id", func(v *R) string { return v.OriginalRequestID }),
+			col("original_notification_id", func(v *R) string { return v.OriginalNotificationID }),
+			col("original_at", func(v *R) time.Time { return ms(v.OriginalAt) }),
+			col("original_outcome", func(v *R) string { return v.OriginalOutcome }),
+			col("source_topic", func(v *R) string { return v.SourceTopic }),
+			col("source_partition", func(v *R) int32 { return v.SourcePartition }),
+			col("source_offset", func(v *R) int64 { return v.SourceOffset }),
+		},
+	}
 }
 
-func (b *receiptsBatch) columns() ([]string, []any) {
-	names, cols := b.positionColumns()
-	return append(names, "receipt_id", "kind", "delivery_id", "notification_id", "tenant", "type", "recipient", "device_id", "channel", "client_at"),
-		append(cols, b.receiptID, b.kind, b.deliveryID, b.notificationID, b.tenant, b.typ, b.recipient, b.deviceID, b.channel, b.clientAt)
+// newAttemptsBatch holds rows of the attempts table.
+func newAttemptsBatch() batch {
+	type R = schemas.Attempt
+	return &rows[R]{
+		schema: func(v *R) *string { return &v.Schema },
+		at:     func(v *R) int64 { return v.At },
+		cols: []column[R]{
+			col("attempt_id", func(v *R) string { return v.AttemptID }),
+			col("delivery_id", func(v *R) string { return v.DeliveryID }),
+			col("notification_id", func(v *R) string { return v.NotificationID }),
+			col("tenant", func(v *R) string { return v.Tenant }),
+			col("type", func(v *R) string { return v.Type }),
+			col("recipient", func(v *R) string { return v.Recipient }),
+			col("device_id", func(v *R) string { return v.DeviceID }),
+			col("channel", func(v *R) string { return v.Channel }),
+			col("attempt", func(v *R) uint16 { return count16(v.Attempt) }),
+			col("result", func(v *R) string { return v.Result }),
+			col("classification", func(v *R) string { return v.Classification }),
+			col("provider_status", func(v *R) int32 { return int32(v.ProviderStatus) }),
+			col("provider_reason", func(v *R) string { return v.ProviderReason }),
+			col("provider_message_id", func(v *R) string { return v.ProviderMessageID }),
+			col("collapse_id", func(v *R) string { return v.CollapseID }),
+			col("apns_id", func(v *R) string { return v.APNsID }),
+			col("locale", func(v *R) string { return v.Locale }),
+			col("latency_ms", func(v *R) int64 { return v.LatencyMs }),
+			col("retry_after_ms", func(v *R) int64 { return v.RetryAfterMs }),
+		},
+	}
 }
 
-func (b *receiptsBatch) reset() { *b = receiptsBatch{position: b.position}; b.resetPosition() }
+// newOutcomesBatch holds rows of the outcomes table.
+func newOutcomesBatch() batch {
+	type R = schemas.Outcome
+	return &rows[R]{
+		schema: func(v *R) *string { return &v.Schema },
+		at:     func(v *R) int64 { return v.At },
+		cols: []column[R]{
+			col("delivery_id", func(v *R) string { return v.DeliveryID }),
+			col("notification_id", func(v *R) string { return v.NotificationID }),
+			col("tenant", func(v *R) string { return v.Tenant }),
+			col("type", func(v *R) string { return v.Type }),
+			col("recipient", func(v *R) string { return v.Recipient }),
+			col("device_id", func(v *R) string { return v.DeviceID }),
+			col("channel", func(v *R) string { return v.Channel }),
+			col("status", func(v *R) string { return v.Status }),
+			col("reason", func(v *R) string { return v.Reason }),
+			col("attempts", func(v *R) uint16 { return count16(v.Attempts) }),
+		},
+	}
+}
+
+// newReceiptsBatch holds rows of the receipts table.
+func newReceiptsBatch() batch {
+	type R = schemas.Receipt
+	return &rows[R]{
+		schema: func(v *R) *string { return &v.Schema },
+		at:     func(v *R) int64 { return v.At },
+		cols: []column[R]{
+			col("receipt_id", func(v *R) string { return v.ReceiptID }),
+			col("kind", func(v *R) string { return v.Kind }),
+			col("delivery_id", func(v *R) string { return v.DeliveryID }),
+			col("notification_id", func(v *R) string { return v.NotificationID }),
+			col("tenant", func(v *R) string { return v.Tenant }),
+			col("type", func(v *R) string { return v.Type }),
+			col("recipient", func(v *R) string { return v.Recipient }),
+			col("device_id", func(v *R) string { return v.DeviceID }),
+			col("channel", func(v *R) string { return v.Channel }),
+			col("client_at", func(v *R) time.Time { return ms(v.ClientAt) }),
+		},
+	}
+}

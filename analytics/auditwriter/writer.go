@@ -210,11 +210,11 @@ func New(o Options) (*Writer, error) {
 		w.tables = append(w.tables, t)
 		w.byName[t.topic] = t
 	}
-	add("requests", topics.Requests, func() batch { return &requestsBatch{} })
-	add("decisions", topics.Decisions, func() batch { return &decisionsBatch{} })
-	add("attempts", topics.Attempts, func() batch { return &attemptsBatch{} })
-	add("outcomes", topics.Outcomes, func() batch { return &outcomesBatch{} })
-	add("receipts", topics.Receipts, func() batch { return &receiptsBatch{} })
+	add("requests", topics.Requests, newRequestsBatch)
+	add("decisions", topics.Decisions, newDecisionsBatch)
+	add("attempts", topics.Attempts, newAttemptsBatch)
+	add("outcomes", topics.Outcomes, newOutcomesBatch)
+	add("receipts", topics.Receipts, newReceiptsBatch)
 	w.lag = metrics.ConsumerLag(o.Metrics, "audit-writer")
 	w.errs = o.Metrics.Counter("herald_audit_restarts_total", "times the writer started over from ClickHouse after an error")
 	return w, nil

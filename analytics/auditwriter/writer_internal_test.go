@@ -32,11 +32,11 @@ func TestEveryBatchHasOneColumnPerName(t *testing.T) {
 		name string
 		b    batch
 	}{
-		{"requests rows have a value for every column", &requestsBatch{}},
-		{"decisions rows have a value for every column", &decisionsBatch{}},
-		{"attempts rows have a value for every column", &attemptsBatch{}},
-		{"outcomes rows have a value for every column", &outcomesBatch{}},
-		{"receipts rows have a value for every column", &receiptsBatch{}},
+		{"requests rows have a value for every column", newRequestsBatch()},
+		{"decisions rows have a value for every column", newDecisionsBatch()},
+		{"attempts rows have a value for every column", newAttemptsBatch()},
+		{"outcomes rows have a value for every column", newOutcomesBatch()},
+		{"receipts rows have a value for every column", newReceiptsBatch()},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestEveryBatchHasOneColumnPerName(t *testing.T) {
 func TestTheDeduplicationTokenDependsOnlyOnTableMonthAndPositions(t *testing.T) {
 	nov, dec := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	mk := func(partition int32, at time.Time, offsets ...int64) batch {
-		b := &decisionsBatch{}
+		b := newDecisionsBatch()
 		for _, o := range offsets {
 			add(b, decisionAt(t, partition, o, at))
 		}
