@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -28,13 +29,18 @@ import (
 // ServiceWorker.deliverPushMessage, with the payload web-push-testing
 // decrypted). The browser shows exactly one notification; its displayed
 // and dropped receipts reach herald (the page's timeline, from GET
-// /v1/notifications/{id}) and the audit in herald dev's ClickHouse. A
-// screenshot of the demo is kept as a test artifact.
+// /v1/notifications/{id}) and the audit in herald dev's ClickHouse. Then
+// the notification is clicked on the desktop (a notification server of the
+// test's own on D-Bus, where Chromium shows it), so Chromium dispatches a
+// real notificationclick: the worker opens the notification's url in a new
+// window and the audit records opened. A screenshot of the demo is kept as
+// a test artifact.
 func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 	requireDev(t)
 	chTCP := testenv.FreePort(t)
 	e, dev, sub := startDevWithWebPush(t, chTCP)
 
+	desktop := testenv.NotificationServer(t)
 	b := testenv.Chromium(t, dev.http)
 	ctx := b.Ctx
 	if err := chromedp.Do(ctx, chromedp.Navigate(dev.http+"/")); err != nil {
@@ -113,32 +119,23 @@ func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 	})
 
 	t.Run("the receipts reach the audit in ClickHouse, once each", func(t *testing.T) {
-		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{fmt.Sprintf("127.0.0.1:%d", chTCP)}, DialTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
+		if got := auditedReceipts(t, chTCP, id, 2); !slices.Equal(got, []string{"displayed", "dropped"}) {
+			t.Fatalf("audited receipts %v, want displayed and dropped once each", got)
 		}
-		defer conn.Close()
-		var kinds []string
-		deadline := time.Now().Add(patienceE2E)
-		for {
-			tl, err := audit.Load(context.Background(), conn, "herald", audit.Selector{NotificationID: id})
-			if err == nil {
-				kinds = kinds[:0]
-				for _, r := range tl.Receipts {
-					kinds = append(kinds, r.Kind)
-				}
-				slices.Sort(kinds)
-				if len(kinds) >= 2 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the audit holds receipts %v (%v), want displayed and dropped", kinds, err)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		if !slices.Equal(kinds, []string{"displayed", "dropped"}) {
-			t.Fatalf("audited receipts %v, want displayed and dropped once each", kinds)
+	})
+
+	// A person clicks the notification: the desktop's notification server
+	// tells Chromium, which dispatches a real notificationclick to the
+	// worker; the worker opens the notification's url (the demo sends its
+	// page with ?opened=<dedupeKey>) and reports opened.
+	n := desktop.Await(t, eval[string](t, ctx, `document.getElementById("title").value || "herald"`))
+	desktop.Click(t, n.ID)
+	t.Run("a click on the notification opens its url in a new window", func(t *testing.T) {
+		b.AwaitPage(t, dev.http+"/?opened="+url.QueryEscape(sends[0].DedupeKey))
+	})
+	t.Run("the click reaches the audit in ClickHouse as opened, apart from displayed", func(t *testing.T) {
+		if got := auditedReceipts(t, chTCP, id, 3); !slices.Equal(got, []string{"displayed", "dropped", "opened"}) {
+			t.Fatalf("audited receipts %v, want displayed, dropped and opened once each", got)
 		}
 	})
 
@@ -147,6 +144,37 @@ func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 		t.Fatalf("screenshot: %v", err)
 	}
 	testenv.Artifact(t, "herald-demo.jpg", shot)
+}
+
+// auditedReceipts waits until the audit in herald dev's ClickHouse (native
+// port chTCP) holds at least n receipts for the notification and returns
+// their kinds, sorted.
+func auditedReceipts(t *testing.T, chTCP int, id string, n int) []string {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{fmt.Sprintf("127.0.0.1:%d", chTCP)}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var kinds []string
+	deadline := time.Now().Add(patienceE2E)
+	for {
+		tl, err := audit.Load(context.Background(), conn, "herald", audit.Selector{NotificationID: id})
+		if err == nil {
+			kinds = kinds[:0]
+			for _, r := range tl.Receipts {
+				kinds = append(kinds, r.Kind)
+			}
+			slices.Sort(kinds)
+			if len(kinds) >= n {
+				return kinds
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit holds receipts %v (%v), want %d", kinds, err, n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // eval evaluates a JavaScript expression in the page, awaiting a promise.

@@ -118,3 +118,31 @@ func Artifact(t testing.TB, name string, data []byte) string {
 	t.Logf("test artifact: %s", path)
 	return path
 }
+
+// AwaitPage waits until the browser has a page (a tab or window) at url,
+// e.g. one a service worker opened with clients.openWindow, and fails the
+// test with the pages it has otherwise. The minute is a guard against a
+// browser that never opens it, not a timed assertion.
+func (b *Browser) AwaitPage(t testing.TB, url string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		targets, err := chromedp.Targets(b.Ctx)
+		if err != nil {
+			t.Fatalf("testenv: list the browser's targets: %v", err)
+		}
+		var pages []string
+		for _, tg := range targets {
+			if tg.Type == "page" {
+				if tg.URL == url {
+					return
+				}
+				pages = append(pages, tg.URL)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: no page at %s; the browser has %q", url, pages)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

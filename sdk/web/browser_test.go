@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/serviceworker"
@@ -60,6 +61,26 @@ func (l *receiptLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	l.got = append(l.got, body.Kind+" "+body.NotificationID)
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// await waits until the log holds the receipt (a "kind id"), for a receipt
+// the worker sends on its own time (after a click). The minute is a guard
+// against a worker that never sends it, not a timed assertion.
+func (l *receiptLog) await(t *testing.T, receipt string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l.mu.Lock()
+		got := slices.Clone(l.got)
+		l.mu.Unlock()
+		if slices.Contains(got, receipt) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no receipt %q; the worker sent %v", receipt, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // take returns the receipts recorded since the last take, sorted.
@@ -121,7 +142,17 @@ func shown(t *testing.T, ctx context.Context) []string {
 }
 
 func payload(id string) string {
-	b, _ := json.Marshal(map[string]string{"id": id, "title": "herald test " + id, "body": "b"})
+	return payloadWithURL(id, "")
+}
+
+// payloadWithURL is a push's payload whose notification opens url when
+// clicked.
+func payloadWithURL(id, url string) string {
+	p := map[string]string{"id": id, "title": "herald test " + id, "body": "b"}
+	if url != "" {
+		p["url"] = url
+	}
+	b, _ := json.Marshal(p)
 	return string(b)
 }
 
@@ -131,6 +162,9 @@ func payload(id string) string {
 // page, and the notifications are read with registration.getNotifications().
 // The outcomes are what fail without the seen-set: the notifications alone
 // would not, since a repeat with the same tag replaces rather than stacks.
+// Chromium shows the notifications on a desktop notification server of the
+// test's own (D-Bus), which clicks one as a person would: Chromium then
+// dispatches a real notificationclick to the worker.
 func TestBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("headless Chromium: not under -short")
@@ -139,12 +173,17 @@ func TestBrowser(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Prefix, Handler())
 	mux.Handle("POST /v1/receipts", receipts)
+	mux.HandleFunc("GET /landing", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>landing</title>`)
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, testPage)
 	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
+	desktop := testenv.NotificationServer(t)
 	b, reg := chromium(t, srv)
 	ctx := b.Ctx
 
@@ -185,6 +224,25 @@ func TestBrowser(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a click on the notification opens its url in a new window and reports opened", func(t *testing.T) {
+		url := srv.URL + "/landing?n=d"
+		if got := push(t, b, reg, payloadWithURL("d", url)); !slices.Equal(got, []string{"shown"}) {
+			t.Fatalf("outcomes %v, want shown", got)
+		}
+		if got := receipts.take(); !slices.Equal(got, []string{"displayed d"}) {
+			t.Fatalf("receipts %v, want displayed d", got)
+		}
+		n := desktop.Await(t, "herald test d")
+		desktop.Click(t, n.ID)
+		b.AwaitPage(t, url)
+		receipts.await(t, "opened d")
+		if got := receipts.take(); !slices.Equal(got, []string{"opened d"}) {
+			t.Errorf("receipts %v, want opened d once", got)
+		}
+		if got := shown(t, ctx); slices.Contains(got, "d") {
+			t.Errorf("notifications %v: the clicked one is still shown", got)
+		}
+	})
 	t.Run("every receipt carries the device's receipt token", func(t *testing.T) {
 		receipts.mu.Lock()
 		defer receipts.mu.Unlock()
