@@ -215,41 +215,37 @@ func (s *Source) HitRate(ctx context.Context, tenant string, w Window) ([]HitRat
 	return out, nil
 }
 
+// sortedRows runs the named query over w narrowed to tenant and returns
+// its rows (never nil) sorted by order.
+func sortedRows[T any](ctx context.Context, s *Source, name, tenant string, w Window, order func(a, b T) int) ([]T, error) {
+	rows := []T{}
+	if err := s.run(ctx, name, tenant, 0, &rows, w.params()); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(rows, order)
+	return rows, nil
+}
+
 // Decisions returns tenant's decisions by stage and reason: stages in
 // name order, the most frequent reason first.
 func (s *Source) Decisions(ctx context.Context, tenant string, w Window) ([]ReasonCount, error) {
-	rows := []ReasonCount{}
-	if err := s.run(ctx, "decisions_by_reason", tenant, 0, &rows, w.params()); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(rows, func(a, b ReasonCount) int {
+	return sortedRows(ctx, s, "decisions_by_reason", tenant, w, func(a, b ReasonCount) int {
 		return cmp.Or(strings.Compare(a.Stage, b.Stage), cmp.Compare(b.Decisions, a.Decisions), strings.Compare(a.Reason, b.Reason))
 	})
-	return rows, nil
 }
 
 // Attempts returns tenant's provider calls by channel and result.
 func (s *Source) Attempts(ctx context.Context, tenant string, w Window) ([]AttemptCount, error) {
-	rows := []AttemptCount{}
-	if err := s.run(ctx, "attempts_by_channel", tenant, 0, &rows, w.params()); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(rows, func(a, b AttemptCount) int {
+	return sortedRows(ctx, s, "attempts_by_channel", tenant, w, func(a, b AttemptCount) int {
 		return cmp.Or(strings.Compare(a.Channel, b.Channel), strings.Compare(a.Result, b.Result))
 	})
-	return rows, nil
 }
 
 // Outcomes returns tenant's final delivery states by channel and status.
 func (s *Source) Outcomes(ctx context.Context, tenant string, w Window) ([]OutcomeCount, error) {
-	rows := []OutcomeCount{}
-	if err := s.run(ctx, "outcomes_by_channel", tenant, 0, &rows, w.params()); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(rows, func(a, b OutcomeCount) int {
+	return sortedRows(ctx, s, "outcomes_by_channel", tenant, w, func(a, b OutcomeCount) int {
 		return cmp.Or(strings.Compare(a.Channel, b.Channel), strings.Compare(a.Status, b.Status))
 	})
-	return rows, nil
 }
 
 // ShownTwice returns up to limit of tenant's deliveries that may have been
