@@ -25,9 +25,10 @@ type Browser struct {
 
 // Chromium starts headless Debian Chromium (scripts/install.d/chromium)
 // with a fresh profile, notifications granted to origin and the
-// ServiceWorker domain enabled; it is stopped when t ends. Skipped under
-// -short; fails when chromium is missing.
-func Chromium(t testing.TB, origin string) *Browser {
+// ServiceWorker domain enabled; it is stopped when t ends. flags are
+// extra command-line switches (e.g. GCMService's). Skipped under -short;
+// fails when chromium is missing.
+func Chromium(t testing.TB, origin string, flags ...chromedp.ExecAllocatorOption) *Browser {
 	t.Helper()
 	skipShort(t, "headless Chromium")
 	exe, err := exec.LookPath("chromium")
@@ -36,6 +37,7 @@ func Chromium(t testing.TB, origin string) *Browser {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	opts = append(opts, flags...)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelA)
 	ctx, cancel := chromedp.NewContext(actx)
