@@ -1,14 +1,19 @@
 // Package emulate owns what every local provider emulator of herald shares
-// (sinks/apns/emulator, sinks/fcm/emulator): answers scripted per token,
-// faults injected at random into the answers no rule scripts (a reset
-// after the request was read, an answer slower than the client's
-// deadline), and the record of the requests read. Each emulator keeps its
+// (sinks/apns/emulator, sinks/fcm/emulator, sinks/webhook/emulator,
+// sinks/webpush/emulator): answers scripted per token, faults injected at
+// random into the answers no rule scripts (a reset after the request was
+// read, an answer slower than the client's deadline), the record of the
+// requests read and its JSON listing, and the listener and HTTP server. Each emulator keeps its
 // provider's wire format and request checks; this is only the mechanism.
 package emulate
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -160,6 +165,41 @@ func (l *Log[T]) Total() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total
+}
+
+// Handler serves the record as JSON: {"total": Total(), field: Items()}
+// (an emulator's GET /emulator/messages or /emulator/pushes).
+func (l *Log[T]) Handler(field string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		total := l.Total()
+		items, err := json.Marshal(l.Items())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		key, _ := json.Marshal(field)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, "{\"total\":%d,%s:%s}\n", total, key, items)
+	}
+}
+
+// Listen listens on addr (127.0.0.1:0 when empty) for the emulator named
+// what ("fcm emulator"), which its error names.
+func Listen(what, addr string) (net.Listener, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on %s: %w", what, addr, err)
+	}
+	return ln, nil
+}
+
+// NewServer is an emulator's HTTP server for h: the server's own errors
+// (a malformed request, a failed TLS handshake) go to log at debug level.
+func NewServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -96,9 +96,6 @@ type Emulator struct {
 
 // Start listens and serves until Close.
 func Start(o Options) (*Emulator, error) {
-	if o.Addr == "" {
-		o.Addr = "127.0.0.1:0"
-	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -108,21 +105,18 @@ func Start(o Options) (*Emulator, error) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
-	ln, err := net.Listen("tcp", o.Addr)
+	ln, err := emulate.Listen("apns emulator", o.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("apns emulator: listen on %s: %w", o.Addr, err)
+		return nil, err
 	}
 	e := &Emulator{o: o, ln: ln, certPEM: certPEM, pool: pool, pushes: emulate.NewLog[Push](o.MaxRecords)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/3/device/", e.device)
-	mux.HandleFunc("GET /emulator/pushes", e.list)
+	mux.HandleFunc("GET /emulator/pushes", e.pushes.Handler("pushes"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusNotFound, "BadPath", 0) })
-	e.srv = &http.Server{
-		Handler:   mux,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12},
-		HTTP2:     &http.HTTP2Config{MaxConcurrentStreams: 1000},
-		ErrorLog:  slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
-	}
+	e.srv = emulate.NewServer(mux, o.Logger)
+	e.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}
+	e.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
 	go e.srv.ServeTLS(ln, "", "")
 	return e, nil
 }
@@ -231,15 +225,6 @@ func (e *Emulator) record(p Push) {
 	}
 	e.o.Logger.Log(context.Background(), level, "apns emulator received a push", "apns_id", p.APNsID, "notification", p.NotificationID, "answer", p.Answer)
 	e.pushes.Add(p)
-}
-
-// list serves the record as JSON (GET /emulator/pushes).
-func (e *Emulator) list(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(struct {
-		Total  int    `json:"total"`
-		Pushes []Push `json:"pushes"`
-	}{e.Total(), e.Received()})
 }
 
 // answer writes an APNs answer: an empty 200, or {"reason": ...} (with

@@ -110,9 +110,6 @@ type Emulator struct {
 
 // Start listens and serves until Close.
 func Start(o Options) (*Emulator, error) {
-	if o.Addr == "" {
-		o.Addr = "127.0.0.1:0"
-	}
 	if o.ProjectID == "" {
 		o.ProjectID = "herald-dev"
 	}
@@ -123,16 +120,16 @@ func Start(o Options) (*Emulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fcm emulator: key: %w", err)
 	}
-	ln, err := net.Listen("tcp", o.Addr)
+	ln, err := emulate.Listen("fcm emulator", o.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("fcm emulator: listen on %s: %w", o.Addr, err)
+		return nil, err
 	}
 	e := &Emulator{o: o, ln: ln, key: key, email: "herald-dev@" + o.ProjectID + ".iam.gserviceaccount.com",
 		msgs: emulate.NewLog[Message](o.MaxRecords), tokens: map[string]time.Time{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /token", e.token)
 	mux.HandleFunc("POST /v1/projects/{project}/{rest}", e.send)
-	mux.HandleFunc("GET /emulator/messages", e.list)
+	mux.HandleFunc("GET /emulator/messages", e.msgs.Handler("messages"))
 	mux.HandleFunc("GET /emulator/service-account.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(e.ServiceAccountJSON())
@@ -140,7 +137,7 @@ func Start(o Options) (*Emulator, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fcmError(w, http.StatusNotFound, "NOT_FOUND", "", "The requested URL was not found on this server.", 0)
 	})
-	e.srv = &http.Server{Handler: mux, ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug)}
+	e.srv = emulate.NewServer(mux, o.Logger)
 	go e.srv.Serve(ln)
 	return e, nil
 }
@@ -389,13 +386,4 @@ func oauthError(w http.ResponseWriter, code, desc string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
 	json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
-}
-
-// list serves the record as JSON (GET /emulator/messages).
-func (e *Emulator) list(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(struct {
-		Total    int       `json:"total"`
-		Messages []Message `json:"messages"`
-	}{e.Total(), e.Received()})
 }

@@ -15,7 +15,6 @@ package emulator
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -89,24 +88,21 @@ type Emulator struct {
 
 // Start listens and serves until Close.
 func Start(o Options) (*Emulator, error) {
-	if o.Addr == "" {
-		o.Addr = "127.0.0.1:0"
-	}
 	if o.Tolerance <= 0 {
 		o.Tolerance = 5 * time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	ln, err := net.Listen("tcp", o.Addr)
+	ln, err := emulate.Listen("webhook emulator", o.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("webhook emulator: listen on %s: %w", o.Addr, err)
+		return nil, err
 	}
 	e := &Emulator{o: o, ln: ln, msgs: emulate.NewLog[Message](o.MaxRecords), secrets: append([]string(nil), o.Secrets...)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/{endpoint}", e.receive)
-	mux.HandleFunc("GET /emulator/messages", e.list)
-	e.srv = &http.Server{Handler: mux, ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug)}
+	mux.HandleFunc("GET /emulator/messages", e.msgs.Handler("messages"))
+	e.srv = emulate.NewServer(mux, o.Logger)
 	go e.srv.Serve(ln)
 	return e, nil
 }
@@ -184,13 +180,4 @@ func (e *Emulator) receive(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(int((rule.RetryAfter+time.Second-1)/time.Second)))
 	}
 	w.WriteHeader(status)
-}
-
-// list serves the record as JSON (GET /emulator/messages).
-func (e *Emulator) list(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(struct {
-		Total    int       `json:"total"`
-		Messages []Message `json:"messages"`
-	}{e.Total(), e.Received()})
 }

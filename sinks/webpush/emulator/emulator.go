@@ -86,15 +86,12 @@ type Emulator struct {
 
 // Start listens and serves until Close.
 func Start(o Options) (*Emulator, error) {
-	if o.Addr == "" {
-		o.Addr = "127.0.0.1:0"
-	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	ln, err := net.Listen("tcp", o.Addr)
+	ln, err := emulate.Listen("webpush emulator", o.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("webpush emulator: listen on %s: %w", o.Addr, err)
+		return nil, err
 	}
 	e := &Emulator{o: o, ln: ln, pushes: emulate.NewLog[Push](o.MaxRecords), subs: map[string]bool{}}
 	mux := http.NewServeMux()
@@ -108,14 +105,8 @@ func Start(o Options) (*Emulator, error) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(sub)
 	})
-	mux.HandleFunc("GET /emulator/pushes", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(struct {
-			Total  int    `json:"total"`
-			Pushes []Push `json:"pushes"`
-		}{e.Total(), e.Received()})
-	})
-	e.srv = &http.Server{Handler: mux, ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug)}
+	mux.HandleFunc("GET /emulator/pushes", e.pushes.Handler("pushes"))
+	e.srv = emulate.NewServer(mux, o.Logger)
 	go e.srv.Serve(ln)
 	return e, nil
 }
