@@ -110,7 +110,7 @@ func (s *Server) putWebhook(w http.ResponseWriter, r *http.Request, p principal)
 			if j, dup := at[ev]; dup {
 				f.fail(field, fmt.Sprintf("repeats events[%d]", j))
 			} else if !slices.Contains(schemas.WebhookEvents, ev) {
-				f.fail(field, "must be one of delivery.completed, delivery.failed, device.retired")
+				f.fail(field, "must be one of "+strings.Join(schemas.WebhookEvents, ", "))
 			}
 			at[ev] = i
 		}

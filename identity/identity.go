@@ -225,12 +225,14 @@ func ReceiptID(deliveryID, kind string) string {
 }
 
 // WebhookEventID is the id of the outbound webhook event of one type about
-// one delivery's outcome: the same for every endpoint it goes to and every
-// retry (Standard Webhooks' webhook-id is "msg_" and this id), so
-// receivers dedupe on it. Its delivery to one endpoint is
-// DeliveryID(WebhookEventID(...), endpointID).
-func WebhookEventID(deliveryID, eventType string) string {
-	return derive(tagWebhook, deliveryID, eventType)
+// one delivery's outcome (subjectID the delivery id), or, for
+// send.completed, about one notification (subjectID the notification id):
+// the same for every endpoint it goes to and every retry (Standard
+// Webhooks' webhook-id is "msg_" and this id), so receivers dedupe on it.
+// Its delivery to one endpoint is DeliveryID(WebhookEventID(...),
+// endpointID).
+func WebhookEventID(subjectID, eventType string) string {
+	return derive(tagWebhook, subjectID, eventType)
 }
 
 // NewRandomID returns a fresh UUIDv7 as 32 lower-case hex characters, the id

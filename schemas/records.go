@@ -709,8 +709,10 @@ type Receipt struct {
 // SchemaName implements Record.
 func (Receipt) SchemaName() string { return ReceiptV1 }
 
-// Webhook events a tenant's endpoint subscribes to (Webhook.Events). Each
-// is built from one Outcome on herald.outcomes (sinks/webhook).
+// Webhook events a tenant's endpoint subscribes to (Webhook.Events). The
+// delivery and device events are built from one Outcome on
+// herald.outcomes, send.completed from every final state of a
+// notification's deliveries (sinks/webhook).
 const (
 	// EventDeliveryCompleted: a delivery reached its final state, whatever
 	// it is (delivered, failed, expired, device_retired).
@@ -721,10 +723,59 @@ const (
 	// EventDeviceRetired: a provider invalidated a device's token and
 	// herald disabled the device.
 	EventDeviceRetired = "device.retired"
+	// EventSendCompleted: every delivery of a notification reached its
+	// final state (or the route stage made none): one event per
+	// notification, with the per-channel summary.
+	EventSendCompleted = "send.completed"
 )
 
 // WebhookEvents lists every event type, sorted.
-var WebhookEvents = []string{EventDeliveryCompleted, EventDeliveryFailed, EventDeviceRetired}
+var WebhookEvents = []string{EventDeliveryCompleted, EventDeliveryFailed, EventDeviceRetired, EventSendCompleted}
+
+// Completion is the webhook completion stage's state of one notification
+// whose send.completed event is not written yet, on the compacted topic
+// herald.completionstate, keyed by notification id and written to the
+// partition of herald.completions the notification's records are read
+// from. A tombstone when the event is written (or the entry expires).
+type Completion struct {
+	Schema         string `json:"schema"`
+	NotificationID string `json:"notificationId"`
+	Tenant         string `json:"tenant"`
+	Type           string `json:"type"`
+	Recipient      string `json:"recipient"`
+	// Decision is the route stage's notification-level decision (routed,
+	// deferred, no_target, opted_out, rate_limited, digested, rejected);
+	// empty while it has not been read (outcomes can come first).
+	Decision string `json:"decision,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	// DecidedAt is the decision's time (ms).
+	DecidedAt int64 `json:"decidedAt,omitempty"`
+	// Skipped are the channels the recipient opted out of that had a
+	// target (the route stage's per-channel opted_out decisions).
+	Skipped []string `json:"skipped,omitempty"`
+	// Deliveries: the decision's, and any whose outcome came first.
+	Deliveries []CompletionDelivery `json:"deliveries,omitempty"`
+	// FirstAt is when the stage first read a record of the notification
+	// (ms, its record time): an entry open too long after it expires.
+	FirstAt int64 `json:"firstAt"`
+}
+
+// SchemaName implements Record.
+func (Completion) SchemaName() string { return CompletionV1 }
+
+// CompletionDelivery is one delivery of a notification in its Completion.
+type CompletionDelivery struct {
+	DeliveryID string `json:"deliveryId"`
+	Channel    string `json:"channel"`
+	DeviceID   string `json:"deviceId"`
+	// Planned: the route decision lists it.
+	Planned bool `json:"planned,omitempty"`
+	// Status is its Outcome status; empty while it is open.
+	Status   string `json:"status,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+	At       int64  `json:"at,omitempty"`
+}
 
 // Webhook is one endpoint a tenant registered for outbound webhooks, on the
 // compacted topic herald.webhooks, keyed by RecipientKey(Tenant, ID). A
@@ -752,5 +803,5 @@ func (Webhook) SchemaName() string { return WebhookV1 }
 
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}, Webhook{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}, Webhook{}, Completion{}}
 }

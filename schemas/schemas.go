@@ -38,6 +38,7 @@ const (
 	FeedItemV1        = "herald.feeditem/v1"
 	ReceiptV1         = "herald.receipt/v1"
 	WebhookV1         = "herald.webhook/v1"
+	CompletionV1      = "herald.completion/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

@@ -64,6 +64,10 @@ func samples() []schemas.Record {
 			Channel: "webpush", At: 5, ClientAt: 4},
 		&schemas.Webhook{Tenant: "acme", ID: "wh_1", URL: "https://hooks.example/h", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 			Events: []string{schemas.EventDeliveryFailed}, Enabled: true, DisabledReason: "gone", CreatedAt: 1, UpdatedAt: 2},
+		&schemas.Completion{NotificationID: "52f364d9288c640b306b566e509104bd", Tenant: "acme", Type: "invoice.paid", Recipient: "u1",
+			Decision: schemas.DecisionRouted, Detail: "quiet hours", DecidedAt: 3, Skipped: []string{"fcm"}, FirstAt: 4,
+			Deliveries: []schemas.CompletionDelivery{{DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Planned: true,
+				Status: schemas.OutcomeFailed, Reason: "permanent: BadDeviceToken", Attempts: 2, At: 5}}},
 	}
 }
 

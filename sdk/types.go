@@ -403,7 +403,7 @@ type Segment struct {
 
 // WebhookUpdate registers or replaces an outbound webhook endpoint
 // (PUT /v1/webhooks/{webhookId}). Events: delivery.completed,
-// delivery.failed, device.retired. Secret ("whsec_" and base64) is made
+// delivery.failed, device.retired, send.completed. Secret ("whsec_" and base64) is made
 // by herald when empty (an existing endpoint keeps its own).
 type WebhookUpdate struct {
 	URL     string   `json:"url"`

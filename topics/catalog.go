@@ -4,9 +4,9 @@
 //
 // Hazards. Partition counts of keyed topics are part of herald's
 // correctness: the dedupe stage's seen-set (herald.seen) is a changelog
-// co-partitioned with herald.requests, and devices, preferences and the
+// co-partitioned with herald.requests, devices, preferences and the
 // route stage's changelog (herald.route) are co-partitioned with
-// herald.accepted. Those groups must keep equal partition
+// herald.accepted, and herald.completionstate with herald.completions. Those groups must keep equal partition
 // counts, and a partition count must never change on a live cluster (keys
 // would move to other partitions, away from their state). Verify reports
 // such drift; nothing here repartitions.
@@ -179,6 +179,14 @@ func New(o Options) *Catalog {
 	compacted("devices", "registered devices; key: tenant/recipient/device, partitioned by tenant/recipient", nil)
 	compacted("preferences", "per-user channel preferences and quiet hours; key: tenant/recipient", nil)
 	compacted(Webhooks, "tenants' outbound webhook endpoints (url, secret, events); key: tenant/id", nil)
+	events(Completions, "what the webhook completion stage reads: the route stage's decisions and the outcomes of the notifications of tenants with a send.completed endpoint, forwarded by sinks/webhook; key: notification id")
+	// Written in transactions like the seen-set: the same cleanup policy.
+	const completionDoc = "the webhook completion stage's state (the open deliveries of each notification), co-partitioned with completions; key: notification id; tombstone when its send.completed is written"
+	if o.SeenCleanupPolicy == "delete" {
+		c.add(CompletionState, completionDoc, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(o.SeenRetentionMs, 10)})
+	} else {
+		compacted(CompletionState, completionDoc, nil)
+	}
 	compacted("segments", "tenant-defined named sets of users (target kind segment); key: tenant/name", nil)
 	// The feed is written in transactions (the feed sink's, the API's read
 	// marks), so it takes the seen-set's cleanup policy (kfake's defect 3).
@@ -231,6 +239,10 @@ const (
 	Preferences = "preferences"
 	Segments    = "segments"
 	Webhooks    = "webhooks"
+	// Completions and CompletionState: the webhook completion stage's
+	// input and changelog (sinks/webhook).
+	Completions     = "completions"
+	CompletionState = "completionstate"
 )
 
 // Deliveries is the short name of a channel's delivery topic.

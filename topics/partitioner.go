@@ -8,14 +8,14 @@ import (
 
 // Partitioner returns the partitioner every herald producer uses, so a key
 // lands where the stage that owns it reads:
-//   - changelog topics (the seen-set, the route state, the sinks' state) are written to the partition set on the
+//   - changelog topics (the seen-set, the route state, the sinks' state, the webhook completion state) are written to the partition set on the
 //     record (the partition of the input record that produced the change);
 //   - devices are hashed by their recipient prefix, co-partitioning them
 //     with preferences and accepted notifications;
 //   - everything else is hashed by its whole key with Kafka's murmur2, the
 //     default of the Java client, so producers in other languages agree.
 func (c *Catalog) Partitioner() kgo.Partitioner {
-	manual := map[string]bool{c.Name(Seen): true, c.Name(Route): true}
+	manual := map[string]bool{c.Name(Seen): true, c.Name(Route): true, c.Name(CompletionState): true}
 	for _, ch := range SinkChannels {
 		manual[c.Name(SinkState(ch))] = true
 	}

@@ -30,6 +30,12 @@ type Crash struct {
 	Commands []*schemas.DeliveryCommand
 	Repeats  int
 	Kills    int
+	// Inputs are other records to produce, in order, after the commands
+	// (a stage's input: outcomes and decisions for the webhook channel's
+	// stages); Await, when set, are the delivery ids whose outcomes end
+	// the run in place of the commands'.
+	Inputs []*kgo.Record
+	Await  []string
 }
 
 // Run runs it on the catalog (Partitions partitions, replication 1) and
@@ -100,21 +106,39 @@ func (c Crash) Run(t *testing.T, brokers []string, cat *topics.Catalog) Audit {
 			}
 			cl.Produce(context.Background(), &kgo.Record{Topic: cat.Name(topics.Deliveries(cmd.Channel)), Key: []byte(cmd.DeliveryID), Value: b}, nil)
 		}
+		for i, r := range c.Inputs {
+			cl.Produce(context.Background(), r, nil)
+			if i%5 == 4 { // spread over the kills
+				time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond) // the global source: rng is the kill loop's
+			}
+		}
 		produced <- cl.Flush(context.Background())
 	}()
 
+	await := map[string]bool{}
+	for _, cmd := range c.Commands {
+		await[cmd.DeliveryID] = true
+	}
+	if c.Await != nil {
+		clear(await)
+		for _, id := range c.Await {
+			await[id] = true
+		}
+	}
 	outcomes := func() int {
 		seen := map[string]bool{}
 		for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Outcomes)) {
-			seen[string(r.Key)] = true
+			if await[string(r.Key)] {
+				seen[string(r.Key)] = true
+			}
 		}
 		return len(seen)
 	}
 	kills := 0
 	deadline := time.Now().Add(8 * time.Minute)
-	for n := outcomes(); n < len(c.Commands); n = outcomes() {
+	for n := outcomes(); n < len(await); n = outcomes() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries have an outcome after %d kills; logs in %s", n, len(c.Commands), kills, dir)
+			t.Fatalf("%d of %d deliveries have an outcome after %d kills; logs in %s", n, len(await), kills, dir)
 		}
 		if kills < c.Kills {
 			id := ids[rng.IntN(len(ids))]

@@ -109,12 +109,12 @@ func NewFanOut(o FanOutOptions) (*stage.Runner, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	deliveries := o.Catalog.Name(topics.Deliveries(Channel))
+	deliveries, completions := o.Catalog.Name(topics.Deliveries(Channel)), o.Catalog.Name(topics.Completions)
 	log := o.Logger.With("stage", "webhook-fanout")
 	cfg := o.Config("webhook-fanout")
 	cfg.Input, cfg.DeadLetterTopic = o.Catalog.Name(topics.Outcomes), o.Catalog.Name(topics.DeadLetters)
 	cfg.NewTask = func(int32) stage.Task {
-		return &fanTask{table: o.Table, topic: deliveries, log: log}
+		return &fanTask{table: o.Table, topic: deliveries, completions: completions, log: log}
 	}
 	cfg.Partitioner = o.Catalog.Partitioner()
 	return stage.New(cfg)
@@ -123,9 +123,10 @@ func NewFanOut(o FanOutOptions) (*stage.Runner, error) {
 // fanTask is the fan-out of one herald.outcomes partition: stateless (the
 // endpoints are the shared Table).
 type fanTask struct {
-	table *Table
-	topic string
-	log   *slog.Logger
+	table       *Table
+	topic       string
+	completions string
+	log         *slog.Logger
 }
 
 func (*fanTask) Restore(*kgo.Record) error { return nil }
@@ -133,8 +134,10 @@ func (*fanTask) Tick(*stage.Out)           {}
 func (*fanTask) Commit()                   {}
 func (*fanTask) Abort()                    {}
 
-// Process emits the webhook deliveries of one outcome; an undecodable
-// record is skipped (logged): it raises no event.
+// Process emits the webhook deliveries of one outcome, and forwards it to
+// herald.completions when its tenant has a send.completed endpoint (see
+// completion.go); an undecodable record is skipped (logged): it raises
+// no event.
 func (f *fanTask) Process(r *kgo.Record, out *stage.Out) error {
 	var o schemas.Outcome
 	if err := schemas.Decode(r.Value, &o); err != nil {
@@ -151,6 +154,13 @@ func (f *fanTask) Process(r *kgo.Record, out *stage.Out) error {
 		}
 		out.Emit(&kgo.Record{Topic: f.topic, Key: []byte(cmd.DeliveryID), Value: b,
 			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(cmd.SchemaName())}}})
+	}
+	if o.NotificationID != "" && f.table.Subscribed(o.Tenant, schemas.EventSendCompleted) {
+		rec, err := forwardRecord(f.completions, o.NotificationID, &o)
+		if err != nil {
+			return err
+		}
+		out.Emit(rec)
 	}
 	return nil
 }

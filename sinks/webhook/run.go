@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -28,17 +29,26 @@ type ChannelOptions struct {
 	// AllowPrivate lets the adapter call private, loopback and link-local
 	// addresses (Config.AllowPrivate).
 	AllowPrivate bool
+	// MaxOpen bounds how long the completion stage keeps a notification
+	// whose deliveries have not all ended (CompletionOptions.MaxOpen).
+	MaxOpen time.Duration
 }
 
-// Runners are the two stages of a webhook channel, for readiness checks.
+// Runners are the stages of a webhook channel, for readiness checks: the
+// fan-out, the decisions forwarder and the completion stage
+// (send.completed, completion.go), and the sink.
 type Runners struct {
-	Table    *Table
-	FanOut   *stage.Runner
-	Sink     *sinks.Sink
-	Provider *Provider
+	Table      *Table
+	FanOut     *stage.Runner
+	Forwarder  *stage.Runner
+	Completion *stage.Runner
+	Sink       *sinks.Sink
+	Provider   *Provider
 }
 
-// NewChannel builds the table, the adapter and both stages.
+// NewChannel builds the table, the adapter and the stages; the forwarder
+// and the completion stage take the fan-out's settings, in groups of
+// their own (herald-webhook-decisions, herald-webhook-completion).
 func NewChannel(o ChannelOptions) (*Runners, error) {
 	if o.Sink.Catalog == nil {
 		return nil, errors.New("webhook: the sink's Catalog is required")
@@ -80,10 +90,18 @@ func NewChannel(o ChannelOptions) (*Runners, error) {
 	if r.FanOut, err = NewFanOut(f); err != nil {
 		return nil, err
 	}
+	in := f.Instance
+	in.Group = ""
+	if r.Forwarder, err = NewForwarder(ForwardOptions{Instance: in, Catalog: f.Catalog, Table: r.Table}); err != nil {
+		return nil, err
+	}
+	if r.Completion, err = NewCompletion(CompletionOptions{Instance: in, Catalog: f.Catalog, Table: r.Table, MaxOpen: o.MaxOpen}); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
-// Ready reports whether the table has caught up and both stages are
+// Ready reports whether the table has caught up and every stage is
 // assigned and restored.
 func (r *Runners) Ready() bool {
 	select {
@@ -91,10 +109,10 @@ func (r *Runners) Ready() bool {
 	default:
 		return false
 	}
-	return r.FanOut.Ready() && r.Sink.Ready()
+	return r.FanOut.Ready() && r.Forwarder.Ready() && r.Completion.Ready() && r.Sink.Ready()
 }
 
-// Run reads the table until it has caught up, then runs the fan-out and
+// Run reads the table until it has caught up, then runs the stages and
 // the sink until ctx ends or one of them fails. brokers and opts are the
 // table's client's.
 func (r *Runners) Run(ctx context.Context, brokers []string, opts []kgo.Opt, log *slog.Logger) error {
@@ -105,7 +123,7 @@ func (r *Runners) Run(ctx context.Context, brokers []string, opts []kgo.Opt, log
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
+	errc := make(chan error, 5)
 	run := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -134,6 +152,8 @@ func (r *Runners) Run(ctx context.Context, brokers []string, opts []kgo.Opt, log
 	}
 	log.Info("webhook endpoints loaded")
 	run("fan-out", r.FanOut.Run)
+	run("decisions forwarder", r.Forwarder.Run)
+	run("completion", r.Completion.Run)
 	run("sink", r.Sink.Run)
 	wg.Wait()
 	select {

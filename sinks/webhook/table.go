@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -74,6 +75,19 @@ func (t *Table) Tenant(tenant string) []schemas.Webhook {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// Subscribed reports whether a tenant has an enabled endpoint subscribed
+// to an event.
+func (t *Table) Subscribed(tenant, event string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, w := range t.byTenant[tenant] {
+		if w.Enabled && slices.Contains(w.Events, event) {
+			return true
+		}
+	}
+	return false
 }
 
 // Secrets returns every endpoint's secret (the local receiver emulator of

@@ -6,7 +6,7 @@
 // Webhooks specification. The event stream itself stays on
 // herald.outcomes for Kafka users.
 //
-// Three parts, run together by Run (`herald sink --channel webhook`, and
+// The parts, run together by Run (`herald sink --channel webhook`, and
 // inside herald dev):
 //
 //   - Table: the endpoints, read from herald.webhooks.
@@ -17,7 +17,11 @@
 //     the outcome's tenant on herald.deliveries.webhook, in one
 //     transaction with its input offsets (Commands is the pure function).
 //     An endpoint receives the events of outcomes at or after its
-//     creation, once the fan-out's table has read it.
+//     creation, once the fan-out's table has read it. It also forwards
+//     the outcome to herald.completions for send.completed.
+//   - the decisions forwarder (NewForwarder) and the completion stage
+//     (NewCompletion): send.completed, one event per notification once
+//     every delivery of it is final, exactly once (completion.go).
 //   - the adapter (Provider), which the runtime calls: one signed POST per
 //     attempt, classified. Retries, intents, the sent-set, dead letters
 //     and the audit of every attempt are the runtime's.
@@ -28,9 +32,16 @@
 //	delivery.completed   every final state: delivered, failed, expired, device_retired
 //	delivery.failed      failed (permanent error or retries exhausted; dead-lettered) or expired
 //	device.retired       device_retired: a provider invalidated the token, herald disabled the device
+//	send.completed       every delivery of a notification ended (completion.go), once per notification
 //
-// Each is a per-delivery event (one push to one device, or one feed
-// item); there is no per-notification aggregate yet. The body is
+// The first three are per-delivery events (one push to one device, or one
+// feed item); send.completed is per notification: {"type", "timestamp",
+// "data": {eventId, notificationId, notificationType, recipient, status
+// (delivered, partially_delivered, failed, skipped), decision, detail,
+// channels (channel → final status → count, "skipped" for an opted-out
+// channel), deliveries, completedAt}}, webhook-id "msg_" +
+// identity.WebhookEventID(notification id, "send.completed"). A
+// per-delivery event's body is
 // {"type", "timestamp" (the outcome's time), "data": {eventId, deliveryId,
 // notificationId, notificationType, recipient, deviceId, channel, status,
 // reason, attempts, at}}, built once by the fan-out and sent byte for
