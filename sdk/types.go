@@ -340,11 +340,12 @@ type Device struct {
 	ReceiptToken string `json:"receiptToken,omitempty"`
 }
 
-// Receipt kinds a device reports (POST /v1/receipts).
+// Receipt kinds a device reports (POST /v1/receipts): the kinds of the
+// herald.receipt records the API writes.
 const (
-	ReceiptDisplayed = "displayed"
-	ReceiptOpened    = "opened"
-	ReceiptDropped   = "dropped"
+	ReceiptDisplayed = schemas.ReceiptDisplayed
+	ReceiptOpened    = schemas.ReceiptOpened
+	ReceiptDropped   = schemas.ReceiptDropped
 )
 
 // ReceiptResult is the answer to POST /v1/receipts: the receipt's id, the
