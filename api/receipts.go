@@ -105,8 +105,8 @@ func deviceUnauthorized() *problem {
 
 // postReceipt records what a web device reports about a notification:
 // displayed, opened, or a repeat its seen-set dropped. The receipt goes to
-// herald.receipts keyed by its delivery id (the notification's push to this
-// device), with ReceiptID = identity.ReceiptID(delivery id, kind): a
+// herald.receipts keyed by its delivery id (the push of the notification's
+// occurrence to this device), with ReceiptID = identity.ReceiptID(delivery id, kind): a
 // receipt sent again carries the same id and the audit counts it once.
 // 202 once it is durably in Kafka.
 func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal) {
@@ -117,6 +117,10 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal
 	nid := f.text("notificationId", true, identity.IDLen)
 	if nid != "" && !identity.Valid(nid) {
 		f.fail("notificationId", "must be a herald id (32 lower-case hex characters)")
+	}
+	occurrence := f.text("occurrenceId", false, identity.IDLen)
+	if occurrence != "" && !identity.Valid(occurrence) {
+		f.fail("occurrenceId", "must be a herald id (32 lower-case hex characters)")
 	}
 	kind := f.text("kind", true, 16)
 	switch kind {
@@ -134,7 +138,13 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal
 		return
 	}
 	now := time.Now()
-	did := identity.DeliveryID(nid, d.DeviceID)
+	// The push's delivery id: from its occurrence (the payload's
+	// occurrenceId), or from the notification id for a notification
+	// accepted before occurrences existed.
+	if occurrence == "" {
+		occurrence = nid
+	}
+	did := identity.DeliveryID(occurrence, d.DeviceID)
 	rc := schemas.Receipt{ReceiptID: identity.ReceiptID(did, kind), Kind: kind, DeliveryID: did, NotificationID: nid,
 		Tenant: d.Tenant, Type: typ, Recipient: d.Recipient, DeviceID: d.DeviceID, Channel: "webpush", At: now.UnixMilli(), ClientAt: clientAt}
 	b, err := schemas.Encode(&rc)

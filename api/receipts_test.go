@@ -115,10 +115,24 @@ func TestReceiptsOnTheRealBroker(t *testing.T) {
 		t.Fatalf("send: %d %s", a.status, a.body)
 	}
 	id := decode[sdk.SendResult](t, a).Notifications[0].ID
-	receipt := func(token, kind string) answer {
-		return p.call(t, "POST", "/v1/receipts", token, `{"notificationId":"`+id+`","kind":"`+kind+`","type":"order.shipped","at":1}`)
+	// The occurrence the push's payload names (the route stage does not
+	// run here; its delivery id is derived from the occurrence, see
+	// processors/route's TestDeliveryIDsComeFromTheOccurrence).
+	var occurrence string
+	for _, r := range testenv.ReadCommitted(t, p.brokers, p.cat.Name(topics.Accepted)) {
+		var acc schemas.Accepted
+		if err := schemas.Decode(r.Value, &acc); err == nil && acc.NotificationID == id {
+			occurrence = acc.OccurrenceID
+		}
 	}
-	did := identity.DeliveryID(id, "browser-1")
+	if occurrence == "" {
+		t.Fatal("no occurrence on herald.accepted")
+	}
+	did := identity.DeliveryID(occurrence, "browser-1")
+	receipt := func(token, kind string) answer {
+		return p.call(t, "POST", "/v1/receipts", token,
+			`{"notificationId":"`+id+`","occurrenceId":"`+occurrence+`","kind":"`+kind+`","type":"order.shipped","at":1}`)
+	}
 	for _, kind := range []string{"displayed", "displayed", "opened"} {
 		r := receipt(dev.ReceiptToken, kind)
 		if r.status != 202 {
@@ -158,6 +172,12 @@ func TestReceiptsOnTheRealBroker(t *testing.T) {
 		})
 		if !slices.Equal(receipts, []string{"displayed", "opened"}) {
 			t.Fatalf("receipt events %v, want displayed then opened, once each", receipts)
+		}
+	})
+	t.Run("a receipt without an occurrence (a payload from before occurrences) names the notification's own delivery id", func(t *testing.T) {
+		r := p.call(t, "POST", "/v1/receipts", dev.ReceiptToken, `{"notificationId":"`+id+`","kind":"displayed"}`)
+		if got := decode[sdk.ReceiptResult](t, r); r.status != 202 || got.DeliveryID != identity.DeliveryID(id, "browser-1") {
+			t.Fatalf("receipt answered %d %+v", r.status, got)
 		}
 	})
 	t.Run("registering the device again rotates its token", func(t *testing.T) {

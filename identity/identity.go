@@ -108,6 +108,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/google/uuid"
 )
@@ -123,6 +124,7 @@ const (
 	tagDelivery    = "herald/delivery/v1"
 	tagReceipt     = "herald/receipt/v1"
 	tagWebhook     = "herald/webhook-event/v1"
+	tagOccurrence  = "herald/occurrence/v1"
 )
 
 // apnsNamePrefix is prepended to the notification id to form the UUIDv5 name
@@ -208,11 +210,32 @@ func IdempotencyID(tenant, typ, recipient, idempotencyKey string) string {
 	return derive(tagIdempotency, tenant, typ, recipient, idempotencyKey)
 }
 
+// OccurrenceID returns the id of one acceptance of a notification:
+// hex(sha256(enc("herald/occurrence/v1") || enc(notificationID) ||
+// enc(decimal acceptedAt))[:16]), with enc as in [DedupeID] and acceptedAt
+// the Unix milliseconds of the request the dedupe stage accepted (its
+// record's timestamp, so a replay of the log derives the same id).
+//
+// A notification id names what a notification is, never when: once a
+// key's dedupe window has passed, the same key is accepted again as a new
+// notification with the same notification id. Its occurrence id differs,
+// and delivery ids, apns-ids and the web client's seen-set use it, so the
+// second acceptance is sent and shown; collapse ids, the Web Push Topic
+// and the notification's tag keep the notification id, so the device
+// shows the newer occurrence in place of the older one.
+func OccurrenceID(notificationID string, acceptedAt int64) string {
+	var digits [20]byte
+	return derive(tagOccurrence, notificationID, string(strconv.AppendInt(digits[:0], acceptedAt, 10)))
+}
+
 // DeliveryID returns the id of one push of a notification to one device:
-// hex(sha256(enc("herald/delivery/v1") || enc(notificationID) ||
-// enc(deviceID))[:16]), with enc as in [DedupeID].
-func DeliveryID(notificationID, deviceID string) string {
-	return derive(tagDelivery, notificationID, deviceID)
+// hex(sha256(enc("herald/delivery/v1") || enc(occurrenceID) ||
+// enc(deviceID))[:16]), with enc as in [DedupeID]. The route stage gives it
+// the notification's [OccurrenceID]; a notification accepted before
+// occurrences existed (its accepted record has none) uses its
+// notification id, as it always did.
+func DeliveryID(occurrenceID, deviceID string) string {
+	return derive(tagDelivery, occurrenceID, deviceID)
 }
 
 // ReceiptID returns the id of one receipt of a kind ("displayed",

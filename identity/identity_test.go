@@ -298,6 +298,7 @@ func TestDerivedIDs(t *testing.T) {
 		{"a dedupe id hashes the UTF-8 bytes", DedupeID("tenant-é", "t", "r", "k\u2028"), "df427a5b4b726ae52f320473f48c2ed1"},
 		{"an idempotency id is derived from tenant, type, recipient and key", IdempotencyID("acme", "invoice.paid", "u_8831", "ik-1"), "bc028f72eb509950f274e50ea45f1c39"},
 		{"a delivery id is derived from notification and device", DeliveryID("52f364d9288c640b306b566e509104bd", "dev-1"), "4eb160981ce0a5e34585008dc860b5ec"},
+		{"an occurrence id is derived from notification id and acceptance time", OccurrenceID("52f364d9288c640b306b566e509104bd", 1764547200000), "c93c32e54caa0ba8e7a138709607f846"},
 		{"a receipt id is derived from delivery and kind", ReceiptID("4eb160981ce0a5e34585008dc860b5ec", "displayed"), "f2e2a50abd2af5c6e9e71c6fb95ee5b8"},
 		{"a webhook event id is derived from delivery and event type", WebhookEventID("4eb160981ce0a5e34585008dc860b5ec", "delivery.failed"), "7840cec06bd0b042c658185c62071a2f"},
 	}
@@ -311,6 +312,11 @@ func TestDerivedIDs(t *testing.T) {
 	t.Run("field boundaries matter", func(t *testing.T) {
 		if DedupeID("ab", "c", "r", "k") == DedupeID("a", "bc", "r", "k") {
 			t.Error("moving a byte between fields kept the id")
+		}
+	})
+	t.Run("a notification accepted again later is another occurrence", func(t *testing.T) {
+		if OccurrenceID("52f364d9288c640b306b566e509104bd", 1) == OccurrenceID("52f364d9288c640b306b566e509104bd", 2) {
+			t.Error("two acceptance times gave one occurrence id")
 		}
 	})
 	t.Run("dedupe and idempotency keys live in separate domains", func(t *testing.T) {

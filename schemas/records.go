@@ -359,8 +359,14 @@ func (SeenEntry) SchemaName() string { return SeenEntryV1 }
 //
 //easyjson:json
 type Accepted struct {
-	Schema         string          `json:"schema"`
-	NotificationID string          `json:"notificationId"`
+	Schema         string `json:"schema"`
+	NotificationID string `json:"notificationId"`
+	// OccurrenceID names this acceptance of the notification
+	// (identity.OccurrenceID of the id and AcceptedAt): delivery ids derive
+	// from it, so a key accepted again after its dedupe window is sent
+	// again. Empty in records written before occurrences existed, whose
+	// deliveries derive from NotificationID.
+	OccurrenceID   string          `json:"occurrenceId,omitempty"`
 	RequestID      string          `json:"requestId"`
 	Tenant         string          `json:"tenant"`
 	Type           string          `json:"type"`
@@ -381,6 +387,16 @@ type Accepted struct {
 // SchemaName implements Record.
 func (Accepted) SchemaName() string { return AcceptedV1 }
 
+// Occurrence is the id deliveries of this acceptance derive from: its
+// OccurrenceID, or the NotificationID of a record written before
+// occurrences existed.
+func (a *Accepted) Occurrence() string {
+	if a.OccurrenceID != "" {
+		return a.OccurrenceID
+	}
+	return a.NotificationID
+}
+
 // WebPushSubscription is a browser's PushSubscription.
 type WebPushSubscription struct {
 	Endpoint string `json:"endpoint" jsonschema:"format=uri"`
@@ -391,24 +407,29 @@ type WebPushSubscription struct {
 // DeliveryCommand asks a sink to send one push to one device, on
 // herald.deliveries.<channel>, keyed by delivery id.
 type DeliveryCommand struct {
-	Schema         string               `json:"schema"`
-	DeliveryID     string               `json:"deliveryId"`
-	NotificationID string               `json:"notificationId"`
-	Tenant         string               `json:"tenant"`
-	Type           string               `json:"type"`
-	Recipient      string               `json:"recipient"`
-	DeviceID       string               `json:"deviceId"`
-	Channel        string               `json:"channel" jsonschema:"enum=apns,enum=fcm,enum=webpush,enum=feed,enum=webhook"`
-	Token          string               `json:"token,omitempty"`
-	WebPush        *WebPushSubscription `json:"webPush,omitempty"`
-	CollapseID     string               `json:"collapseId"`
-	APNsID         string               `json:"apnsId,omitempty"`
-	Topic          string               `json:"topic,omitempty"`
-	Title          string               `json:"title"`
-	Body           string               `json:"body"`
-	Payload        json.RawMessage      `json:"payload,omitempty"`
-	Locale         string               `json:"locale,omitempty"`
-	CreatedAt      int64                `json:"createdAt"`
+	Schema         string `json:"schema"`
+	DeliveryID     string `json:"deliveryId"`
+	NotificationID string `json:"notificationId"`
+	// OccurrenceID is the accepted record's (see Accepted); empty for a
+	// notification accepted before occurrences existed. Devices drop a
+	// repeat by it, and show the newest occurrence in place of an older
+	// one by NotificationID (collapse ids, tag).
+	OccurrenceID string               `json:"occurrenceId,omitempty"`
+	Tenant       string               `json:"tenant"`
+	Type         string               `json:"type"`
+	Recipient    string               `json:"recipient"`
+	DeviceID     string               `json:"deviceId"`
+	Channel      string               `json:"channel" jsonschema:"enum=apns,enum=fcm,enum=webpush,enum=feed,enum=webhook"`
+	Token        string               `json:"token,omitempty"`
+	WebPush      *WebPushSubscription `json:"webPush,omitempty"`
+	CollapseID   string               `json:"collapseId"`
+	APNsID       string               `json:"apnsId,omitempty"`
+	Topic        string               `json:"topic,omitempty"`
+	Title        string               `json:"title"`
+	Body         string               `json:"body"`
+	Payload      json.RawMessage      `json:"payload,omitempty"`
+	Locale       string               `json:"locale,omitempty"`
+	CreatedAt    int64                `json:"createdAt"`
 	// NotBefore defers the send (quiet hours); 0 means now.
 	NotBefore int64 `json:"notBefore,omitempty"`
 	// ExpiresAt (ms) is when the push stops being worth sending: the sink
@@ -419,6 +440,15 @@ type DeliveryCommand struct {
 
 // SchemaName implements Record.
 func (DeliveryCommand) SchemaName() string { return DeliveryCommandV1 }
+
+// Occurrence is the command's OccurrenceID, or its NotificationID for a
+// notification accepted before occurrences existed.
+func (c *DeliveryCommand) Occurrence() string {
+	if c.OccurrenceID != "" {
+		return c.OccurrenceID
+	}
+	return c.NotificationID
+}
 
 // Attempt results.
 const (

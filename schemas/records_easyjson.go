@@ -1086,6 +1086,12 @@ func easyjsonAf922c28DecodeGithubComHeraldhqHeraldSchemas5(in *jlexer.Lexer, out
 			} else {
 				out.NotificationID = string(in.String())
 			}
+		case "occurrenceId":
+			if in.IsNull() {
+				in.Skip()
+			} else {
+				out.OccurrenceID = string(in.String())
+			}
 		case "requestId":
 			if in.IsNull() {
 				in.Skip()
@@ -1222,6 +1228,11 @@ func easyjsonAf922c28EncodeGithubComHeraldhqHeraldSchemas5(out *jwriter.Writer, 
 		const prefix string = ",\"notificationId\":"
 		out.RawString(prefix)
 		out.String(string(in.NotificationID))
+	}
+	if in.OccurrenceID != "" {
+		const prefix string = ",\"occurrenceId\":"
+		out.RawString(prefix)
+		out.String(string(in.OccurrenceID))
 	}
 	{
 		const prefix string = ",\"requestId\":"

@@ -79,6 +79,40 @@ func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	if got := e.counts(first); got["apns"] != 1 || got["fcm"] != 1 || got["webpush"] != 1 || got["feed"] != 1 || got["webhook"] != 4 || got["unverified"] != 0 {
 		t.Fatalf("the send reached %v, want each channel once and four verified webhook events", got)
 	}
+
+	// A daily reminder: the same dedupeKey once its window has passed is a
+	// new notification with the same id (a new occurrence), and reaches
+	// every channel again; the sinks' sent-sets still hold the first
+	// occurrence's deliveries, which must not swallow it.
+	const window = 2 * time.Second
+	reminder := e.sendWithin("daily-reminder", window, "day 1", "accepted")
+	if !e.await(reminder, patienceE2E, "apns", "fcm", "webpush", "feed") {
+		t.Fatalf("the reminder did not reach every channel: %v", e.counts(reminder))
+	}
+	time.Sleep(window + 500*time.Millisecond)
+	if again := e.sendWithin("daily-reminder", window, "day 2", "accepted"); again != reminder {
+		t.Fatalf("the reminder sent again after its window has id %s, want %s", again, reminder)
+	}
+	if !e.await(reminder, patienceE2E, "apns=2", "fcm=2", "webpush=2") {
+		t.Fatalf("the reminder accepted again after its window reached %v, want every push channel twice", e.counts(reminder))
+	}
+	// The in-app feed holds one item per notification: the second
+	// occurrence replaces the first, as its collapse id does on a phone.
+	deadline := time.Now().Add(patienceE2E)
+	for body := ""; body != "day 2"; time.Sleep(300 * time.Millisecond) {
+		_, fb := e.call("GET", "/v1/recipients/u_e2e/feed?limit=100", "")
+		var page api.FeedPage
+		json.Unmarshal(fb, &page)
+		n := 0
+		for _, it := range page.Items {
+			if it.NotificationID == reminder {
+				n, body = n+1, it.Body
+			}
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("the feed has %d items of the reminder, the last with body %q; want one, replaced by day 2", n, body)
+		}
+	}
 }
 
 const patienceE2E = 90 * time.Second
@@ -108,6 +142,18 @@ func (e *e2e) call(method, path, body string) (int, []byte) {
 func (e *e2e) send(key, status string) string {
 	e.t.Helper()
 	st, b := e.call("POST", "/v1/notifications", fmt.Sprintf(`{"type":"e2e","recipients":["u_e2e"],"title":"Hello","body":"once","dedupeKey":%q}`, key))
+	var res sdk.SendResult
+	if err := json.Unmarshal(b, &res); err != nil || st/100 != 2 || len(res.Notifications) != 1 || res.Notifications[0].Status != status {
+		e.t.Fatalf("send %s: %d %s, want one %s notification", key, st, b, status)
+	}
+	return res.Notifications[0].ID
+}
+
+// sendWithin is send with a dedupe window of its own.
+func (e *e2e) sendWithin(key string, window time.Duration, body, status string) string {
+	e.t.Helper()
+	st, b := e.call("POST", "/v1/notifications", fmt.Sprintf(`{"type":"e2e","recipients":["u_e2e"],"title":"Hello","body":%q,"dedupeKey":%q,"dedupeWindowMs":%d}`,
+		body, key, window.Milliseconds()))
 	var res sdk.SendResult
 	if err := json.Unmarshal(b, &res); err != nil || st/100 != 2 || len(res.Notifications) != 1 || res.Notifications[0].Status != status {
 		e.t.Fatalf("send %s: %d %s, want one %s notification", key, st, b, status)

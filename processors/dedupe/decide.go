@@ -237,7 +237,8 @@ func (c *change) entry(req *schemas.Request, scope, content string) schemas.Seen
 // acceptedOf is the herald.accepted record of an accepted request.
 func acceptedOf(req *schemas.Request, at int64) schemas.Accepted {
 	return schemas.Accepted{
-		Schema: schemas.AcceptedV1, NotificationID: req.NotificationID, RequestID: req.RequestID, Tenant: req.Tenant, Type: req.Type,
+		Schema: schemas.AcceptedV1, NotificationID: req.NotificationID, OccurrenceID: identity.OccurrenceID(req.NotificationID, at),
+		RequestID: req.RequestID, Tenant: req.Tenant, Type: req.Type,
 		Recipient: req.Recipient, Title: req.Title, Body: req.Body, Payload: req.Payload, Locale: req.Locale,
 		Channels: req.Channels, TargetDevice: req.TargetDevice, DedupeKey: req.DedupeKey, IdempotencyKey: req.IdempotencyKey, Producer: req.Producer,
 		RequestedAt: req.CreatedAt, AcceptedAt: at,

@@ -221,3 +221,58 @@ func TestExpiredEntriesAreTombstonedOnStreamTime(t *testing.T) {
 		t.Fatalf("tombstones = %d, live = %d; want 2 tombstones (k1, i1) and 2 live (k2, k3)", tombstones, task.Len())
 	}
 }
+
+// TestAKeyAcceptedAgainIsANewOccurrence: a notification id names what a
+// notification is, so a dedupe key accepted again after its window gets
+// the same one; its occurrence id, from which delivery ids derive, is new,
+// so the sinks send it. The same request processed again (a replay, a
+// retried transaction) derives the same occurrence.
+func TestAKeyAcceptedAgainIsANewOccurrence(t *testing.T) {
+	r := req("paid", "inv_2201", "")
+	base := time.UnixMilli(1_764_500_000_000)
+	accept := func(task *Task, offset int64, at time.Duration) *schemas.Accepted {
+		t.Helper()
+		b, err := schemas.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out stage.Out
+		if err := task.Process(&kgo.Record{Topic: "requests", Value: b, Offset: offset, Timestamp: base.Add(at)}, &out); err != nil {
+			t.Fatal(err)
+		}
+		task.Commit()
+		for _, o := range outRecords(&out) {
+			if o.Topic == "accepted" {
+				var a schemas.Accepted
+				if err := schemas.Decode(o.Value, &a); err != nil {
+					t.Fatal(err)
+				}
+				return &a
+			}
+		}
+		return nil
+	}
+	task := NewTask(seedPolicy, testTopics, 0)
+	first, again := accept(task, 0, 0), accept(task, 1, time.Minute)
+	if first == nil || again == nil {
+		t.Fatal("the key was not accepted at the start and again at the end of its window")
+	}
+	t.Run("both acceptances carry the notification id", func(t *testing.T) {
+		if first.NotificationID != r.NotificationID || again.NotificationID != r.NotificationID {
+			t.Fatalf("notification ids %s and %s, want %s", first.NotificationID, again.NotificationID, r.NotificationID)
+		}
+	})
+	t.Run("each acceptance is its own occurrence, named by its acceptance time", func(t *testing.T) {
+		if first.OccurrenceID == again.OccurrenceID {
+			t.Fatalf("both acceptances are occurrence %s", first.OccurrenceID)
+		}
+		if want := identity.OccurrenceID(r.NotificationID, base.UnixMilli()); first.OccurrenceID != want {
+			t.Fatalf("occurrence %s, want identity.OccurrenceID(id, acceptedAt) = %s", first.OccurrenceID, want)
+		}
+	})
+	t.Run("the same request processed again by a fresh task is the same occurrence", func(t *testing.T) {
+		if replayed := accept(NewTask(seedPolicy, testTopics, 0), 0, 0); replayed == nil || replayed.OccurrenceID != first.OccurrenceID {
+			t.Fatalf("replayed acceptance %+v, want occurrence %s", replayed, first.OccurrenceID)
+		}
+	})
+}

@@ -91,7 +91,8 @@ func TestAnAcceptedRequestEmitsItsDecisionItsSeenEntriesAndItsNotification(t *te
 		if err := schemas.Decode(a.Value, &got); err != nil {
 			t.Fatal(err)
 		}
-		want := schemas.Accepted{Schema: schemas.AcceptedV1, NotificationID: r.NotificationID, RequestID: r.RequestID, Tenant: r.Tenant, Type: r.Type,
+		want := schemas.Accepted{Schema: schemas.AcceptedV1, NotificationID: r.NotificationID, OccurrenceID: identity.OccurrenceID(r.NotificationID, 10_000),
+			RequestID: r.RequestID, Tenant: r.Tenant, Type: r.Type,
 			Recipient: r.Recipient, Title: r.Title, Body: r.Body, Payload: r.Payload, Locale: r.Locale, Channels: r.Channels,
 			DedupeKey: r.DedupeKey, IdempotencyKey: r.IdempotencyKey, Producer: r.Producer, RequestedAt: 42, AcceptedAt: 10_000}
 		if a.Topic != "accepted" || string(a.Key) != schemas.RecipientKey(r.Tenant, r.Recipient) || header(a) != schemas.AcceptedV1 || !reflect.DeepEqual(got, want) {

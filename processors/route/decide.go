@@ -426,11 +426,15 @@ func sortedDevices(ds []schemas.Device) []schemas.Device {
 	return out
 }
 
-// command is the delivery of n to one device on one channel. Collapse ids
-// all come from the notification id (see identity).
+// command is the delivery of n to one device on one channel. The delivery
+// id and the apns-id come from n's occurrence, so a notification accepted
+// again after its dedupe window is a new delivery; collapse ids and the
+// Web Push Topic come from the notification id, so the device shows the
+// newer occurrence in place of the older one (see identity).
 func command(n schemas.Accepted, ch string, dev schemas.Device, at int64) schemas.DeliveryCommand {
+	occurrence := n.Occurrence()
 	c := schemas.DeliveryCommand{
-		DeliveryID: identity.DeliveryID(n.NotificationID, dev.DeviceID), NotificationID: n.NotificationID,
+		DeliveryID: identity.DeliveryID(occurrence, dev.DeviceID), NotificationID: n.NotificationID, OccurrenceID: n.OccurrenceID,
 		Tenant: n.Tenant, Type: n.Type, Recipient: n.Recipient, DeviceID: dev.DeviceID, Channel: ch,
 		Token: dev.Token, WebPush: dev.WebPush, CollapseID: n.NotificationID,
 		Title: n.Title, Body: n.Body, Payload: n.Payload, Locale: n.Locale, CreatedAt: at,
@@ -440,7 +444,7 @@ func command(n schemas.Accepted, ch string, dev schemas.Device, at int64) schema
 	}
 	switch ch {
 	case "apns":
-		c.APNsID = identity.APNsID(n.NotificationID)
+		c.APNsID = identity.APNsID(occurrence)
 	case "webpush":
 		c.Topic, _ = identity.WebPushTopic(n.NotificationID) // n is valid: cannot fail
 	}
@@ -465,6 +469,8 @@ func invalid(n schemas.Accepted) string {
 		return "recipient is empty"
 	} else if !identity.Valid(n.NotificationID) {
 		return "notificationId is not 32 lower-case hex characters"
+	} else if n.OccurrenceID != "" && !identity.Valid(n.OccurrenceID) {
+		return "occurrenceId is not 32 lower-case hex characters"
 	}
 	return ""
 }

@@ -357,3 +357,60 @@ func TestTheDecisionListsItsDeliveries(t *testing.T) {
 		t.Fatalf("deliveries %q, want %q", got, want)
 	}
 }
+
+// TestDeliveryIDsComeFromTheOccurrence: a notification accepted again
+// after its dedupe window (same notification id, a new occurrence) is a
+// new delivery with a new apns-id, shown in place of the first by its
+// collapse id and Web Push Topic; a record written before occurrences
+// existed keeps the ids it always had.
+func TestDeliveryIDsComeFromTheOccurrence(t *testing.T) {
+	routeOf := func(n schemas.Accepted) map[string]schemas.DeliveryCommand {
+		h := newHarness(t, Policy{}, Recipient{Devices: []schemas.Device{dev("ios-a", "ios"), dev("firefox", "web")}})
+		h.send(n, 0)
+		byChannel := map[string]schemas.DeliveryCommand{}
+		for _, c := range h.commands {
+			byChannel[c.Channel] = c
+		}
+		if len(byChannel) != 3 {
+			t.Fatalf("commands on channels %v, want apns, webpush and feed", byChannel)
+		}
+		return byChannel
+	}
+	first, again, legacy := note("x", "1"), note("x", "1"), note("x", "1")
+	first.OccurrenceID = identity.OccurrenceID(first.NotificationID, 1_000)
+	again.OccurrenceID = identity.OccurrenceID(again.NotificationID, 90_000_000)
+	a, b, old := routeOf(first), routeOf(again), routeOf(legacy)
+	for _, ch := range []string{"apns", "webpush", "feed"} {
+		t.Run(ch+": the second occurrence is another delivery of the same notification", func(t *testing.T) {
+			if a[ch].DeliveryID == b[ch].DeliveryID {
+				t.Fatalf("both occurrences are delivery %s", a[ch].DeliveryID)
+			}
+			if want := identity.DeliveryID(first.OccurrenceID, a[ch].DeviceID); a[ch].DeliveryID != want {
+				t.Fatalf("delivery %s, want DeliveryID(occurrence, device) = %s", a[ch].DeliveryID, want)
+			}
+			if a[ch].NotificationID != b[ch].NotificationID || a[ch].CollapseID != b[ch].CollapseID || a[ch].CollapseID != first.NotificationID {
+				t.Fatalf("notification/collapse ids %s/%s and %s/%s, want both %s", a[ch].NotificationID, a[ch].CollapseID,
+					b[ch].NotificationID, b[ch].CollapseID, first.NotificationID)
+			}
+			if a[ch].OccurrenceID != first.OccurrenceID || b[ch].OccurrenceID != again.OccurrenceID {
+				t.Fatalf("commands carry occurrences %s and %s, want %s and %s", a[ch].OccurrenceID, b[ch].OccurrenceID, first.OccurrenceID, again.OccurrenceID)
+			}
+		})
+		t.Run(ch+": a notification accepted before occurrences existed keeps its delivery id", func(t *testing.T) {
+			if want := identity.DeliveryID(legacy.NotificationID, old[ch].DeviceID); old[ch].DeliveryID != want {
+				t.Fatalf("delivery %s, want DeliveryID(notification, device) = %s", old[ch].DeliveryID, want)
+			}
+		})
+	}
+	t.Run("apns: each occurrence has its own apns-id, legacy records the notification's", func(t *testing.T) {
+		if a["apns"].APNsID == b["apns"].APNsID || a["apns"].APNsID != identity.APNsID(first.OccurrenceID) ||
+			old["apns"].APNsID != identity.APNsID(legacy.NotificationID) {
+			t.Fatalf("apns-ids %s, %s and legacy %s", a["apns"].APNsID, b["apns"].APNsID, old["apns"].APNsID)
+		}
+	})
+	t.Run("webpush: both occurrences share the Topic, so the push service replaces the first", func(t *testing.T) {
+		if a["webpush"].Topic == "" || a["webpush"].Topic != b["webpush"].Topic {
+			t.Fatalf("topics %q and %q", a["webpush"].Topic, b["webpush"].Topic)
+		}
+	})
+}

@@ -176,7 +176,7 @@ type Herald struct {
 func (p *Provider) Notification(cmd *schemas.DeliveryCommand) (*apns2.Notification, error) {
 	apnsID := cmd.APNsID
 	if apnsID == "" {
-		apnsID = identity.APNsID(cmd.NotificationID)
+		apnsID = identity.APNsID(cmd.Occurrence())
 	}
 	collapse := cmd.CollapseID
 	if collapse == "" {

@@ -173,6 +173,9 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 // Message returns what an attempt of the delivery sends at now.
 func (p *Provider) Message(cmd *schemas.DeliveryCommand, now time.Time) *messaging.Message {
 	data := map[string]string{"id": cmd.NotificationID, "deliveryId": cmd.DeliveryID}
+	if cmd.OccurrenceID != "" {
+		data["occurrenceId"] = cmd.OccurrenceID
+	}
 	if cmd.Type != "" {
 		data["type"] = cmd.Type
 	}

@@ -106,16 +106,21 @@ func New(c Config) (*Provider, error) {
 // notification's type, which the web client repeats in its receipts (POST
 // /v1/receipts) so the hit-rate queries can count its drops by type.
 type Payload struct {
-	ID    string `json:"id"`
-	Title string `json:"title,omitempty"`
-	Body  string `json:"body,omitempty"`
-	URL   string `json:"url,omitempty"`
-	Type  string `json:"type,omitempty"`
+	ID string `json:"id"`
+	// OccurrenceID names this acceptance of the notification (empty for
+	// one accepted before occurrences existed): the service worker's
+	// seen-set drops a repeat of one occurrence and shows a later one,
+	// in place of the first (tag = ID).
+	OccurrenceID string `json:"occurrenceId,omitempty"`
+	Title        string `json:"title,omitempty"`
+	Body         string `json:"body,omitempty"`
+	URL          string `json:"url,omitempty"`
+	Type         string `json:"type,omitempty"`
 }
 
 // PayloadOf is the payload of a delivery.
 func PayloadOf(cmd *schemas.DeliveryCommand) Payload {
-	p := Payload{ID: cmd.NotificationID, Title: cmd.Title, Body: cmd.Body, Type: cmd.Type}
+	p := Payload{ID: cmd.NotificationID, OccurrenceID: cmd.OccurrenceID, Title: cmd.Title, Body: cmd.Body, Type: cmd.Type}
 	var data struct {
 		URL string `json:"url"`
 	}

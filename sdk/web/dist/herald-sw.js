@@ -66,6 +66,7 @@
     const o = v;
     if (typeof o.id !== "string" || o.id === "" || typeof o.title !== "string") return void 0;
     const p = { id: o.id, title: o.title };
+    if (typeof o.occurrenceId === "string" && o.occurrenceId !== "") p.occurrenceId = o.occurrenceId;
     if (typeof o.body === "string") p.body = o.body;
     if (typeof o.url === "string") p.url = o.url;
     if (typeof o.type === "string" && o.type !== "") p.type = o.type;
@@ -74,7 +75,7 @@
   async function handlePush(text, deps) {
     const p = parsePayload(text);
     if (!p) return "invalid";
-    if (!await deps.seen.claim(p.id)) {
+    if (!await deps.seen.claim(p.occurrenceId ?? p.id)) {
       await report(deps, p, "dropped");
       return "duplicate";
     }
@@ -108,6 +109,7 @@
     const dev = await deps.device.get();
     if (!dev || !dev.token) return "no-device";
     const body = { notificationId: p.id, kind, at: (deps.now ?? Date.now)() };
+    if (p.occurrenceId) body.occurrenceId = p.occurrenceId;
     if (p.type) body.type = p.type;
     const init = {
       method: "POST",

@@ -5,7 +5,15 @@ import type { SeenSet } from "./seen.js";
 
 /** The JSON herald's Web Push sink encrypts (sinks/webpush Payload). */
 export interface Payload {
+  /** The notification id: the shown notification's tag, so a later
+   * occurrence replaces an earlier one on screen. */
   id: string;
+  /** Which acceptance of the notification this push is (herald accepts a
+   * dedupe key again once its window has passed: a new occurrence of the
+   * same id). The seen-set drops a repeat of one occurrence and shows a
+   * later one. Absent in pushes of notifications accepted before herald
+   * had occurrences: the id stands for it. */
+  occurrenceId?: string;
   title: string;
   body?: string;
   url?: string;
@@ -40,6 +48,7 @@ export function parsePayload(text: string | undefined | null): Payload | undefin
   const o = v as Record<string, unknown>;
   if (typeof o.id !== "string" || o.id === "" || typeof o.title !== "string") return undefined;
   const p: Payload = { id: o.id, title: o.title };
+  if (typeof o.occurrenceId === "string" && o.occurrenceId !== "") p.occurrenceId = o.occurrenceId;
   if (typeof o.body === "string") p.body = o.body;
   if (typeof o.url === "string") p.url = o.url;
   if (typeof o.type === "string" && o.type !== "") p.type = o.type;
@@ -47,17 +56,19 @@ export function parsePayload(text: string | undefined | null): Payload | undefin
 }
 
 /**
- * handlePush shows the push's notification unless its id was seen, and
- * reports displayed or dropped (deps.report): the id is
- * claimed in the seen-set first, so of two pushes of one id (a push service
- * delivering twice, two sends racing a replaced subscription) only the one
- * whose claim wins is shown, and the notification's tag is the id, so the
- * browser replaces rather than stacks even if the seen-set was lost.
+ * handlePush shows the push's notification unless its occurrence was seen,
+ * and reports displayed or dropped (deps.report): the occurrence id (or the
+ * id, for a push without one) is claimed in the seen-set first, so of two
+ * pushes of one occurrence (a push service delivering twice, two sends
+ * racing a replaced subscription) only the one whose claim wins is shown,
+ * while a later occurrence of the notification is shown again. The
+ * notification's tag is the id, so the browser replaces rather than stacks
+ * even if the seen-set was lost.
  */
 export async function handlePush(text: string | undefined | null, deps: PushDeps): Promise<Outcome> {
   const p = parsePayload(text);
   if (!p) return "invalid";
-  if (!(await deps.seen.claim(p.id))) {
+  if (!(await deps.seen.claim(p.occurrenceId ?? p.id))) {
     await report(deps, p, "dropped");
     return "duplicate";
   }

@@ -2,7 +2,7 @@
 // (POST /v1/receipts with the device's receipt token): displayed when the
 // service worker showed it, opened on notificationclick, dropped when the
 // seen-set dropped a repeat. herald derives the receipt's id from the
-// notification, the device and the kind, so a receipt sent again (a retry
+// notification's occurrence, the device and the kind, so a receipt sent again (a retry
 // after a lost answer) counts once in the audit: retrying is always safe.
 
 import type { DeviceRecord } from "./device.js";
@@ -35,6 +35,7 @@ export async function sendReceipt(deps: ReceiptDeps, p: Payload, kind: ReceiptKi
   const dev = await deps.device.get();
   if (!dev || !dev.token) return "no-device";
   const body: Record<string, unknown> = { notificationId: p.id, kind, at: (deps.now ?? Date.now)() };
+  if (p.occurrenceId) body.occurrenceId = p.occurrenceId;
   if (p.type) body.type = p.type;
   const init: RequestInit = {
     method: "POST",

@@ -64,6 +64,11 @@ test("sendReceipt", async (t) => {
       assert.deepEqual(slept, [500, 1000, 2000].slice(0, c.calls - 1), "backoff doubles");
     });
   }
+  await t.test("a push of a named occurrence reports it, so herald names that push's delivery", async () => {
+    const f = fakeFetch(202);
+    await sendReceipt({ device: { get: async () => dev }, fetch: f.fn, now: () => 42 }, { ...payload, occurrenceId: "o-1" }, "opened");
+    assert.deepEqual(f.calls[0].body, { notificationId: payload.id, occurrenceId: "o-1", kind: "opened", type: "invoice.paid", at: 42 });
+  });
   await t.test("without a registered device nothing is sent", async () => {
     const f = fakeFetch(202);
     assert.equal(await sendReceipt({ device: { get: async () => undefined }, fetch: f.fn, sleep: noSleep }, payload, "opened"), "no-device");

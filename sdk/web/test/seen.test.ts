@@ -84,6 +84,16 @@ test("handlePush", async (t) => {
       outcomes: ["shown", "shown"],
     },
     {
+      name: "a later occurrence of a notification is shown again under the same tag, a repeat of one occurrence is dropped",
+      pushes: [
+        JSON.stringify({ id: "n1", occurrenceId: "o1", title: "T" }),
+        JSON.stringify({ id: "n1", occurrenceId: "o1", title: "T" }),
+        JSON.stringify({ id: "n1", occurrenceId: "o2", title: "T" }),
+      ],
+      shown: ["n1", "n1"],
+      outcomes: ["shown", "duplicate", "shown"],
+    },
+    {
       name: "a payload that is not herald's is dropped",
       pushes: [null, "not json", JSON.stringify({ title: "no id" }), JSON.stringify({ id: "", title: "T" }), "[1]"],
       shown: [],
