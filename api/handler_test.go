@@ -100,6 +100,8 @@ func TestASendThatBreaksARuleIsRefusedNamingTheField(t *testing.T) {
 		{"a negative window is a 422", `{` + ok + `,"dedupeWindowMs":-1}`, nil, 422, "dedupeWindowMs"},
 		{"more recipients than the limit is a 422", `{"type":"t","recipients":["a","b","c","d"],"title":"x","body":"b"}`, nil, 422, "recipients"},
 		{"a repeated recipient is a 422", `{"type":"t","recipients":["a","b","a"],"title":"x","body":"b"}`, nil, 422, "recipients[2]"},
+		{"an empty recipient is a 422", `{"type":"t","recipients":["a",""],"title":"x","body":"b"}`, nil, 422, "recipients[1]"},
+		{"a recipient longer than 256 characters is a 422", `{"type":"t","recipients":["` + strings.Repeat("r", 257) + `"],"title":"x","body":"b"}`, nil, 422, "recipients[0]"},
 		{"an unknown channel is a 422", `{` + ok + `,"channels":["sms"]}`, nil, 422, "channels[0]"},
 		{"a payload that is not an object is a 400", `{` + ok + `,"payload":[1]}`, nil, 400, "payload"},
 		{"a key with a boolean value is a 400", `{` + ok + `,"key":{"a":true}}`, nil, 400, "key"},

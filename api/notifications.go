@@ -80,19 +80,7 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 		case len(list) > s.cfg.MaxRecipients:
 			f.fail("recipients", fmt.Sprintf("at most %d recipients in one send", s.cfg.MaxRecipients))
 		default:
-			at := map[string]int{}
-			for i, rc := range list {
-				field := fmt.Sprintf("recipients[%d]", i)
-				switch j, dup := at[rc]; {
-				case rc == "":
-					f.fail(field, "must not be empty")
-				case utf8.RuneCountInString(rc) > maxIDLen:
-					f.fail(field, fmt.Sprintf("must be at most %d characters", maxIDLen))
-				case dup:
-					f.fail(field, fmt.Sprintf("repeats recipients[%d]", j))
-				}
-				at[rc] = i
-			}
+			f.distinctIDs("recipients", list)
 		}
 		recipients = list
 	}
