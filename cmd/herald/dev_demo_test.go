@@ -12,60 +12,101 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // TestTheDemoPageShowsOneNotificationForTwoSends is issue 13's demo end to
-// end, in headless Chromium against `herald dev`: the demo page at /
-// registers the browser (the page helper, with a subscription of the
-// web-push-testing push service, since headless Chromium has no push
-// service of its own) and sends one notification twice; herald accepts the
-// first and answers the second a duplicate. Every push the push service
-// receives is handed to the browser's service worker twice, as a push
-// service that delivers twice would (DevTools'
-// ServiceWorker.deliverPushMessage, with the payload web-push-testing
-// decrypted). The browser shows exactly one notification; its displayed
-// and dropped receipts reach herald (the page's timeline, from GET
-// /v1/notifications/{id}) and the audit in herald dev's ClickHouse. Then
-// the notification is clicked on the desktop (a notification server of the
-// test's own on D-Bus, where Chromium shows it), so Chromium dispatches a
-// real notificationclick: the worker opens the notification's url in a new
-// window and the audit records opened. A screenshot of the demo is kept as
-// a test artifact.
+// end, in headless Chromium against `herald dev`, with nothing injected
+// into the browser:
+//
+//   - The demo's Subscribe button: the page helper registers the service
+//     worker and the browser's own pushManager.subscribe makes the
+//     subscription with herald's VAPID key; the page registers it with
+//     herald's device registry.
+//   - Send twice: herald accepts the first and answers the second a
+//     duplicate; its Web Push sink posts the encrypted push to the
+//     subscription's endpoint, the push service hands it to the browser
+//     twice (as a push service that delivers twice would), the browser
+//     decrypts it and the service worker shows one notification and drops
+//     the repeat; the displayed and dropped receipts reach herald (the
+//     page's timeline) and the audit in herald dev's ClickHouse.
+//   - A click on the notification, on the desktop (a notification server of
+//     the test's own on D-Bus, where Chromium shows it): Chromium dispatches
+//     a real notificationclick, the worker opens the notification's url in
+//     a new window and the audit records opened.
+//   - pushsubscriptionchange: the worker's subscription is dropped and the
+//     event dispatched in the worker (DevTools Runtime.evaluate, a
+//     script-constructed event: Chromium gives no way to fire a real one
+//     that carries a new subscription, see below); the worker subscribes
+//     again for real and tells herald, whose registry then holds the new
+//     subscription, and a push reaches the browser through it.
+//
+// Chromium's push service is Google Cloud Messaging, which is not reachable
+// offline (subscribe never answers: Chromium retries its check-in at
+// android.clients.google.com). testenv.GCMService stands in for it on
+// loopback: the check-in, the registration that issues a subscription's
+// token, the MCS connection Chromium receives pushes on
+// (--gcm-*-url/endpoint switches), and the push endpoint herald posts to
+// (on Google's host; herald dev reaches it through an HTTPS proxy). A
+// screenshot of the demo is kept as a test artifact.
 func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 	requireDev(t)
+	gcm := testenv.StartGCMService(t)
+	gcm.DeliverEachPushTwice()
+	t.Setenv("HTTPS_PROXY", gcm.ProxyURL)
+	t.Setenv("SSL_CERT_FILE", gcm.CertFile)
 	chTCP := testenv.FreePort(t)
-	e, dev, sub := startDevWithWebPush(t, chTCP)
+	dev := startDev(t, testenv.Herald(t), t.TempDir(), testenv.FreePort(t), testenv.FreePort(t), chTCP, testenv.FreePort(t))
+	e := &e2e{t: t, dev: dev.http}
 
 	desktop := testenv.NotificationServer(t)
-	b := testenv.Chromium(t, dev.http)
+	b := testenv.Chromium(t, dev.http, gcm.Flags()...)
 	ctx := b.Ctx
 	if err := chromedp.Do(ctx, chromedp.Navigate(dev.http+"/")); err != nil {
 		t.Fatal(err)
 	}
-	subJSON, _ := json.Marshal(map[string]any{"endpoint": sub.endpoint, "keys": map[string]string{"p256dh": sub.p256dh, "auth": sub.auth}})
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any](`heraldDemo.subscribe(`+string(subJSON)+`)`, chromedp.EvalAwaitPromise)); err != nil {
-		t.Fatalf("the demo's subscribe: %v", err)
+	if err := chromedp.Do(ctx, chromedp.Click("#subscribe")); err != nil {
+		t.Fatal(err)
 	}
-	reg := b.Registration(t)
-	user := eval[string](t, ctx, `heraldDemo.state.userId`)
+	// The minute is a guard against a subscribe that never answers, not a
+	// timed assertion.
+	status := eval[string](t, ctx, `new Promise((resolve) => { const end = Date.now() + 60000; const f = () => { const s = document.getElementById("sub-status").textContent; /^(Subscribed|Could not)/.test(s) || Date.now() > end ? resolve(s) : setTimeout(f, 50); }; f(); })`)
+	if !strings.HasPrefix(status, "Subscribed") {
+		t.Fatalf("the demo's Subscribe: %q", status)
+	}
+	user, device := eval[string](t, ctx, `heraldDemo.state.userId`), eval[string](t, ctx, `heraldDemo.state.deviceId`)
+	sub := browserSubscription(t, ctx)
+	t.Run("the Subscribe button subscribes the browser at its push service with herald's VAPID key", func(t *testing.T) {
+		regs := gcm.Registrations()
+		if len(regs) != 1 {
+			t.Fatalf("push service registrations %+v, want one", regs)
+		}
+		if regs[0].Sender != vapidKeyOf(t, dev.http) {
+			t.Errorf("subscribed with key %q, want herald's VAPID public key", regs[0].Sender)
+		}
+		if !strings.HasPrefix(regs[0].Subtype, "wp:"+dev.http+"/") {
+			t.Errorf("a subscription for %q, want the demo's origin", regs[0].Subtype)
+		}
+		if testenv.Token(sub.Endpoint) != regs[0].Token || sub.P256dh == "" || sub.Auth == "" {
+			t.Errorf("the browser's subscription %+v is not the registration's token %s with keys", sub, regs[0].Token)
+		}
+	})
+	t.Run("herald's device registry holds the browser's subscription", func(t *testing.T) {
+		if got := registeredWebPush(t, dev.http, user, device); got != sub {
+			t.Fatalf("herald holds %+v, want the browser's %+v", got, sub)
+		}
+	})
 
 	// The route stage reads devices on its own: send (not through the
-	// page) until a push reaches the push service, so the demo's send finds
-	// the browser. These warm-up pushes are not given to the browser.
-	for i := 0; ; i++ {
-		id := e.sendTo(user, fmt.Sprintf("warm-up-%d", i))
-		if e.awaitPush(id, 30*time.Second) {
-			break
-		}
-		if i == 2 {
-			t.Fatalf("three sends never reached the browser's subscription (it holds %q)", e.pushes())
-		}
-	}
-	before := len(e.pushes())
+	// page) until a push reaches the browser, so the demo's send finds it.
+	gcm.AwaitConnection(t)
+	warmUp(t, e, ctx, user, "warm-up")
+	before := gcm.Posts()
 
 	if err := chromedp.Do(ctx, chromedp.Click("#send-twice")); err != nil {
 		t.Fatal(err)
@@ -79,27 +120,17 @@ func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 		}
 	})
 
-	// The push service: every push it received since the warm-up, handed to
-	// the browser twice.
-	if !e.awaitPush(id, patienceE2E) {
-		t.Fatalf("the push service never received notification %s (it holds %q)", id, e.pushes())
-	}
-	delivered := e.pushes()[before:]
-	t.Run("the push service received the notification once", func(t *testing.T) {
-		if n := len(slices.DeleteFunc(slices.Clone(delivered), func(m string) bool { return !strings.Contains(m, `"id":"`+id+`"`) })); n != 1 {
-			t.Fatalf("%d pushes of %s, want 1: %q", n, id, delivered)
+	outcomes := pushOutcomes(t, ctx, id, 2)
+	t.Run("herald posts the notification to the push service once", func(t *testing.T) {
+		if n := gcm.Posts() - before; n != 1 {
+			t.Fatalf("%d pushes posted, want 1", n)
 		}
 	})
-	for _, m := range delivered {
-		b.Push(t, reg, m)
-		b.Push(t, reg, m)
-	}
-	outcomes := eval[[]string](t, ctx, fmt.Sprintf(`new Promise((resolve) => { const f = () => { const o = heraldDemo.state.log.filter((m) => m.herald === "push" && m.id === %q).map((m) => m.outcome).sort(); o.length >= 2 ? resolve(o) : setTimeout(f, 50); }; f(); })`, id))
-	t.Run("the service worker shows the notification once and drops the repeat", func(t *testing.T) {
+	t.Run("the push service delivers it twice; the service worker shows it once and drops the repeat", func(t *testing.T) {
 		if !slices.Equal(outcomes, []string{"duplicate", "shown"}) {
 			t.Fatalf("outcomes %v, want one shown and one duplicate", outcomes)
 		}
-		tags := eval[[]string](t, ctx, `navigator.serviceWorker.ready.then((r) => r.getNotifications()).then((ns) => ns.map((n) => n.tag))`)
+		tags := eval[[]string](t, ctx, fmt.Sprintf(`navigator.serviceWorker.ready.then((r) => r.getNotifications({tag: %q})).then((ns) => ns.map((n) => n.tag))`, id))
 		if !slices.Equal(tags, []string{id}) {
 			t.Fatalf("notifications shown %v, want exactly one, tagged %s", tags, id)
 		}
@@ -117,12 +148,16 @@ func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 			}
 		}
 	})
-
 	t.Run("the receipts reach the audit in ClickHouse, once each", func(t *testing.T) {
 		if got := auditedReceipts(t, chTCP, id, 2); !slices.Equal(got, []string{"displayed", "dropped"}) {
 			t.Fatalf("audited receipts %v, want displayed and dropped once each", got)
 		}
 	})
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	testenv.Artifact(t, "herald-demo.jpg", shot)
 
 	// A person clicks the notification: the desktop's notification server
 	// tells Chromium, which dispatches a real notificationclick to the
@@ -139,11 +174,117 @@ func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 		}
 	})
 
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
+	// pushsubscriptionchange. Chromium fires it on its own only with no new
+	// subscription (notifications permission revoked, a subscription expired
+	// at start-up) and before it drops the old one, and its refresh path
+	// (PushMessagingServiceImpl::OnSubscriptionInvalidation) has no
+	// trigger: so the test drops the subscription and dispatches the event
+	// in the worker over DevTools. That event is script-constructed, not
+	// trusted: its waitUntil throws (the worker's handler has started the
+	// re-registration by then, and the attached DevTools session keeps the
+	// worker alive until it ends). The re-subscription that follows is the
+	// browser's own, at the push service, and herald's registry is updated
+	// with the device's receipt token (PUT /v1/device/webpush).
+	outcome := resubscribe(t, b)
+	fresh := browserSubscription(t, ctx)
+	t.Run("after pushsubscriptionchange the worker subscribes again and herald's registry holds the new subscription", func(t *testing.T) {
+		if outcome != "updated" {
+			t.Fatalf("the worker's re-registration: %q", outcome)
+		}
+		if regs := gcm.Registrations(); len(regs) != 2 || testenv.Token(fresh.Endpoint) != regs[1].Token || fresh == sub {
+			t.Fatalf("the browser's subscription %+v after the change; push service registrations %+v", fresh, regs)
+		}
+		if got := registeredWebPush(t, dev.http, user, device); got != fresh {
+			t.Fatalf("herald holds %+v, want the new subscription %+v", got, fresh)
+		}
+	})
+	t.Run("a push reaches the browser through the new subscription", func(t *testing.T) {
+		warmUp(t, e, ctx, user, "after-change")
+		if got := gcm.LastPostedTo(); got != testenv.Token(fresh.Endpoint) {
+			t.Fatalf("herald posted to subscription %s, want the new one %s", got, testenv.Token(fresh.Endpoint))
+		}
+	})
+}
+
+// webPushSub is a push subscription as herald's device registry keeps it.
+type webPushSub struct{ Endpoint, P256dh, Auth string }
+
+// browserSubscription is the subscription the page's service worker holds.
+func browserSubscription(t *testing.T, ctx context.Context) webPushSub {
+	t.Helper()
+	var s struct {
+		Endpoint string
+		Keys     struct{ P256dh, Auth string }
 	}
-	testenv.Artifact(t, "herald-demo.jpg", shot)
+	if err := json.Unmarshal([]byte(eval[string](t, ctx, `navigator.serviceWorker.ready.then((r) => r.pushManager.getSubscription()).then((s) => JSON.stringify(s))`)), &s); err != nil {
+		t.Fatal(err)
+	}
+	return webPushSub{s.Endpoint, s.Keys.P256dh, s.Keys.Auth}
+}
+
+// registeredWebPush is the subscription herald's registry holds for a device.
+func registeredWebPush(t *testing.T, dev, user, device string) webPushSub {
+	t.Helper()
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/users/%s/devices/%s", dev, user, device), nil)
+	req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d struct {
+		Platform string
+		WebPush  webPushSub
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK || d.Platform != "web" {
+		t.Fatalf("GET the device: %s %+v %v", resp.Status, d, err)
+	}
+	return d.WebPush
+}
+
+// pushOutcomes waits until the page's service worker has posted n push
+// outcomes for the notification and returns them, sorted. The minute is a
+// guard, not a timed assertion.
+func pushOutcomes(t *testing.T, ctx context.Context, id string, n int) []string {
+	t.Helper()
+	return eval[[]string](t, ctx, fmt.Sprintf(`new Promise((resolve) => { const end = Date.now() + 60000; const f = () => { const o = heraldDemo.state.log.filter((m) => m.herald === "push" && m.id === %q).map((m) => m.outcome).sort(); o.length >= %d || Date.now() > end ? resolve(o) : setTimeout(f, 50); }; f(); })`, id, n))
+}
+
+// warmUp sends to the user (not through the page) until a push reaches the
+// browser: the route stage reads devices on its own time.
+func warmUp(t *testing.T, e *e2e, ctx context.Context, user, key string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		id := e.sendTo(user, fmt.Sprintf("%s-%d", key, i))
+		if got := eval[bool](t, ctx, fmt.Sprintf(`new Promise((resolve) => { const end = Date.now() + 30000; const f = () => heraldDemo.state.log.some((m) => m.herald === "push" && m.id === %q) ? resolve(true) : Date.now() > end ? resolve(false) : setTimeout(f, 100); f(); })`, id)); got {
+			return
+		}
+		if i == 2 {
+			t.Fatalf("three sends never reached the browser")
+		}
+	}
+}
+
+// resubscribe drops the service worker's push subscription and dispatches
+// pushsubscriptionchange in the worker (DevTools Runtime.evaluate in the
+// worker's target), then returns the outcome the worker posts to the page
+// ({herald: "subscription", outcome}).
+func resubscribe(t *testing.T, b *testenv.Browser) string {
+	t.Helper()
+	targets, err := chromedp.Targets(b.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(targets, func(tg *target.Info) bool { return tg.Type == "service_worker" })
+	if i < 0 {
+		t.Fatal("no service worker target")
+	}
+	sw, cancel := chromedp.NewContext(b.Ctx, chromedp.WithTargetID(targets[i].TargetID))
+	defer cancel()
+	if _, err := chromedp.Run(sw, chromedp.Evaluate[bool](`self.registration.pushManager.getSubscription().then((s) => s.unsubscribe()).then((ok) => { self.dispatchEvent(new ExtendableEvent("pushsubscriptionchange")); return ok; })`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatalf("pushsubscriptionchange in the worker: %v", err)
+	}
+	return eval[string](t, b.Ctx, `new Promise((resolve) => { const end = Date.now() + 60000; const f = () => { const m = heraldDemo.state.log.find((m) => m.herald === "subscription"); m || Date.now() > end ? resolve(m ? m.outcome : "none") : setTimeout(f, 50); }; f(); })`)
 }
 
 // auditedReceipts waits until the audit in herald dev's ClickHouse (native
@@ -201,32 +342,4 @@ func (e *e2e) sendTo(user, key string) string {
 		e.t.Fatalf("send answer %s: %v", b, err)
 	}
 	return res.Notifications[0].ID
-}
-
-// pushes returns the payloads the push service holds for the subscription,
-// decrypted, in arrival order.
-func (e *e2e) pushes() []string {
-	e.t.Helper()
-	var msgs struct {
-		Data struct {
-			Messages []string `json:"messages"`
-		} `json:"data"`
-	}
-	postJSON(e.t, e.push+"/get-notifications", map[string]string{"clientHash": e.hash}, &msgs)
-	return msgs.Data.Messages
-}
-
-// awaitPush waits up to d until the push service holds a push of the
-// notification.
-func (e *e2e) awaitPush(id string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if slices.ContainsFunc(e.pushes(), func(m string) bool { return strings.Contains(m, `"id":"`+id+`"`) }) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
 }

@@ -24,13 +24,26 @@ import (
 // subscribe never answers offline: Chromium retries its check-in at
 // android.clients.google.com with backoff.
 //
-// It does not deliver: Chromium receives pushes over a long-lived MCS
-// connection (--gcm-mcs-endpoint), which this service does not serve, and
-// the endpoint Chromium builds from the token is on Google's host.
+// It delivers too (gcm_mcs.go): Chromium keeps an MCS connection open to
+// it (--gcm-mcs-endpoint), and a push posted to a subscription's endpoint
+// (on Google's host, reached through ProxyURL) is handed to Chromium over
+// that connection, which decrypts it and fires the service worker's push
+// event: the whole path a push takes in production, but Google's servers.
 type GCMService struct {
 	URL string
-	mu  sync.Mutex
-	reg []GCMRegistration
+	// CertFile holds the certificate of the push endpoint (trust it with
+	// SSL_CERT_FILE), ProxyURL the HTTPS proxy that reaches it (HTTPS_PROXY).
+	CertFile, ProxyURL string
+
+	spki, mcsAddr string
+	repeat        int
+	loggedIn      chan struct{}
+
+	mu     sync.Mutex
+	reg    []GCMRegistration
+	mcs    *mcsConn
+	pushes int
+	posts  []string
 }
 
 // GCMRegistration is one registration request Chromium made and the token
@@ -51,7 +64,7 @@ const (
 // StartGCMService starts the service; it is stopped when t ends.
 func StartGCMService(t testing.TB) *GCMService {
 	t.Helper()
-	g := &GCMService{}
+	g := &GCMService{repeat: 1, loggedIn: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /checkin", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -90,7 +103,30 @@ func StartGCMService(t testing.TB) *GCMService {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	g.URL = srv.URL
+	g.startDelivery(t)
 	return g
+}
+
+// DeliverEachPushTwice makes the service hand every push to the browser
+// twice (as two messages), as a push service that delivers twice would.
+func (g *GCMService) DeliverEachPushTwice() { g.repeat = 2 }
+
+// Posts is how many pushes were posted to the service's endpoints.
+func (g *GCMService) Posts() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.posts)
+}
+
+// LastPostedTo is the token of the subscription the last push was posted
+// to.
+func (g *GCMService) LastPostedTo() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.posts) == 0 {
+		return ""
+	}
+	return g.posts[len(g.posts)-1]
 }
 
 // Flags are the Chromium switches that point its push service here.
@@ -98,6 +134,8 @@ func (g *GCMService) Flags() []chromedp.ExecAllocatorOption {
 	return []chromedp.ExecAllocatorOption{
 		chromedp.Flag("gcm-checkin-url", g.URL+"/checkin"),
 		chromedp.Flag("gcm-registration-url", g.URL+"/register"),
+		chromedp.Flag("gcm-mcs-endpoint", "https://"+g.mcsAddr),
+		chromedp.Flag("ignore-certificate-errors-spki-list", g.spki),
 	}
 }
 
