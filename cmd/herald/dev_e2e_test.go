@@ -30,7 +30,8 @@ import (
 // emulator, the FCM emulator, a real push service (web-push-testing) and
 // the in-app feed once each, and the tenant's webhook endpoint (registered
 // with PUT /v1/webhooks) receives one signed delivery.completed event per
-// delivery, which dev's receiver verifies; the same send again (same
+// delivery, which dev's receiver verifies, and another one send.completed
+// for the notification; the same send again (same
 // dedupeKey) is a duplicate and reaches none of them. A later send
 // reaching all of them shows the pipeline had time to deliver the
 // duplicate if it were going to.
@@ -39,6 +40,9 @@ func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	e, _, sub := startDevWithWebPush(t, testenv.FreePort(t))
 	if st, b := e.call("PUT", "/v1/webhooks/e2e", `{"url":"`+e.hooks+`/hooks/e2e","events":["delivery.completed"]}`); st != 201 {
 		t.Fatalf("register the webhook endpoint: %d %s", st, b)
+	}
+	if st, b := e.call("PUT", "/v1/webhooks/e2e-done", `{"url":"`+e.hooks+`/hooks/e2e-done","events":["send.completed"]}`); st != 201 {
+		t.Fatalf("register the send.completed endpoint: %d %s", st, b)
 	}
 
 	for id, body := range map[string]string{
@@ -63,7 +67,7 @@ func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	}
 
 	first := e.send("the-one", "accepted")
-	if !e.await(first, patienceE2E, "apns", "fcm", "webpush", "feed", "webhook") {
+	if !e.await(first, patienceE2E, "apns", "fcm", "webpush", "feed", "webhook", "completed") {
 		t.Fatalf("the send did not reach every channel: %v", e.counts(first))
 	}
 	if again := e.send("the-one", "duplicate"); again != first {
@@ -75,9 +79,10 @@ func TestOneSendReachesEveryChannelOnceThroughHeraldDev(t *testing.T) {
 	}
 	// The later send's four events may still be on their way; the first's
 	// are all in: one per delivery (apns, fcm, webpush, feed).
-	e.await(later, patienceE2E, "webhook=4")
-	if got := e.counts(first); got["apns"] != 1 || got["fcm"] != 1 || got["webpush"] != 1 || got["feed"] != 1 || got["webhook"] != 4 || got["unverified"] != 0 {
-		t.Fatalf("the send reached %v, want each channel once and four verified webhook events", got)
+	e.await(later, patienceE2E, "webhook=4", "completed")
+	if got := e.counts(first); got["apns"] != 1 || got["fcm"] != 1 || got["webpush"] != 1 || got["feed"] != 1 || got["webhook"] != 4 || got["unverified"] != 0 ||
+		got["completed"] != 1 {
+		t.Fatalf("the send reached %v, want each channel once, four verified webhook events and one send.completed", got)
 	}
 
 	// A daily reminder: the same dedupeKey once its window has passed is a
@@ -214,11 +219,16 @@ func (e *e2e) counts(id string) map[string]int {
 	}
 	getJSON(e.t, http.DefaultClient, e.hooks+"/emulator/messages", &hooks)
 	for _, m := range hooks.Messages {
-		if m.NotificationID == id && m.Endpoint == "e2e" {
+		if m.NotificationID != id {
+			continue
+		}
+		if m.Endpoint == "e2e" {
 			got["webhook"]++
-			if !m.Verified {
-				got["unverified"]++
-			}
+		} else if m.Endpoint == "e2e-done" {
+			got["completed"]++
+		}
+		if !m.Verified {
+			got["unverified"]++
 		}
 	}
 	_, fb := e.call("GET", "/v1/recipients/u_e2e/feed?limit=100", "")
