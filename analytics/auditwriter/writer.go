@@ -55,10 +55,14 @@
 // offsets at zero, below what the table holds; the writer would skip its
 // records. Records that Kafka's retention deleted before the writer read them
 // are gone (the writer then starts at the log start).
-// Partitions added to a topic while the writer runs are picked up at its next
-// restart. Rows whose months alternate within a Kafka partition (producers'
-// clocks apart around the turn of a month) cost one insert per change of
-// month.
+// A ClickHouse server that dies during an INSERT may have committed the
+// table's part and not yet its materialized views' (ClickHouse commits them
+// one after the other): the table keeps the rows, the writer resumes after
+// them, and the roll-ups lack them for good (the outage test in cmd/herald
+// shows it). Partitions added to a topic while the writer runs are picked
+// up at its next restart. Rows whose months alternate within a Kafka
+// partition (producers' clocks apart around the turn of a month) cost one
+// insert per change of month.
 package auditwriter
 
 import (
