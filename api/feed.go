@@ -59,19 +59,6 @@ func (r *replica) feedOf(tenant, recipient string, since int64) []schemas.FeedIt
 	return items
 }
 
-func (r *replica) applyFeed(rec *kgo.Record) error {
-	if rec.Value == nil {
-		r.putFeed(string(rec.Key), nil)
-		return nil
-	}
-	var it schemas.FeedItem
-	if err := schemas.Decode(rec.Value, &it); err != nil {
-		return err
-	}
-	r.putFeed(string(rec.Key), &it)
-	return nil
-}
-
 // FeedItem is one item of GET /v1/recipients/{recipientId}/feed.
 type FeedItem struct {
 	NotificationID string          `json:"notificationId"`

@@ -141,15 +141,19 @@ func (r *replica) segment(tenant, name string) (schemas.Segment, bool) {
 	return s, ok
 }
 
-func (r *replica) putSegment(key string, s *schemas.Segment) {
+// putKey applies one change to m, a map of the replica, under its lock: v
+// under key, or key deleted when v is nil.
+func putKey[T any](r *replica, m map[string]T, key string, v *T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s == nil {
-		delete(r.segs, key)
+	if v == nil {
+		delete(m, key)
 		return
 	}
-	r.segs[key] = *s
+	m[key] = *v
 }
+
+func (r *replica) putSegment(key string, s *schemas.Segment) { putKey(r, r.segs, key, s) }
 
 func (r *replica) preferences(tenant, user string) (schemas.Preferences, bool) {
 	r.mu.RLock()
@@ -180,15 +184,7 @@ func (r *replica) putDevice(key string, d *schemas.Device) {
 	r.devices[rk][d.DeviceID] = *d
 }
 
-func (r *replica) putWebhook(key string, wh *schemas.Webhook) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if wh == nil {
-		delete(r.webhooks, key)
-		return
-	}
-	r.webhooks[key] = *wh
-}
+func (r *replica) putWebhook(key string, wh *schemas.Webhook) { putKey(r, r.webhooks, key, wh) }
 
 func (r *replica) webhook(tenant, id string) (schemas.Webhook, bool) {
 	r.mu.RLock()
@@ -211,93 +207,48 @@ func (r *replica) tenantWebhooks(tenant string) []schemas.Webhook {
 	return out
 }
 
-func (r *replica) putPreferences(key string, p *schemas.Preferences) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if p == nil {
-		delete(r.prefs, key)
-		return
+func (r *replica) putPreferences(key string, p *schemas.Preferences) { putKey(r, r.prefs, key, p) }
+
+// applyRecord applies one record of a compacted topic with put: a
+// tombstone deletes its key, a value replaces it. A value that does not
+// decode changes nothing; its error is returned.
+func applyRecord[T any, P interface {
+	*T
+	schemas.Record
+}](rec *kgo.Record, put func(key string, v *T)) error {
+	if rec.Value == nil {
+		put(string(rec.Key), nil)
+		return nil
 	}
-	r.prefs[key] = *p
+	v := new(T)
+	if err := schemas.Decode(rec.Value, P(v)); err != nil {
+		return err
+	}
+	put(string(rec.Key), v)
+	return nil
 }
 
 func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
-	key := string(rec.Key)
+	var what string
+	var err error
 	switch rec.Topic {
 	case r.seenT:
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if rec.Value == nil {
-			delete(r.seen, key)
-			return
-		}
-		var e schemas.SeenEntry
-		if err := schemas.Decode(rec.Value, &e); err != nil {
-			log.Debug("replica: skip undecodable seen entry", "err", err)
-			return
-		}
-		r.seen[key] = e
+		what, err = "seen entry", applyRecord(rec, func(key string, e *schemas.SeenEntry) { putKey(r, r.seen, key, e) })
 	case r.devicesT:
-		if rec.Value == nil {
-			r.putDevice(key, nil)
-			return
-		}
-		var d schemas.Device
-		if err := schemas.Decode(rec.Value, &d); err != nil {
-			log.Debug("replica: skip undecodable device", "err", err)
-			return
-		}
-		r.putDevice(key, &d)
+		what, err = "device", applyRecord(rec, r.putDevice)
 	case r.prefsT:
-		if rec.Value == nil {
-			r.putPreferences(key, nil)
-			return
-		}
-		var p schemas.Preferences
-		if err := schemas.Decode(rec.Value, &p); err != nil {
-			log.Debug("replica: skip undecodable preferences", "err", err)
-			return
-		}
-		r.putPreferences(key, &p)
+		what, err = "preferences", applyRecord(rec, r.putPreferences)
 	case r.routeT:
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if rec.Value == nil {
-			delete(r.route, key)
-			return
-		}
-		var e schemas.RouteEntry
-		if err := schemas.Decode(rec.Value, &e); err != nil {
-			log.Debug("replica: skip undecodable route state", "err", err)
-			return
-		}
-		r.route[key] = e
+		what, err = "route state", applyRecord(rec, func(key string, e *schemas.RouteEntry) { putKey(r, r.route, key, e) })
 	case r.segmentsT:
-		if rec.Value == nil {
-			r.putSegment(key, nil)
-			return
-		}
-		var sg schemas.Segment
-		if err := schemas.Decode(rec.Value, &sg); err != nil {
-			log.Debug("replica: skip undecodable segment", "err", err)
-			return
-		}
-		r.putSegment(key, &sg)
+		what, err = "segment", applyRecord(rec, r.putSegment)
 	case r.webhooksT:
-		if rec.Value == nil {
-			r.putWebhook(key, nil)
-			return
-		}
-		var wh schemas.Webhook
-		if err := schemas.Decode(rec.Value, &wh); err != nil {
-			log.Debug("replica: skip undecodable webhook", "err", err)
-			return
-		}
-		r.putWebhook(key, &wh)
+		what, err = "webhook", applyRecord(rec, r.putWebhook)
 	case r.feedT:
-		if err := r.applyFeed(rec); err != nil {
-			log.Debug("replica: skip undecodable feed item", "err", err)
-		}
+		what, err = "feed item", applyRecord(rec, r.putFeed)
+	}
+	if err != nil {
+		log.Debug("replica: skip undecodable "+what, "err", err)
 	}
 }
 

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"log/slog"
 	"slices"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/schemas"
 )
@@ -57,5 +60,49 @@ func TestTheReplicaAppliesSegmentRecordsAndTombstones(t *testing.T) {
 	r.putSegment(key, nil)
 	if _, ok := r.segment("ta", "beta"); ok {
 		t.Fatal("a tombstone left the segment in place")
+	}
+}
+
+func TestTheReplicaAppliesEachTopicsRecords(t *testing.T) {
+	r := newReplica("seen", "devices", "prefs", "segments")
+	r.routeT, r.feedT, r.webhooksT = "route", "feed", "webhooks"
+	log := slog.New(slog.DiscardHandler)
+	cases := []struct {
+		name, topic, key string
+		v                schemas.Record
+		has              func() bool
+	}{
+		{"a seen entry", "seen", "k1", &schemas.SeenEntry{NotificationID: "n1"},
+			func() bool { _, ok := r.lookupSeen("k1"); return ok }},
+		{"a device", "devices", schemas.DeviceKey("ta", "u1", "d1"), &schemas.Device{Tenant: "ta", Recipient: "u1", DeviceID: "d1"},
+			func() bool { _, ok := r.device("ta", "u1", "d1"); return ok }},
+		{"preferences", "prefs", schemas.RecipientKey("ta", "u1"), &schemas.Preferences{Tenant: "ta", Recipient: "u1"},
+			func() bool { _, ok := r.preferences("ta", "u1"); return ok }},
+		{"a route entry", "route", "k2", &schemas.RouteEntry{},
+			func() bool { _, ok := r.lookupRoute("k2"); return ok }},
+		{"a segment", "segments", schemas.RecipientKey("ta", "s1"), &schemas.Segment{Tenant: "ta", Name: "s1"},
+			func() bool { _, ok := r.segment("ta", "s1"); return ok }},
+		{"a webhook", "webhooks", schemas.RecipientKey("ta", "w1"), &schemas.Webhook{Tenant: "ta", ID: "w1"},
+			func() bool { _, ok := r.webhook("ta", "w1"); return ok }},
+		{"a feed item", "feed", schemas.FeedKey("ta", "u1", "n1"), &schemas.FeedItem{Tenant: "ta", Recipient: "u1", NotificationID: "n1"},
+			func() bool { return len(r.feedOf("ta", "u1", 0)) == 1 }},
+	}
+	for _, c := range cases {
+		t.Run(c.name+" is read, kept past an undecodable value and deleted by a tombstone", func(t *testing.T) {
+			b, err := schemas.Encode(c.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps := []struct {
+				value []byte
+				want  bool
+			}{{b, true}, {[]byte("not json"), true}, {nil, false}}
+			for i, s := range steps {
+				r.apply(&kgo.Record{Topic: c.topic, Key: []byte(c.key), Value: s.value}, log)
+				if got := c.has(); got != s.want {
+					t.Fatalf("after step %d: held = %v, want %v", i, got, s.want)
+				}
+			}
+		})
 	}
 }
