@@ -274,6 +274,10 @@ type Decision struct {
 	Type           string `json:"type"`
 	Recipient      string `json:"recipient"`
 	NotificationID string `json:"notificationId"`
+	// OccurrenceID is the accepted record's (see Accepted), on the route
+	// stage's decisions; empty on the dedupe stage's and for a
+	// notification accepted before occurrences existed.
+	OccurrenceID   string `json:"occurrenceId,omitempty"`
 	DedupeKey      string `json:"dedupeKey,omitempty"`
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	Producer       string `json:"producer,omitempty"`
@@ -504,15 +508,17 @@ type Outcome struct {
 	Schema         string `json:"schema"`
 	DeliveryID     string `json:"deliveryId"`
 	NotificationID string `json:"notificationId"`
-	Tenant         string `json:"tenant"`
-	Type           string `json:"type"`
-	Recipient      string `json:"recipient"`
-	DeviceID       string `json:"deviceId"`
-	Channel        string `json:"channel"`
-	Status         string `json:"status" jsonschema:"enum=delivered,enum=dead_lettered,enum=device_retired,enum=failed,enum=expired"`
-	Reason         string `json:"reason,omitempty"`
-	Attempts       int    `json:"attempts"`
-	At             int64  `json:"at"`
+	// OccurrenceID is the delivery command's (see DeliveryCommand).
+	OccurrenceID string `json:"occurrenceId,omitempty"`
+	Tenant       string `json:"tenant"`
+	Type         string `json:"type"`
+	Recipient    string `json:"recipient"`
+	DeviceID     string `json:"deviceId"`
+	Channel      string `json:"channel"`
+	Status       string `json:"status" jsonschema:"enum=delivered,enum=dead_lettered,enum=device_retired,enum=failed,enum=expired"`
+	Reason       string `json:"reason,omitempty"`
+	Attempts     int    `json:"attempts"`
+	At           int64  `json:"at"`
 }
 
 // SchemaName implements Record.
@@ -763,16 +769,21 @@ const (
 var WebhookEvents = []string{EventDeliveryCompleted, EventDeliveryFailed, EventDeviceRetired, EventSendCompleted}
 
 // Completion is the webhook completion stage's state of one notification
-// whose send.completed event is not written yet, on the compacted topic
-// herald.completionstate, keyed by notification id and written to the
+// (one occurrence of it) whose send.completed event is not written yet, on
+// the compacted topic herald.completionstate, keyed by occurrence id (the
+// notification id before occurrences existed) and written to the
 // partition of herald.completions the notification's records are read
 // from. A tombstone when the event is written (or the entry expires).
 type Completion struct {
 	Schema         string `json:"schema"`
 	NotificationID string `json:"notificationId"`
-	Tenant         string `json:"tenant"`
-	Type           string `json:"type"`
-	Recipient      string `json:"recipient"`
+	// OccurrenceID is the occurrence the entry is about (its key; see
+	// Accepted): empty for a notification accepted before occurrences
+	// existed, whose key is the notification id.
+	OccurrenceID string `json:"occurrenceId,omitempty"`
+	Tenant       string `json:"tenant"`
+	Type         string `json:"type"`
+	Recipient    string `json:"recipient"`
 	// Decision is the route stage's notification-level decision (routed,
 	// deferred, no_target, opted_out, rate_limited, digested, rejected);
 	// empty while it has not been read (outcomes can come first).

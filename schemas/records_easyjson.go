@@ -730,6 +730,12 @@ func easyjsonAf922c28DecodeGithubComHeraldhqHeraldSchemas3(in *jlexer.Lexer, out
 			} else {
 				out.NotificationID = string(in.String())
 			}
+		case "occurrenceId":
+			if in.IsNull() {
+				in.Skip()
+			} else {
+				out.OccurrenceID = string(in.String())
+			}
 		case "dedupeKey":
 			if in.IsNull() {
 				in.Skip()
@@ -888,6 +894,11 @@ func easyjsonAf922c28EncodeGithubComHeraldhqHeraldSchemas3(out *jwriter.Writer, 
 		const prefix string = ",\"notificationId\":"
 		out.RawString(prefix)
 		out.String(string(in.NotificationID))
+	}
+	if in.OccurrenceID != "" {
+		const prefix string = ",\"occurrenceId\":"
+		out.RawString(prefix)
+		out.String(string(in.OccurrenceID))
 	}
 	if in.DedupeKey != "" {
 		const prefix string = ",\"dedupeKey\":"

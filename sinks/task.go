@@ -201,7 +201,7 @@ func (t *task) record(topic, key string, v schemas.Record) *kgo.Record {
 func (t *task) finish(out *stage.Out, e *schemas.SinkEntry, status, reason string, now time.Time) {
 	cmd := e.Command
 	out.Emit(t.record(t.rt.topics.Outcomes, cmd.DeliveryID, &schemas.Outcome{
-		DeliveryID: cmd.DeliveryID, NotificationID: cmd.NotificationID, Tenant: cmd.Tenant, Type: cmd.Type,
+		DeliveryID: cmd.DeliveryID, NotificationID: cmd.NotificationID, OccurrenceID: cmd.OccurrenceID, Tenant: cmd.Tenant, Type: cmd.Type,
 		Recipient: cmd.Recipient, DeviceID: cmd.DeviceID, Channel: t.rt.channel, Status: status, Reason: reason,
 		Attempts: e.Attempt, At: now.UnixMilli(),
 	}))

@@ -357,3 +357,24 @@ func TestTheSentSetForgetsADeliveryOnlyAfterItsExpiryAndThenARepeatIsExpiredNotS
 	}
 	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"d:delivered", "d:expired"})
 }
+
+// TestAnOutcomeNamesItsCommandsOccurrence: the outcome carries the
+// command's notification and occurrence ids, by which the webhook
+// completion stage gathers a notification's final states.
+func TestAnOutcomeNamesItsCommandsOccurrence(t *testing.T) {
+	h := newHarness(t, Policy{})
+	c := cmd("d")
+	c.OccurrenceID = "0b6f8a2d9c4e1f3a5b7d9e0c2a4f6b8d"
+	h.step(c)
+	var got []schemas.Outcome
+	for _, r := range h.out {
+		if r.Topic == h.rt.topics.Outcomes {
+			var o schemas.Outcome
+			must(t, schemas.Decode(r.Value, &o))
+			got = append(got, o)
+		}
+	}
+	if len(got) != 1 || got[0].NotificationID != c.NotificationID || got[0].OccurrenceID != c.OccurrenceID {
+		t.Fatalf("outcomes %+v, want one naming notification %s, occurrence %s", got, c.NotificationID, c.OccurrenceID)
+	}
+}

@@ -454,7 +454,7 @@ func command(n schemas.Accepted, ch string, dev schemas.Device, at int64) schema
 func decision(n schemas.Accepted, at int64, src Source, id string) schemas.Decision {
 	return schemas.Decision{
 		DecisionID: id, Stage: "route", RequestID: n.RequestID, Tenant: n.Tenant, Type: n.Type,
-		Recipient: n.Recipient, NotificationID: n.NotificationID, DedupeKey: n.DedupeKey,
+		Recipient: n.Recipient, NotificationID: n.NotificationID, OccurrenceID: n.OccurrenceID, DedupeKey: n.DedupeKey,
 		IdempotencyKey: n.IdempotencyKey, Producer: n.Producer, At: at,
 		SourceTopic: src.Topic, SourcePartition: src.Partition, SourceOffset: src.Offset,
 	}

@@ -367,6 +367,11 @@ func TestDeliveryIDsComeFromTheOccurrence(t *testing.T) {
 	routeOf := func(n schemas.Accepted) map[string]schemas.DeliveryCommand {
 		h := newHarness(t, Policy{}, Recipient{Devices: []schemas.Device{dev("ios-a", "ios"), dev("firefox", "web")}})
 		h.send(n, 0)
+		// The decision names the occurrence too (the webhook completion
+		// stage keys a notification's send.completed on it).
+		if len(h.decisions) != 1 || h.decisions[0].OccurrenceID != n.OccurrenceID {
+			t.Fatalf("decisions %+v, want one naming occurrence %q", h.decisions, n.OccurrenceID)
+		}
 		byChannel := map[string]schemas.DeliveryCommand{}
 		for _, c := range h.commands {
 			byChannel[c.Channel] = c

@@ -24,7 +24,8 @@ import (
 // (keyed by notification id) lists the notification's deliveries; each
 // delivery's final state is an Outcome on herald.outcomes (keyed by
 // delivery id, so spread over partitions). Two stateless stages bring
-// both to herald.completions keyed by notification id, so a
+// both to herald.completions keyed by the notification's occurrence id
+// (Occurrence: the notification id before occurrences existed), so a
 // notification's records meet in one partition: the decisions forwarder
 // (herald.decisions in) and the fan-out (herald.outcomes in, beside its
 // webhook deliveries). Both forward only the records of tenants with an
@@ -37,8 +38,11 @@ import (
 // from the restored state and one after it never does: exactly one
 // send.completed per notification and endpoint on
 // herald.deliveries.webhook. The event's id is
-// identity.WebhookEventID(notification id, "send.completed"): its
-// webhook-id is "msg_" and that, the same on every retry.
+// identity.WebhookEventID(occurrence id, "send.completed") (the
+// occurrence id derives from the notification id and its acceptance): its
+// webhook-id is "msg_" and that, the same on every retry; a dedupe key
+// accepted again after its window is a new occurrence, sent again, with
+// an event of its own.
 //
 // Which decisions count: the route stage's with no channel. routed,
 // deferred and no_target list deliveries (a deferred push is final once
@@ -76,8 +80,12 @@ type CompletionEvent struct {
 
 // CompletionData is a send.completed event's data.
 type CompletionData struct {
-	EventID          string `json:"eventId"`
-	NotificationID   string `json:"notificationId"`
+	EventID        string `json:"eventId"`
+	NotificationID string `json:"notificationId"`
+	// OccurrenceID names this acceptance of the notification (a dedupe key
+	// accepted again after its window is a new occurrence, with an event
+	// of its own); empty for one accepted before occurrences existed.
+	OccurrenceID     string `json:"occurrenceId,omitempty"`
 	NotificationType string `json:"notificationType"`
 	Recipient        string `json:"recipient"`
 	Status           string `json:"status"`
@@ -111,7 +119,7 @@ func ApplyDecision(e *schemas.Completion, d *schemas.Decision, at int64) (*schem
 	if d.Stage != "route" || d.NotificationID == "" || strings.HasPrefix(d.DecisionID, "route/release/") {
 		return e, false
 	}
-	e = entryFor(e, d.NotificationID, d.Tenant, d.Type, d.Recipient, at)
+	e = entryFor(e, d.NotificationID, d.OccurrenceID, d.Tenant, d.Type, d.Recipient, at)
 	if d.Channel != "" {
 		if d.Outcome == schemas.DecisionOptedOut && !slices.Contains(e.Skipped, d.Channel) {
 			e.Skipped = append(e.Skipped, d.Channel)
@@ -141,7 +149,7 @@ func ApplyOutcome(e *schemas.Completion, o *schemas.Outcome, at int64) (*schemas
 	if o.Channel == Channel || o.NotificationID == "" {
 		return e, false
 	}
-	e = entryFor(e, o.NotificationID, o.Tenant, o.Type, o.Recipient, at)
+	e = entryFor(e, o.NotificationID, o.OccurrenceID, o.Tenant, o.Type, o.Recipient, at)
 	i := slices.IndexFunc(e.Deliveries, func(c schemas.CompletionDelivery) bool { return c.DeliveryID == o.DeliveryID })
 	if i < 0 {
 		e.Deliveries = append(e.Deliveries, schemas.CompletionDelivery{DeliveryID: o.DeliveryID, Channel: o.Channel, DeviceID: o.DeviceID})
@@ -153,11 +161,21 @@ func ApplyOutcome(e *schemas.Completion, o *schemas.Outcome, at int64) (*schemas
 	return e, true
 }
 
-func entryFor(e *schemas.Completion, nid, tenant, typ, recipient string, at int64) *schemas.Completion {
+func entryFor(e *schemas.Completion, nid, occurrence, tenant, typ, recipient string, at int64) *schemas.Completion {
 	if e != nil {
 		return e
 	}
-	return &schemas.Completion{NotificationID: nid, Tenant: tenant, Type: typ, Recipient: recipient, FirstAt: at}
+	return &schemas.Completion{NotificationID: nid, OccurrenceID: occurrence, Tenant: tenant, Type: typ, Recipient: recipient, FirstAt: at}
+}
+
+// Occurrence is the key of a notification's records on herald.completions
+// and of its entry: the occurrence id, or the notification id of a
+// notification accepted before occurrences existed.
+func Occurrence(nid, occurrence string) string {
+	if occurrence != "" {
+		return occurrence
+	}
+	return nid
 }
 
 // Complete reports whether a notification's entry is final: its decision
@@ -179,7 +197,8 @@ func Complete(e *schemas.Completion) bool {
 // bytes.
 func Completed(e *schemas.Completion) CompletionData {
 	data := CompletionData{
-		EventID: identity.WebhookEventID(e.NotificationID, schemas.EventSendCompleted), NotificationID: e.NotificationID,
+		EventID: identity.WebhookEventID(Occurrence(e.NotificationID, e.OccurrenceID), schemas.EventSendCompleted), NotificationID: e.NotificationID,
+		OccurrenceID:     e.OccurrenceID,
 		NotificationType: e.Type, Recipient: e.Recipient, Decision: e.Decision, Detail: e.Detail,
 		Channels: map[string]map[string]int{}, Deliveries: []CompletedDelivery{}, CompletedAt: e.DecidedAt,
 	}
@@ -247,13 +266,13 @@ func CompletionCommands(e *schemas.Completion, endpoints []schemas.Webhook) []*s
 }
 
 // forwardRecord is a record of herald.completions: v keyed by its
-// notification id.
-func forwardRecord(topic, nid string, v schemas.Record) (*kgo.Record, error) {
+// occurrence (Occurrence).
+func forwardRecord(topic, key string, v schemas.Record) (*kgo.Record, error) {
 	b, err := schemas.Encode(v)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: forward %s: %w", v.SchemaName(), err)
 	}
-	return &kgo.Record{Topic: topic, Key: []byte(nid), Value: b,
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b,
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}}, nil
 }
 
@@ -314,7 +333,7 @@ func (f *forwardTask) Process(r *kgo.Record, out *stage.Out) error {
 	if _, ok := ApplyDecision(nil, &d, 0); !ok || !f.table.Subscribed(d.Tenant, schemas.EventSendCompleted) {
 		return nil
 	}
-	rec, err := forwardRecord(f.topic, d.NotificationID, &d)
+	rec, err := forwardRecord(f.topic, Occurrence(d.NotificationID, d.OccurrenceID), &d)
 	if err != nil {
 		return err
 	}
@@ -418,11 +437,11 @@ func (t *CompletionTask) Restore(r *kgo.Record) error {
 	return nil
 }
 
-func (t *CompletionTask) lookup(nid string) *schemas.Completion {
-	if e, ok := t.pending[nid]; ok {
+func (t *CompletionTask) lookup(key string) *schemas.Completion {
+	if e, ok := t.pending[key]; ok {
 		return e
 	}
-	return t.entries[nid]
+	return t.entries[key]
 }
 
 // Process implements stage.Task: one decision or outcome of a
@@ -430,8 +449,8 @@ func (t *CompletionTask) lookup(nid string) *schemas.Completion {
 // deliveries and the entry's tombstone, else the entry.
 func (t *CompletionTask) Process(r *kgo.Record, out *stage.Out) error {
 	at := r.Timestamp.UnixMilli()
-	nid := string(r.Key)
-	prev := t.lookup(nid)
+	key := string(r.Key)
+	prev := t.lookup(key)
 	var e *schemas.Completion
 	if prev != nil {
 		c := *prev
@@ -459,11 +478,11 @@ func (t *CompletionTask) Process(r *kgo.Record, out *stage.Out) error {
 		t.log.Warn("skip a record of another schema", "partition", r.Partition, "offset", r.Offset, "schema", schemaHeader(r))
 		return nil
 	}
-	if !ok || e.NotificationID != nid {
+	if !ok || Occurrence(e.NotificationID, e.OccurrenceID) != key {
 		return nil
 	}
 	if !Complete(e) {
-		return t.put(nid, e, at, out)
+		return t.put(key, e, at, out)
 	}
 	for _, cmd := range CompletionCommands(e, t.table.Tenant(e.Tenant)) {
 		b, err := schemas.Encode(cmd)
@@ -473,16 +492,16 @@ func (t *CompletionTask) Process(r *kgo.Record, out *stage.Out) error {
 		out.Emit(&kgo.Record{Topic: t.deliveries, Key: []byte(cmd.DeliveryID), Value: b, Timestamp: time.UnixMilli(at),
 			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(cmd.SchemaName())}}})
 	}
-	return t.put(nid, nil, at, out)
+	return t.put(key, nil, at, out)
 }
 
 // put writes the entry (nil: its tombstone) to the changelog, pending.
-func (t *CompletionTask) put(nid string, e *schemas.Completion, at int64, out *stage.Out) error {
-	if e == nil && t.lookup(nid) == nil {
-		t.pending[nid] = nil // never written: nothing to delete
+func (t *CompletionTask) put(key string, e *schemas.Completion, at int64, out *stage.Out) error {
+	if e == nil && t.lookup(key) == nil {
+		t.pending[key] = nil // never written: nothing to delete
 		return nil
 	}
-	r := &kgo.Record{Topic: t.state, Key: []byte(nid), Partition: t.partition, Timestamp: time.UnixMilli(at)}
+	r := &kgo.Record{Topic: t.state, Key: []byte(key), Partition: t.partition, Timestamp: time.UnixMilli(at)}
 	if e != nil {
 		b, err := schemas.Encode(e)
 		if err != nil {
@@ -492,7 +511,7 @@ func (t *CompletionTask) put(nid string, e *schemas.Completion, at int64, out *s
 		r.Headers = []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(e.SchemaName())}}
 	}
 	out.Emit(r)
-	t.pending[nid] = e
+	t.pending[key] = e
 	return nil
 }
 
@@ -506,11 +525,11 @@ func (t *CompletionTask) Tick(out *stage.Out) {
 	t.lastSweep = now
 	cut := now.UnixMilli() - t.maxOpen
 	dropped := 0
-	for nid, e := range t.entries {
-		if _, changed := t.pending[nid]; changed || e.FirstAt >= cut {
+	for key, e := range t.entries {
+		if _, changed := t.pending[key]; changed || e.FirstAt >= cut {
 			continue
 		}
-		if err := t.put(nid, nil, now.UnixMilli(), out); err == nil {
+		if err := t.put(key, nil, now.UnixMilli(), out); err == nil {
 			dropped++
 		}
 	}
@@ -521,11 +540,11 @@ func (t *CompletionTask) Tick(out *stage.Out) {
 
 // Commit implements stage.Task.
 func (t *CompletionTask) Commit() {
-	for nid, e := range t.pending {
+	for key, e := range t.pending {
 		if e == nil {
-			delete(t.entries, nid)
+			delete(t.entries, key)
 		} else {
-			t.entries[nid] = e
+			t.entries[key] = e
 		}
 	}
 	clear(t.pending)

@@ -52,6 +52,24 @@ func newNotification(i int, tenant string, deliveries []string, open map[string]
 	return n
 }
 
+// again is n accepted again after its dedupe window: a new occurrence of
+// the same notification, with delivery ids of its own.
+func (n notification) again(occurrence string) notification {
+	d := *n.decision
+	d.OccurrenceID, d.Deliveries = occurrence, nil
+	m := notification{id: n.id, tenant: n.tenant, decision: &d}
+	for _, dd := range n.decision.Deliveries {
+		dd.DeliveryID = identity.DeliveryID(occurrence, dd.DeviceID)
+		d.Deliveries = append(d.Deliveries, dd)
+	}
+	for _, o := range n.outcomes {
+		c := *o
+		c.OccurrenceID, c.DeliveryID = occurrence, identity.DeliveryID(occurrence, o.DeviceID)
+		m.outcomes = append(m.outcomes, &c)
+	}
+	return m
+}
+
 // records are the notification's records as the route stage and the
 // sinks write them: the decision on herald.decisions, each outcome on
 // herald.outcomes, in the order given by perm (a permutation of
@@ -111,8 +129,9 @@ func sendCompleted(t *testing.T, brokers []string, cat *topics.Catalog) map[stri
 // herald.decisions and outcomes on herald.outcomes, outcomes sometimes
 // first, become one signed send.completed per notification and
 // subscribed endpoint, through the forwarders, the completion stage and
-// the sink on the real broker; a notification with a delivery still open
-// raises none, nor does a tenant without a send.completed endpoint.
+// the sink on the real broker; each occurrence of a notification accepted
+// twice raises its own; a notification with a delivery still open raises
+// none, nor does a tenant without a send.completed endpoint.
 func TestOneSendCompletedPerNotificationOnTheRealBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	cat := testenv.Catalog(t, brokers, 3)
@@ -139,6 +158,10 @@ func TestOneSendCompletedPerNotificationOnTheRealBroker(t *testing.T) {
 		newNotification(4, "acme", []string{"apns/phone", "feed/feed"}, map[string]bool{"apns/phone": true}),
 		newNotification(5, "globex", []string{"feed/feed"}, nil),
 	}
+	// Notification 6 accepted twice (after its dedupe window): two
+	// occurrences, two events.
+	twice := newNotification(6, "acme", []string{"apns/phone"}, nil)
+	ns = append(ns, twice.again(identity.OccurrenceID(twice.id, 1_000)), twice.again(identity.OccurrenceID(twice.id, 90_000_000)))
 	cl := testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner()))
 	var want []*schemas.DeliveryCommand
 	for i, n := range ns {
@@ -153,8 +176,8 @@ func TestOneSendCompletedPerNotificationOnTheRealBroker(t *testing.T) {
 		}
 		want = append(want, n.expected(append(eps, quiet))...)
 	}
-	if len(want) != 6 { // notifications 1, 2 and 3 to both endpoints
-		t.Fatalf("%d send.completed deliveries expected, want 6", len(want))
+	if len(want) != 10 { // notifications 1, 2, 3 and both occurrences of 6 to both endpoints
+		t.Fatalf("%d send.completed deliveries expected, want 10", len(want))
 	}
 	ids := make([]string, len(want))
 	for i, c := range want {
@@ -173,13 +196,14 @@ func TestOneSendCompletedPerNotificationOnTheRealBroker(t *testing.T) {
 				t.Errorf("%s received %s (%v), want only send.completed events", m.Endpoint, m.Body, err)
 				continue
 			}
-			if m.ID != "msg_"+identity.WebhookEventID(ev.Data.NotificationID, schemas.EventSendCompleted) {
-				t.Errorf("webhook-id %s is not the notification %s's", m.ID, ev.Data.NotificationID)
+			occurrence := webhook.Occurrence(ev.Data.NotificationID, ev.Data.OccurrenceID)
+			if m.ID != "msg_"+identity.WebhookEventID(occurrence, schemas.EventSendCompleted) {
+				t.Errorf("webhook-id %s is not the occurrence %s's", m.ID, occurrence)
 			}
-			got[m.Endpoint+" "+ev.Data.NotificationID]++
+			got[m.Endpoint+" "+m.ID]++
 		}
 		for _, c := range want {
-			if n := got[c.DeviceID+" "+c.NotificationID]; n != 1 || len(a.Outcomes[c.DeliveryID]) != 1 {
+			if n := got[c.DeviceID+" "+c.CollapseID]; n != 1 || len(a.Outcomes[c.DeliveryID]) != 1 {
 				t.Errorf("%s received %s's event %d times (outcomes %+v), want once", c.DeviceID, c.NotificationID, n, a.Outcomes[c.DeliveryID])
 			}
 		}

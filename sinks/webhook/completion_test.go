@@ -256,3 +256,44 @@ func TestTheCompletionTaskKeepsOpenNotificationsInItsChangelog(t *testing.T) {
 		}
 	})
 }
+
+// TestEachOccurrenceOfANotificationHasItsOwnSendCompleted: a dedupe key
+// accepted again after its window is a new occurrence of the same
+// notification, sent again: its records gather under its own key and its
+// event has its own webhook-id, derived from the occurrence; a
+// notification accepted before occurrences existed keeps the one derived
+// from its notification id.
+func TestEachOccurrenceOfANotificationHasItsOwnSendCompleted(t *testing.T) {
+	ep := endpoint("a", "https://x/a", schemas.EventSendCompleted)
+	eventOf := func(occurrence string) (*schemas.DeliveryCommand, string) {
+		d := routeDecision(schemas.DecisionRouted, "feed/feed")
+		d.OccurrenceID = occurrence
+		o := deliveryOutcome("feed", "feed", schemas.OutcomeDelivered, 2000)
+		o.OccurrenceID = occurrence
+		var e *schemas.Completion
+		e, _ = webhook.ApplyDecision(e, d, 1)
+		e, _ = webhook.ApplyOutcome(e, o, 2)
+		cmds := webhook.CompletionCommands(e, []schemas.Webhook{ep})
+		if len(cmds) != 1 {
+			t.Fatalf("%d commands, want 1", len(cmds))
+		}
+		return cmds[0], webhook.Occurrence(e.NotificationID, e.OccurrenceID)
+	}
+	first, second := identity.OccurrenceID(nid, 1_000), identity.OccurrenceID(nid, 90_000_000)
+	a, keyA := eventOf(first)
+	b, keyB := eventOf(second)
+	legacy, keyL := eventOf("")
+	if keyA != first || keyB != second || keyL != nid {
+		t.Fatalf("keys %s, %s, %s; want the occurrences and, for the legacy record, the notification id", keyA, keyB, keyL)
+	}
+	if a.CollapseID != "msg_"+identity.WebhookEventID(first, schemas.EventSendCompleted) || b.CollapseID == a.CollapseID || a.DeliveryID == b.DeliveryID {
+		t.Fatalf("webhook-ids %s and %s, want one per occurrence", a.CollapseID, b.CollapseID)
+	}
+	if legacy.CollapseID != "msg_"+identity.WebhookEventID(nid, schemas.EventSendCompleted) {
+		t.Fatalf("legacy webhook-id %s, want the notification id's", legacy.CollapseID)
+	}
+	var ev webhook.CompletionEvent
+	if err := json.Unmarshal(b.Payload, &ev); err != nil || ev.Data.NotificationID != nid || ev.Data.OccurrenceID != second {
+		t.Fatalf("body %s (%v), want the notification and the second occurrence", b.Payload, err)
+	}
+}
