@@ -305,7 +305,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: %w", err)
 	}
 	defer receiver.Close()
-	checks = append(checks, ops.Check{Name: "webhooks (endpoints read, fan-out and sink assigned and restored)", Ready: hooks.Ready})
+	checks = append(checks, ops.Check{Name: "webhooks (endpoints read; fan-out, decisions forwarder, completion stage and sink assigned and restored)", Ready: hooks.Ready})
 	goStage("webhook", func(ctx context.Context) error {
 		return hooks.Run(ctx, brokers, embedded.ClientOpts(), log.With("component", "webhook"))
 	})

@@ -243,7 +243,7 @@ func runWebhookSink(ctx context.Context, sf *sinkFlags, kf *kafkaFlags, of *opsF
 		return err
 	}
 	defer r.Provider.CloseIdleConnections()
-	stop, err := of.serve(ops.Check{Name: "webhook sink (endpoints loaded, fan-out and sink assigned and restored)", Ready: r.Ready})
+	stop, err := of.serve(ops.Check{Name: "webhook sink (endpoints loaded; fan-out, decisions forwarder, completion stage and sink assigned and restored)", Ready: r.Ready})
 	if err != nil {
 		return err
 	}
