@@ -1,20 +1,15 @@
 package stage_test
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
-	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // failingOnce is a counter whose Process fails once, on the second record
@@ -58,95 +53,44 @@ func TestATaskErrorStopsTheStageUnlessItIsTransient(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-			brokers, opts := c.ListenAddrs(), embedded.ClientOpts()
-			ctx := context.Background()
-			adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
-			in, out, changelog := sanitize("in-"+t.Name()), sanitize("out-"+t.Name()), sanitize("log-"+t.Name())
-			for _, name := range []string{in, out, changelog} {
-				if _, err := adm.CreateTopic(ctx, 1, 1, nil, name); err != nil {
-					t.Fatal(err)
+			onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+				r := newRig(t, brokers, opts, 1, nil)
+				r.produce(0, "a", "b", "a")
+				var seen atomic.Int32
+				reg := metrics.NewRegistry()
+				cfg := r.config()
+				newCounter := cfg.NewTask
+				cfg.NewTask = func(p int32) stage.Task {
+					return &failingOnce{counter: newCounter(p).(*counter), seen: &seen, err: tc.err}
 				}
-			}
-			prod := testenv.Client(t, brokers, opts...)
-			for _, k := range []string{"a", "b", "a"} {
-				if err := prod.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte(k)}).FirstErr(); err != nil {
-					t.Fatal(err)
-				}
-			}
+				cfg.Metrics = reg
+				s := r.start(cfg)
 
-			var seen atomic.Int32
-			reg := metrics.NewRegistry()
-			r, err := stage.New(stage.Config{
-				Name: "counter", Brokers: brokers, Group: "g-" + in, TransactionalID: "tx-" + in,
-				Input: in, Changelogs: []string{changelog}, Partitioner: manualFor{changelog},
-				NewTask: func(p int32) stage.Task {
-					return &failingOnce{
-						counter: &counter{p: p, out: out, changelog: changelog, counts: map[string]int{}, pending: map[string]int{}},
-						seen:    &seen, err: tc.err,
+				if tc.stops {
+					select {
+					case runErr := <-s.done:
+						if !errors.Is(runErr, unreachable) {
+							t.Fatalf("Run returned %v, want the task's error", runErr)
+						}
+						s.done <- runErr
+					case <-time.After(guard()):
+						t.Fatal("Run did not stop on the task's error")
 					}
-				},
-				SessionTimeout: 6 * time.Second, ClientOpts: opts, Metrics: reg,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- r.Run(rctx) }()
-
-			if tc.stops {
-				select {
-				case runErr := <-done:
-					if !errors.Is(runErr, unreachable) {
-						t.Fatalf("Run returned %v, want the task's error", runErr)
+					if got := r.outputs(); len(got) != 0 {
+						t.Fatalf("outputs %v committed by a stage that stopped on its first batch, want none", got)
 					}
-				case <-time.After(time.Minute):
-					t.Fatal("Run did not stop on the task's error")
+					return
 				}
-				if got := testenv.ReadCommitted(t, brokers, out, opts...); len(got) != 0 {
-					t.Fatalf("%d outputs committed by a stage that stopped on its first batch, want none", len(got))
-				}
-				return
-			}
-
-			deadline := time.Now().Add(time.Minute)
-			var runErr error
-			stopped := false
-			for !stopped && len(testenv.ReadCommitted(t, brokers, out, opts...)) < len(tc.committed) && time.Now().Before(deadline) {
-				select {
-				case runErr = <-done:
-					stopped = true
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
-			cancel()
-			if !stopped {
-				runErr = <-done
-			}
-			if runErr != nil {
-				t.Fatalf("Run returned %v after a transient task error; want it to carry on and return nil when stopped", runErr)
-			}
-			var got []string
-			for _, rec := range testenv.ReadCommitted(t, brokers, out, opts...) {
-				got = append(got, string(rec.Value))
-			}
-			if len(got) != len(tc.committed) {
-				t.Fatalf("committed outputs %v, want %v", got, tc.committed)
-			}
-			for i := range got {
-				if got[i] != tc.committed[i] {
+				if got := r.awaitOut(s, len(tc.committed)); !equal(got, tc.committed) {
 					t.Fatalf("committed outputs %v, want %v", got, tc.committed)
 				}
-			}
-			if n := reg.Counter("herald_stage_session_restarts_total", "", "stage", "counter").Value(); n != tc.restarts {
-				t.Fatalf("herald_stage_session_restarts_total = %d, want %d", n, tc.restarts)
-			}
+				if err := s.stop(); err != nil {
+					t.Fatalf("Run returned %v after a transient task error; want it to carry on and return nil when stopped", err)
+				}
+				if n := reg.Counter("herald_stage_session_restarts_total", "", "stage", "counter").Value(); n != tc.restarts {
+					t.Fatalf("herald_stage_session_restarts_total = %d, want %d", n, tc.restarts)
+				}
+			})
 		})
 	}
 }
