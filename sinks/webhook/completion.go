@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -289,21 +288,12 @@ type ForwardOptions struct {
 // route decisions of tenants with a send.completed endpoint out to
 // herald.completions. Run it once its Table is ready.
 func NewForwarder(o ForwardOptions) (*stage.Runner, error) {
-	if o.Catalog == nil || o.Table == nil || o.InstanceID == "" {
-		return nil, errors.New("webhook: the decisions forwarder needs Catalog, Table and InstanceID")
+	cfg, log, err := stageConfig(o.Instance, o.Catalog, o.Table, "webhook-decisions", topics.Decisions)
+	if err != nil {
+		return nil, err
 	}
-	if o.Group == "" {
-		o.Group = "herald-webhook-decisions"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	log := o.Logger.With("stage", "webhook-decisions")
 	topic := o.Catalog.Name(topics.Completions)
-	cfg := o.Config("webhook-decisions")
-	cfg.Input, cfg.DeadLetterTopic = o.Catalog.Name(topics.Decisions), o.Catalog.Name(topics.DeadLetters)
 	cfg.NewTask = func(int32) stage.Task { return &forwardTask{table: o.Table, topic: topic, log: log} }
-	cfg.Partitioner = o.Catalog.Partitioner()
 	return stage.New(cfg)
 }
 
@@ -368,20 +358,15 @@ type CompletionOptions struct {
 // send.completed webhook deliveries out on herald.deliveries.webhook,
 // state in herald.completionstate. Run it once its Table is ready.
 func NewCompletion(o CompletionOptions) (*stage.Runner, error) {
-	if o.Catalog == nil || o.Table == nil || o.InstanceID == "" {
-		return nil, errors.New("webhook: the completion stage needs Catalog, Table and InstanceID")
-	}
-	if o.Group == "" {
-		o.Group = "herald-webhook-completion"
+	cfg, _, err := stageConfig(o.Instance, o.Catalog, o.Table, "webhook-completion", topics.Completions)
+	if err != nil {
+		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	cfg := o.Config("webhook-completion")
-	cfg.Input, cfg.DeadLetterTopic = o.Catalog.Name(topics.Completions), o.Catalog.Name(topics.DeadLetters)
 	cfg.Changelogs = []string{o.Catalog.Name(topics.CompletionState)}
 	cfg.NewTask = func(p int32) stage.Task { return NewCompletionTask(o, p) }
-	cfg.Partitioner = o.Catalog.Partitioner()
 	return stage.New(cfg)
 }
 

@@ -2,7 +2,7 @@ package webhook
 
 import (
 	"encoding/json"
-	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -100,24 +100,36 @@ type FanOutOptions struct {
 // NewFanOut builds the fan-out stage: herald.outcomes in,
 // herald.deliveries.webhook out. Run it once its Table is ready.
 func NewFanOut(o FanOutOptions) (*stage.Runner, error) {
-	if o.Catalog == nil || o.Table == nil || o.InstanceID == "" {
-		return nil, errors.New("webhook: fan-out needs Catalog, Table and InstanceID")
-	}
-	if o.Group == "" {
-		o.Group = "herald-webhook-fanout"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
+	cfg, log, err := stageConfig(o.Instance, o.Catalog, o.Table, "webhook-fanout", topics.Outcomes)
+	if err != nil {
+		return nil, err
 	}
 	deliveries, completions := o.Catalog.Name(topics.Deliveries(Channel)), o.Catalog.Name(topics.Completions)
-	log := o.Logger.With("stage", "webhook-fanout")
-	cfg := o.Config("webhook-fanout")
-	cfg.Input, cfg.DeadLetterTopic = o.Catalog.Name(topics.Outcomes), o.Catalog.Name(topics.DeadLetters)
 	cfg.NewTask = func(int32) stage.Task {
 		return &fanTask{table: o.Table, topic: deliveries, completions: completions, log: log}
 	}
-	cfg.Partitioner = o.Catalog.Partitioner()
 	return stage.New(cfg)
+}
+
+// stageConfig is the runtime configuration of the webhook channel's stage
+// name (the fan-out, the decisions forwarder, the completion stage),
+// reading input: its group is "herald-"+name unless set, its dead letters
+// go to herald.deadletters and its records are partitioned as the catalog
+// says. It returns the stage's logger.
+func stageConfig(inst stage.Instance, cat *topics.Catalog, table *Table, name, input string) (stage.Config, *slog.Logger, error) {
+	if cat == nil || table == nil || inst.InstanceID == "" {
+		return stage.Config{}, nil, fmt.Errorf("webhook: the %s stage needs Catalog, Table and InstanceID", name)
+	}
+	if inst.Group == "" {
+		inst.Group = "herald-" + name
+	}
+	if inst.Logger == nil {
+		inst.Logger = slog.Default()
+	}
+	cfg := inst.Config(name)
+	cfg.Input, cfg.DeadLetterTopic = cat.Name(input), cat.Name(topics.DeadLetters)
+	cfg.Partitioner = cat.Partitioner()
+	return cfg, inst.Logger.With("stage", name), nil
 }
 
 // fanTask is the fan-out of one herald.outcomes partition: stateless (the
