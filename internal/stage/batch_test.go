@@ -2,6 +2,7 @@ package stage_test
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"strconv"
 	"sync"
 	"testing"
@@ -99,15 +100,13 @@ func TestATransactionHoldsAtMostMaxBatchRecordsInputsAndAnIdlePollCommitsNothing
 	})
 }
 
-// bigTick is a counter whose timer, in the first transactions that hold
-// input, emits an output that can never be written (to its own topic: a
-// broker fails a whole partition's produce batch for one bad record, so on
-// the input's output topic the input's own output would fail too).
+// bigTick is a counter whose timer, in each transaction that holds input,
+// emits an output that can never be written (over the topic's
+// max.message.bytes), keyed "timer".
 type bigTick struct {
 	*counter
 	timers    string
 	processed bool
-	left      *int // transactions still to poison
 }
 
 func (b *bigTick) Process(r *kgo.Record, out *stage.Out) error {
@@ -116,7 +115,7 @@ func (b *bigTick) Process(r *kgo.Record, out *stage.Out) error {
 }
 
 func (b *bigTick) Tick(out *stage.Out) {
-	if b.processed && *b.left > 0 {
+	if b.processed {
 		noise := make([]byte, 8192) // incompressible, over the topic's max.message.bytes
 		rand.Read(noise)
 		out.Emit(&kgo.Record{Topic: b.timers, Key: []byte("timer"), Value: noise})
@@ -124,30 +123,59 @@ func (b *bigTick) Tick(out *stage.Out) {
 }
 
 func (b *bigTick) Commit() { b.processed = false; b.counter.Commit() }
-func (b *bigTick) Abort()  { b.processed = false; *b.left--; b.counter.Abort() }
+func (b *bigTick) Abort()  { b.processed = false; b.counter.Abort() }
 
-func TestATimersOutputThatCanNeverBeWrittenIsRetriedAndDeadLettersNoInput(t *testing.T) {
-	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		maxBytes := "2048"
-		r := newRig(t, brokers, opts, 1, nil)
-		timers := testenv.Topic(t, brokers, 1, map[string]*string{"max.message.bytes": &maxBytes})
-		r.produce(0, "a")
-		left := 2
-		cfg := r.config()
-		newCounter := cfg.NewTask
-		cfg.NewTask = func(p int32) stage.Task {
-			return &bigTick{counter: newCounter(p).(*counter), timers: timers, left: &left}
+// TestATimersOutputThatCanNeverBeWrittenIsDeadLetteredInItsPlace: the
+// timer's output is replaced by a dead letter naming it (not any input),
+// and the input processed in the same transaction is committed. When the
+// timer writes to the input's output topic, the broker fails the input's
+// output too (one produce batch per partition): the input must still not
+// be blamed.
+func TestATimersOutputThatCanNeverBeWrittenIsDeadLetteredInItsPlace(t *testing.T) {
+	for _, sameTopic := range []bool{false, true} {
+		name := "on a topic of its own"
+		if sameTopic {
+			name = "on the topic and partition of the input's output"
 		}
-		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
-		s := r.start(cfg)
-		if got := r.awaitOut(s, 1); !equal(got, []string{"a=1"}) {
-			t.Fatalf("outputs %v, want a=1 once the timer's output is gone", got)
-		}
-		if err := s.stop(); err != nil {
-			t.Fatal(err)
-		}
-		if dls := testenv.ReadCommitted(t, brokers, r.deadLetters, opts...); len(dls) != 0 {
-			t.Fatalf("%d dead letters: an input is never blamed for a timer's output", len(dls))
-		}
-	})
+		t.Run(name, func(t *testing.T) {
+			onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+				maxBytes := "2048"
+				limited := map[string]*string{"max.message.bytes": &maxBytes}
+				var r *rig
+				timers := ""
+				if sameTopic {
+					r = newRig(t, brokers, opts, 1, limited)
+					timers = r.out
+				} else {
+					r = newRig(t, brokers, opts, 1, nil)
+					timers = testenv.Topic(t, brokers, 1, limited)
+				}
+				r.produce(0, "a")
+				cfg := r.config()
+				newCounter := cfg.NewTask
+				cfg.NewTask = func(p int32) stage.Task {
+					return &bigTick{counter: newCounter(p).(*counter), timers: timers}
+				}
+				cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+				s := r.start(cfg)
+				if got := r.awaitOut(s, 1); !equal(got, []string{"a=1"}) {
+					t.Fatalf("outputs %v, want a=1, the input's output, alone", got)
+				}
+				if err := s.stop(); err != nil {
+					t.Fatal(err)
+				}
+				dls := testenv.ReadCommitted(t, brokers, r.deadLetters, opts...)
+				if len(dls) != 1 {
+					t.Fatalf("%d dead letters, want one, the timer output's", len(dls))
+				}
+				var d stage.DeadLetter
+				if err := json.Unmarshal(dls[0].Value, &d); err != nil {
+					t.Fatal(err)
+				}
+				if !d.Timer || d.Topic != timers || d.Offset != -1 || string(dls[0].Key) != "timer" || d.Reason == "" {
+					t.Fatalf("dead letter %+v key %q, want the timer output's on %s", d, dls[0].Key, timers)
+				}
+			})
+		})
+	}
 }

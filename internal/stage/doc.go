@@ -91,10 +91,17 @@
 //     longer than the changelog's delete.retention.ms and an empty group
 //     for longer than offsets.retention.minutes, by which time the input's
 //     retention has removed most of what a replay would re-decide.
-//   - A timer's output (from Tick) that can never be written is not
-//     dead-lettered, nor is any output of a stage without a
-//     DeadLetterTopic: the batch is retried with backoff and the error
-//     logged, so the stage stalls until the cause is fixed.
+//   - A timer's output (from Tick) that can never be written is replaced,
+//     in the retried transaction, by a DeadLetter marked Timer, matched by
+//     its topic and key (a task emits the same timer again after an abort).
+//     The broker fails a whole partition's produce batch for one bad
+//     record, so every output sharing the partition reports the error: the
+//     largest is blamed first (the errors are about size; for one that is
+//     not, an innocent output may be dead-lettered first), and an input is
+//     never blamed for a timer's output (batch_test.go). The state change
+//     of the timer commits with the dead letter: its output is gone, not
+//     retried. A stage without a DeadLetterTopic retries with backoff and
+//     logs the error, so it stalls until the cause is fixed.
 //   - Changelog records must be written to the input record's partition
 //     (set Record.Partition and use a partitioner that honours it for
 //     changelog topics, such as topics.Catalog.Partitioner).

@@ -204,6 +204,10 @@ type Runner struct {
 	// poison holds input records whose outputs can never be written, with
 	// the reason: the next transaction that sees one dead-letters it.
 	poison map[position]string
+	// unwritable holds timers' outputs, by topic and key, that can never
+	// be written, with the reason: the next transaction writes a dead
+	// letter in place of a timer output with that topic and key.
+	unwritable map[outputKey]string
 	// isolate holds, per partition, the last input offset of a batch that
 	// failed with an output that can never be written: up to it, records
 	// are processed one per transaction, to learn which one it was.
@@ -245,11 +249,12 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{
-		cfg:     cfg,
-		log:     cfg.Logger.With("stage", cfg.Name, "txn_id", cfg.TransactionalID),
-		tasks:   map[int32]Task{},
-		poison:  map[position]string{},
-		isolate: map[int32]int64{},
+		cfg:        cfg,
+		log:        cfg.Logger.With("stage", cfg.Name, "txn_id", cfg.TransactionalID),
+		tasks:      map[int32]Task{},
+		poison:     map[position]string{},
+		unwritable: map[outputKey]string{},
+		isolate:    map[int32]int64{},
 	}
 	r.broker.Client = r.client.Load
 	m := cfg.Metrics
@@ -436,6 +441,7 @@ func (r *Runner) resetSession() {
 	}
 	clear(r.tasks)
 	clear(r.poison)
+	clear(r.unwritable)
 	clear(r.isolate)
 	r.retries = 0
 	r.partitions.Set(0)
@@ -630,6 +636,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	for _, t := range r.tasks {
 		t.Tick(&out)
 	}
+	timerDeadLetters := r.replaceUnwritable(&out, ticksFrom)
 	r.mu.Unlock()
 
 	if len(batch) == 0 && out.Len() == 0 {
@@ -687,6 +694,8 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		r.committed.Inc()
 		r.records.Add(int64(len(batch)))
 		r.retries = 0
+		r.deadLettered.Add(int64(timerDeadLetters))
+		clear(r.unwritable) // used, or not emitted again: a later output with its key is not blamed
 		for _, rec := range batch {
 			pos := position{rec.Partition, rec.Offset}
 			if _, ok := r.poison[pos]; ok {
@@ -708,7 +717,8 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		return committed, 0, nil
 	}
 	if len(poisoned) > 0 {
-		isolated, err := r.notePoison(batch, ticksFrom, poisoned[0], errs[poisoned[0]])
+		culprit := largest(out.records, poisoned)
+		isolated, err := r.notePoison(batch, out.records[culprit], ticksFrom, culprit, errs[culprit])
 		if err != nil || isolated {
 			return false, 0, err // a fatal error, or a retry at once, one record at a time
 		}
@@ -751,19 +761,29 @@ func (r *Runner) end(ctx context.Context, try kgo.TransactionEndTry, noInput boo
 }
 
 // notePoison handles an aborted batch some of whose outputs can never be
-// written. A batch of one input record marks that record poisoned (the
+// written. A broker fails a whole partition's produce batch for one bad
+// record, so every output sharing that partition reports the error; the
+// culprit is taken to be the largest of them (the errors are about size,
+// but for one that is not, such as a null key on a compacted topic, an
+// innocent output may be blamed first). A timer's output is replaced by a
+// dead letter in the next transaction (see replaceUnwritable). An input's
+// output: a batch of one input record marks that record poisoned (the
 // next transaction dead-letters it); a larger batch is reprocessed one
-// record per transaction, since a broker fails a whole produce batch for
-// one bad record and the culprit cannot be named yet. It reports whether
-// the retry needs no backoff. Called with r.mu held.
-func (r *Runner) notePoison(batch []*kgo.Record, ticksFrom, first int, perr error) (bool, error) {
-	if first >= ticksFrom {
-		r.log.Error("a timer's output can never be written; retrying", "err", perr)
-		return false, nil
-	}
+// record per transaction to name the input. It reports whether the retry
+// needs no backoff. Called with r.mu held.
+func (r *Runner) notePoison(batch []*kgo.Record, culprit *kgo.Record, ticksFrom, at int, perr error) (bool, error) {
 	if r.cfg.DeadLetterTopic == "" {
 		r.log.Error("an output can never be written and there is no dead-letter topic; retrying", "err", perr)
 		return false, nil
+	}
+	if culprit.Topic == r.cfg.DeadLetterTopic {
+		return false, fatal(fmt.Errorf("stage %s: a dead letter can never be written: %w", r.cfg.Name, perr))
+	}
+	if at >= ticksFrom {
+		r.unwritable[outputKey{culprit.Topic, string(culprit.Key)}] = perr.Error()
+		r.log.Warn("a timer's output can never be written; dead-lettering it",
+			"topic", culprit.Topic, "key_bytes", len(culprit.Key), "value_bytes", len(culprit.Value), "err", perr)
+		return true, nil
 	}
 	if len(batch) > 1 {
 		for _, rec := range batch {
@@ -783,6 +803,21 @@ func (r *Runner) notePoison(batch []*kgo.Record, ticksFrom, first int, perr erro
 	r.log.Warn("an input record's output can never be written; dead-lettering the record",
 		"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", perr)
 	return true, nil
+}
+
+// largest is the index, among at, of the largest record of out.
+func largest(out []*kgo.Record, at []int) int {
+	best, size := at[0], -1
+	for _, i := range at {
+		n := len(out[i].Key) + len(out[i].Value)
+		for _, h := range out[i].Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+		if n > size {
+			best, size = i, n
+		}
+	}
+	return best
 }
 
 // neverWritable reports whether a produce error is the record's own fault,
