@@ -37,13 +37,40 @@ var extraForbidden = []netip.Prefix{
 	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
 }
 
+// The IPv6 ranges that carry an IPv4 address (see Forbidden).
+var (
+	nat64        = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour    = netip.MustParsePrefix("2002::/16")
+	v4Compatible = netip.MustParsePrefix("::/96")
+)
+
 // Forbidden reports whether an endpoint may not be called at ip without
 // AllowPrivate: loopback, private (RFC 1918, fc00::/7), link-local
 // (169.254/16 with the cloud metadata address, fe80::/10), unspecified,
 // multicast, carrier-grade NAT, and the other special-purpose ranges
-// above. An IPv4-mapped IPv6 address is judged as its IPv4 address.
+// above. An IPv4-mapped IPv6 address is judged as its IPv4 address, and so
+// is one carrying an IPv4 address a gateway connects to: NAT64's
+// 64:ff9b::/96 (the last 32 bits) and 6to4's 2002::/16 (bits 16-47), so
+// 64:ff9b::a00:1 is 10.0.0.1 while DNS64's names of public IPv4 hosts
+// stay reachable from an IPv6-only network. The deprecated
+// IPv4-compatible ::/96 is refused whole. A zone is ignored: the kernel
+// ignores it for an address that needs none, and netip's Prefix.Contains
+// never matches a zoned address.
 func Forbidden(ip netip.Addr) bool {
-	ip = ip.Unmap()
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() {
+		b := ip.As16()
+		switch {
+		case nat64.Contains(ip):
+			return Forbidden(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFour.Contains(ip):
+			if Forbidden(netip.AddrFrom4([4]byte(b[2:6]))) {
+				return true
+			}
+		case v4Compatible.Contains(ip):
+			return true
+		}
+	}
 	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
 		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
 		return true

@@ -131,3 +131,59 @@ func TestTheAdapterRefusesToConnectToAnInternalAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestAnIPv6AddressCarryingAnInternalIPv4AddressIsForbidden: NAT64
+// (64:ff9b::/96, RFC 6052: the gateway connects to the last 32 bits, so
+// an IPv6-only cluster's DNS64 names reach IPv4 hosts through it), 6to4
+// (2002::/16) and the deprecated IPv4-compatible form (::/96) carry an
+// IPv4 address; one carrying an internal address reaches it (a NAT64
+// gateway in the VPC connects to 10.0.0.1 for 64:ff9b::a00:1). Judged as
+// the address they carry, so public IPv4 hosts stay reachable from an
+// IPv6-only network.
+func TestAnIPv6AddressCarryingAnInternalIPv4AddressIsForbidden(t *testing.T) {
+	cases := []struct {
+		addr      string
+		forbidden bool
+	}{
+		{"64:ff9b::a00:1", true},     // NAT64 of 10.0.0.1
+		{"64:ff9b::a9fe:a9fe", true}, // NAT64 of the metadata address
+		{"64:ff9b::7f00:1", true},    // NAT64 of 127.0.0.1
+		{"64:ff9b::c0a8:101", true},  // NAT64 of 192.168.1.1
+		{"2002:a00:1::1", true},      // 6to4 of 10.0.0.1
+		{"::a00:1", true},            // IPv4-compatible 10.0.0.1
+		{"::808:808", true},          // IPv4-compatible: deprecated, never a public endpoint
+		{"64:ff9b::808:808", false},  // NAT64 of 8.8.8.8: DNS64's answer for a public IPv4 host
+		{"2002:808:808::1", false},   // 6to4 of 8.8.8.8
+	}
+	for _, c := range cases {
+		name := c.addr + " is allowed"
+		if c.forbidden {
+			name = c.addr + " is forbidden"
+		}
+		t.Run(name, func(t *testing.T) {
+			if got := webhook.Forbidden(netip.MustParseAddr(c.addr)); got != c.forbidden {
+				t.Fatalf("Forbidden(%s) = %v", c.addr, got)
+			}
+		})
+	}
+}
+
+// TestAZonedAddressIsJudgedAsTheAddress: an IPv6 zone (fe80::1%eth0) names
+// the interface; the kernel ignores it for an address that needs none, so
+// 2001:db8::1%eth0 is 2001:db8::1. netip's Prefix.Contains never matches a
+// zoned address, which the ranges beyond netip's own classes relied on.
+func TestAZonedAddressIsJudgedAsTheAddress(t *testing.T) {
+	for _, addr := range []string{"fe80::1%eth0", "fec0::1%eth0", "2001:db8::1%eth0", "100::1%lo", "64:ff9b::a00:1%eth0", "::a00:1%eth0", "64:ff9b:1::1%eth0"} {
+		t.Run(addr+" is forbidden", func(t *testing.T) {
+			if !webhook.Forbidden(netip.MustParseAddr(addr)) {
+				t.Fatalf("Forbidden(%s) = false", addr)
+			}
+		})
+	}
+	t.Run("a URL naming one is refused at registration", func(t *testing.T) {
+		err := webhook.CheckURL(context.Background(), resolver{}, "http://[2001:db8::1%25eth0]:8080/hook")
+		if !errors.Is(err, webhook.ErrForbiddenAddress) {
+			t.Fatalf("CheckURL = %v, want ErrForbiddenAddress", err)
+		}
+	})
+}
