@@ -22,8 +22,11 @@ func TestEveryInsertCarriesItsDeduplicationToken(t *testing.T) {
 	if got := s["insert_deduplicate"]; got != 1 {
 		t.Fatalf("insert_deduplicate = %v, want 1 (deduplication on for the insert)", got)
 	}
-	if len(s) != 2 {
-		t.Fatalf("settings %v, want only the token and insert_deduplicate", s)
+	if got := s["deduplicate_blocks_in_dependent_materialized_views"]; got != 1 {
+		t.Fatalf("deduplicate_blocks_in_dependent_materialized_views = %v, want 1 (each roll-up checks the token itself)", got)
+	}
+	if len(s) != 3 {
+		t.Fatalf("settings %v, want only the token, insert_deduplicate and the roll-ups' deduplication", s)
 	}
 }
 
@@ -40,6 +43,27 @@ func TestTheStoredOffsetsAreTheHighestPerPartitionOfTheTablesTopic(t *testing.T)
 	want := "SELECT kafka_partition, max(kafka_offset) FROM `herald_x`.`attempts` WHERE kafka_topic = ? GROUP BY kafka_partition"
 	if got != want {
 		t.Fatalf("query %q, want %q", got, want)
+	}
+}
+
+func TestTheLastInsertIsTheLatestWrittenOneWithAToken(t *testing.T) {
+	got := lastInsertQuery("herald_x", "decisions")
+	want := "SELECT insert_token FROM `herald_x`.`decisions` WHERE kafka_topic = ? AND insert_token != '' ORDER BY written_at DESC LIMIT 1"
+	if got != want {
+		t.Fatalf("query %q, want %q", got, want)
+	}
+}
+
+func TestEveryInsertedRowCarriesItsInsertsToken(t *testing.T) {
+	b := newDecisionsBatch()
+	add(b, decisionRecord(t, 0, 7))
+	add(b, decisionRecord(t, 0, 8))
+	names, cols := insertColumns(b, "tok-1")
+	if names[len(names)-1] != "insert_token" {
+		t.Fatalf("last column %q, want insert_token", names[len(names)-1])
+	}
+	if got := cols[len(cols)-1].([]string); len(got) != 2 || got[0] != "tok-1" || got[1] != "tok-1" {
+		t.Fatalf("insert_token column %v, want the token once per row", got)
 	}
 }
 

@@ -41,6 +41,38 @@
 //     written again (the tables and their roll-ups keep a non-replicated
 //     deduplication window for this). After the retries the writer starts
 //     over from what ClickHouse holds.
+//   - The roll-ups (the hourly tables the materialized views of migration
+//     0002 fill) are exact too. A ClickHouse server that dies during an
+//     INSERT can have committed the table's part and not yet its views'
+//     parts: ClickHouse commits them one after the other
+//     (ClickHouse#104661). The writer, resuming after the rows the table
+//     holds, would never insert them again, and the roll-ups would lack
+//     them for good (the outage test in cmd/herald saw 16 to 35 of about
+//     9,000 decisions missing before this). So every row keeps its insert's
+//     token (insert_token, migration 0006), and every session, before it
+//     reads the offsets, sends each table's last INSERT again: the same
+//     records, read again from Kafka, as the same batch with the same token
+//     (resendLastInsert). The table drops it as a duplicate; each roll-up
+//     checks the token itself (deduplicate_blocks_in_dependent_materialized_views=1,
+//     set on every insert, and the roll-up's own deduplication window) and
+//     stores the block's aggregate if it lacks it, drops it if it has it.
+//     Only the last INSERT of a table can lack its roll-ups, since a table's
+//     inserts run one at a time and none after a failed one; only it is sent
+//     again, since one sent after more than 1000 later blocks would be out
+//     of the window and counted twice.
+//     Why this design: it repairs only what a crash can break, with
+//     ClickHouse's own deduplication, in one insert per table per session.
+//     Rebuilding the hours the last insert touched from the tables (delete
+//     and insert) would need a mutation on every start and is not atomic: a
+//     crash between the delete and the insert loses whole hours, which then
+//     need a repair of their own. Roll-ups keyed for replacement by hour
+//     would have to be recomputed from the tables for every hour on every
+//     insert, not summed.
+//     The rows are read again from Kafka, not with INSERT … SELECT from the
+//     table: ClickHouse 26.7 gives rows read back in more than one chunk
+//     (seen with more than 65 409 rows, one read block) a block id other
+//     than the INSERT's, so the table would store them twice. With the setting off, 26.7
+//     counts a repeated block in every roll-up again.
 //   - The tables are ReplacingMergeTree keyed by position as well: a safety
 //     net if two writers are ever pointed at one database by mistake. Run one
 //     writer per database.
@@ -54,12 +86,12 @@
 // Hazards: a topic deleted and re-created under the same name restarts its
 // offsets at zero, below what the table holds; the writer would skip its
 // records. Records that Kafka's retention deleted before the writer read them
-// are gone (the writer then starts at the log start).
-// A ClickHouse server that dies during an INSERT may have committed the
-// table's part and not yet its materialized views' (ClickHouse commits them
-// one after the other): the table keeps the rows, the writer resumes after
-// them, and the roll-ups lack them for good (the outage test in cmd/herald
-// shows it). Partitions added to a topic while the writer runs are picked
+// are gone (the writer then starts at the log start). The roll-ups of a
+// last insert whose records Kafka no longer holds whole when the writer
+// restarts (retention, a re-created topic), or whose rows the table's TTL
+// dropped, cannot be repaired: the writer logs a warning and leaves them.
+// Rows written before migration 0006 have no token: the first start after
+// it repairs nothing. Partitions added to a topic while the writer runs are picked
 // up at its next restart. Rows whose months alternate within a Kafka
 // partition (producers' clocks apart around the turn of a month) cost one
 // insert per change of month.
@@ -68,6 +100,7 @@ package auditwriter
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -157,16 +190,18 @@ type Writer struct {
 	client atomic.Pointer[kgo.Client]
 	kafka  ops.KafkaProbe
 
-	// insertBatch is w.insert; inFlight counts the inserts in flight
+	// insertBatch is w.insert; resendLast w.resendLastInsert; inFlight counts the inserts in flight
 	// (w.inFlightInserts); stored reads the highest offsets a table holds
 	// (w.storedOffsets); retryPause is the pause before the first retry of
 	// an insert, doubled for each next one; pollEvery the pause between
 	// looks for inserts in flight; restartPause the first pause before a
 	// session starts over. Tests replace them.
 	insertBatch func(ctx context.Context, table string, b batch, tok string) error
-	inFlight    func(ctx context.Context) (uint64, error)
-	stored      func(ctx context.Context, t *table) (map[int32]int64, error)
-	retryPause  time.Duration
+	// resendLast is w.resendLastInsert.
+	resendLast func(ctx context.Context, t *table) error
+	inFlight   func(ctx context.Context) (uint64, error)
+	stored     func(ctx context.Context, t *table) (map[int32]int64, error)
+	retryPause time.Duration
 	// maxBatchBytes is maxBatchBytes (tests make it small).
 	maxBatchBytes int
 	pollEvery     time.Duration
@@ -203,7 +238,7 @@ func New(o Options) (*Writer, error) {
 	w := &Writer{o: o, log: o.Logger.With("component", "audit-writer", "database", o.Database), byName: map[string]*table{},
 		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second,
 		maxBatchBytes: maxBatchBytes}
-	w.insertBatch, w.inFlight, w.stored = w.insert, w.inFlightInserts, w.storedOffsets
+	w.insertBatch, w.resendLast, w.inFlight, w.stored = w.insert, w.resendLastInsert, w.inFlightInserts, w.storedOffsets
 	w.kafka.Client = w.client.Load
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
@@ -536,7 +571,7 @@ func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 }
 
 func (w *Writer) insert(ctx context.Context, table string, b batch, tok string) error {
-	names, cols := b.columns()
+	names, cols := insertColumns(b, tok)
 	ctx = clickhouse.Context(ctx, clickhouse.WithQueryID(w.insertQueryID(table)), clickhouse.WithSettings(insertSettings(tok)))
 	pb, err := w.o.ClickHouse.PrepareBatch(ctx, insertStatement(w.o.Database, table, names))
 	if err != nil {
@@ -562,12 +597,29 @@ func insertStatement(database, table string, names []string) string {
 	return "INSERT INTO `" + database + "`.`" + table + "` (" + strings.Join(names, ", ") + ")"
 }
 
+// insertColumns are the batch's columns and insert_token, the insert's
+// token on every row (resendLastInsert finds the last insert by it).
+func insertColumns(b batch, tok string) ([]string, []any) {
+	names, cols := b.columns()
+	toks := make([]string, b.len())
+	for i := range toks {
+		toks[i] = tok
+	}
+	return append(names, "insert_token"), append(cols, toks)
+}
+
 // insertSettings make ClickHouse drop an insert whose token it has already
-// stored: a retry of an insert that landed but whose answer was lost.
+// stored: a retry of an insert that landed but whose answer was lost, or
+// the insert resendLastInsert sends again. Each roll-up then checks the
+// token on its own (deduplicate_blocks_in_dependent_materialized_views,
+// set here whatever the server's profile says): it stores the block's
+// aggregate if it lacks it and drops it if it has it. With the setting off,
+// ClickHouse 26.7 counts the repeated block in every roll-up again.
 func insertSettings(tok string) clickhouse.Settings {
 	return clickhouse.Settings{
-		"insert_deduplication_token": tok,
-		"insert_deduplicate":         1,
+		"insert_deduplication_token":                         tok,
+		"insert_deduplicate":                                 1,
+		"deduplicate_blocks_in_dependent_materialized_views": 1,
 	}
 }
 
@@ -658,6 +710,9 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 		if !ok || d.Err != nil || len(d.Partitions) == 0 {
 			return nil, fmt.Errorf("auditwriter: topic %s is missing (run herald topics create): %v", t.topic, d.Err)
 		}
+		if err := w.resendLast(ctx, t); err != nil {
+			return nil, err
+		}
 		stored, err := w.stored(ctx, t)
 		if err != nil {
 			return nil, err
@@ -667,6 +722,181 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 		w.log.Info("resuming", "table", t.name, "topic", t.topic, "partitions", len(parts), "from", describe(stored))
 	}
 	return out, nil
+}
+
+// resendLastInsert sends the table's last INSERT again (the one that
+// wrote the latest written_at among rows with an insert_token): the same
+// records, read again from Kafka between the first and last offsets the
+// rows hold per partition, made into the same batch, with the same token.
+// The table drops it as a duplicate; a roll-up that lacks its aggregate
+// (the server died between the table's part and the materialized views'
+// parts) stores it, one that has it drops it.
+//
+// Only the last INSERT of a table can lack its roll-ups: a table's inserts
+// run one at a time, none runs after a failed one, and every session
+// starts with this. Only the last one is sent again: an INSERT sent again
+// after more than 1000 others would be out of the roll-ups' deduplication
+// window and counted twice. The rows are read again from Kafka rather than
+// with INSERT … SELECT from the table: ClickHouse 26.7 gives rows read
+// back in more than one chunk (more than 65 409 rows) a block id other than
+// the INSERT's, so the table would store them again. A
+// rebuilt batch whose token is not the stored one (its records fell to
+// Kafka's retention or the rows to the table's TTL) is not sent: that
+// insert's roll-ups are then left as they are, and a warning says so.
+//
+// It runs after the wait for inserts in flight and its insert has a query
+// id the next wait looks for; run twice, it changes nothing. (ClickHouse
+// does not tell the client whether a roll-up stored the block: 26.7's
+// InsertedRows profile event counts the rows it dropped as duplicates too.)
+func (w *Writer) resendLastInsert(ctx context.Context, t *table) error {
+	var tok string
+	err := w.o.ClickHouse.QueryRow(ctx, lastInsertQuery(w.o.Database, t.name), t.topic).Scan(&tok)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // nothing written with a token yet
+	}
+	if err != nil {
+		return fmt.Errorf("auditwriter: find the last insert into %s: %w", t.name, err)
+	}
+	spans, err := w.insertSpans(ctx, t, tok)
+	if err != nil {
+		return err
+	}
+	b, whole, err := w.readAgain(ctx, t, spans)
+	if err != nil {
+		return err
+	}
+	if !whole {
+		w.log.Warn("the last insert's records are no longer all in Kafka; its roll-ups are left as they are",
+			"table", t.name, "token", tok)
+		return nil
+	}
+	if got := token(t.name, b); got != tok {
+		w.log.Warn("the last insert cannot be made again from Kafka; its roll-ups are left as they are",
+			"table", t.name, "token", tok, "rebuilt_token", got, "rows", b.len())
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, insertTimeout)
+	defer cancel()
+	if err := w.insertBatch(ictx, t.name, b, tok); err != nil {
+		return fmt.Errorf("auditwriter: send the last insert into %s again (%d rows, token %s): %w", t.name, b.len(), tok, err)
+	}
+	w.log.Info("last insert sent again for the roll-ups", "table", t.name, "rows", b.len(), "token", tok)
+	return nil
+}
+
+// lastInsertQuery selects the token of the last INSERT into a table whose
+// rows have a token, for one topic (its one parameter).
+func lastInsertQuery(database, table string) string {
+	return "SELECT insert_token FROM `" + database + "`.`" + table +
+		"` WHERE kafka_topic = ? AND insert_token != '' ORDER BY written_at DESC LIMIT 1"
+}
+
+// insertSpans returns the first and last offsets, per partition, of the
+// rows one INSERT wrote.
+func (w *Writer) insertSpans(ctx context.Context, t *table, tok string) (map[int32][2]int64, error) {
+	rows, err := w.o.ClickHouse.Query(ctx, "SELECT kafka_partition, min(kafka_offset), max(kafka_offset) FROM `"+w.o.Database+"`.`"+t.name+
+		"` WHERE kafka_topic = ? AND insert_token = ? GROUP BY kafka_partition", t.topic, tok)
+	if err != nil {
+		return nil, fmt.Errorf("auditwriter: read the offsets of the last insert into %s: %w", t.name, err)
+	}
+	defer rows.Close()
+	out := map[int32][2]int64{}
+	for rows.Next() {
+		var p int32
+		var first, last int64
+		if err := rows.Scan(&p, &first, &last); err != nil {
+			return nil, fmt.Errorf("auditwriter: read the offsets of the last insert into %s: %w", t.name, err)
+		}
+		out[p] = [2]int64{first, last}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("auditwriter: read the offsets of the last insert into %s: %w", t.name, err)
+	}
+	return out, nil
+}
+
+// readAgainTimeout bounds the reading of one insert's records again.
+const readAgainTimeout = time.Minute
+
+// readAgain reads the records of spans (first and last offset per
+// partition of the table's topic) from Kafka, read_committed as the
+// session reads them, into a new batch. whole is false, and the batch nil,
+// when the log no longer holds every span (retention deleted its start, or
+// the topic was re-created).
+func (w *Writer) readAgain(ctx context.Context, t *table, spans map[int32][2]int64) (b batch, whole bool, err error) {
+	opts := append([]kgo.Opt{kgo.SeedBrokers(w.o.Brokers...)}, w.o.ClientOpts...)
+	admCl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, false, fmt.Errorf("auditwriter: kafka client: %w", err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	starts, err := adm.ListStartOffsets(ctx, t.topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("auditwriter: read the last insert into %s again: list start offsets: %w", t.name, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, t.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("auditwriter: read the last insert into %s again: list end offsets: %w", t.name, err)
+	}
+	left := map[int32]int64{} // partition → last offset, until read
+	start := map[int32]kgo.Offset{}
+	for p, sp := range spans {
+		s, sok := starts.Lookup(t.topic, p)
+		e, eok := ends.Lookup(t.topic, p)
+		if !sok || !eok || s.Offset > sp[0] || e.Offset <= sp[1] {
+			return nil, false, nil
+		}
+		start[p], left[p] = kgo.NewOffset().At(sp[0]), sp[1]
+	}
+
+	cl, err := kgo.NewClient(append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return nil, false, fmt.Errorf("auditwriter: kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, readAgainTimeout)
+	defer cancel()
+	b = t.newBatch()
+	for len(left) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, false, fmt.Errorf("auditwriter: read the last insert into %s again from Kafka: %w", t.name, err)
+		}
+		var ferr error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if ferr == nil {
+				ferr = fmt.Errorf("auditwriter: read the last insert into %s again: fetch %s/%d: %w", t.name, topic, p, err)
+			}
+		})
+		if ferr != nil {
+			return nil, false, ferr
+		}
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			for _, r := range fp.Records {
+				last, ok := left[fp.Partition]
+				if !ok {
+					return // read already (a fetch buffered before the pause)
+				}
+				if r.Offset <= last {
+					add(b, r)
+				}
+				if r.Offset >= last {
+					delete(left, fp.Partition)
+					cl.PauseFetchPartitions(map[string][]int32{t.topic: {fp.Partition}})
+				}
+			}
+		})
+	}
+	return b, true, nil
 }
 
 // resumeFrom returns where each partition resumes: after the highest offset
