@@ -3,10 +3,12 @@ package schemas_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/heraldhq/herald/schemas"
 )
@@ -234,6 +236,87 @@ func TestGeneratedDecodersReadStringsAsEncodingJSONDoes(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("decoded %+v, encoding/json reads %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestDecodeSharedReadsWhatDecodeReads: whatever the document, a
+// Decoder's DecodeShared gives the record and the success or failure that
+// Decode gives, whether it takes its fast path (the canonical encoding of
+// a seen entry) or not.
+func TestDecodeSharedReadsWhatDecodeReads(t *testing.T) {
+	canonical := `{"schema":"herald.seen/v1","kind":"dedupe","scope":"0a","notificationId":"n","requestId":"r","contentHash":"c","outcome":"accepted","firstAt":1,"expiresAt":2,"sourcePartition":3,"sourceOffset":4}`
+	cases := []struct{ name, doc string }{
+		{"the canonical encoding", canonical},
+		{"spaces between fields", strings.Replace(canonical, `,"kind"`, `, "kind"`, 1)},
+		{"fields in another order", `{"kind":"dedupe","schema":"herald.seen/v1","scope":"0a"}`},
+		{"a field missing", strings.Replace(canonical, `"contentHash":"c",`, ``, 1)},
+		{"an unknown field", strings.Replace(canonical, `"kind"`, `"extra":[1],"kind"`, 1)},
+		{"a field twice", strings.Replace(canonical, `"kind":"dedupe"`, `"kind":"idem","kind":"dedupe"`, 1)},
+		{"an escape where the encoder writes the character", strings.Replace(canonical, `"scope":"0a"`, `"scope":"0\u0061"`, 1)},
+		{"a number with a leading zero", strings.Replace(canonical, `"firstAt":1`, `"firstAt":01`, 1)},
+		{"a raw line feed inside a string", strings.Replace(canonical, `"scope":"0a"`, "\"scope\":\"0\na\"", 1)},
+		{"invalid UTF-8 inside a string", strings.Replace(canonical, `"scope":"0a"`, "\"scope\":\"0\xffa\"", 1)},
+		{"an empty schema", strings.Replace(canonical, `"herald.seen/v1"`, `""`, 1)},
+		{"another record's schema", strings.Replace(canonical, `"herald.seen/v1"`, `"herald.request/v1"`, 1)},
+		{"trailing data after the object", canonical + ` {}`},
+		{"spaces after the object", canonical + "\n"},
+		{"a document cut short", canonical[:len(canonical)-1]},
+		{"JSON null", `null`},
+	}
+	for _, s := range awkward {
+		b, _ := schemas.Encode(generated(s)[2])
+		cases = append(cases, struct{ name, doc string }{"the encoding of an entry of " + strings.ToValidUTF8(s, "?"), string(b)})
+	}
+	var d schemas.Decoder // one for all: its buffer is reused
+	for _, c := range cases {
+		t.Run(c.name+" reads as Decode reads it", func(t *testing.T) {
+			var want, got schemas.SeenEntry
+			wantErr := schemas.Decode([]byte(c.doc), &want)
+			got = schemas.SeenEntry{Scope: "left over"}
+			gotErr := d.DecodeShared([]byte(c.doc), &got)
+			if (gotErr == nil) != (wantErr == nil) {
+				t.Fatalf("DecodeShared: error %v, Decode: error %v", gotErr, wantErr)
+			}
+			if wantErr == nil && got != want {
+				t.Fatalf("DecodeShared read %+v, Decode %+v", got, want)
+			}
+		})
+	}
+	t.Run("a record other than a seen entry reads as Decode reads it", func(t *testing.T) {
+		b, _ := schemas.Encode(&schemas.Request{Tenant: "acme", Title: "hello"})
+		var want, got schemas.Request
+		if err := schemas.Decode(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.DecodeShared(b, &got); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeShared read %+v (error %v), Decode %+v", got, err, want)
+		}
+	})
+}
+
+// TestDecodeSharedReadsTheCanonicalEncodingInPlace: a seen entry as
+// Encode writes it is read without a copy (its strings point into the
+// caller's bytes) and without allocating, the restore's fast path;
+// a longer entry than the decoder's buffer holds is read alike.
+func TestDecodeSharedReadsTheCanonicalEncodingInPlace(t *testing.T) {
+	for _, scope := range []string{"0a", strings.Repeat("s", 5000)} {
+		t.Run(fmt.Sprintf("with a %d-byte scope", len(scope)), func(t *testing.T) {
+			b, _ := schemas.Encode(&schemas.SeenEntry{Kind: schemas.SeenDedupe, Scope: scope, Outcome: schemas.DecisionAccepted, FirstAt: 5})
+			var d schemas.Decoder
+			var e schemas.SeenEntry
+			if err := d.DecodeShared(b, &e); err != nil {
+				t.Fatal(err)
+			}
+			i := bytes.Index(b, []byte(scope))
+			if e.Scope != scope || unsafe.StringData(e.Scope) != &b[i] {
+				t.Fatalf("scope %q does not point into the encoding", e.Scope)
+			}
+			if len(scope) < 4095 {
+				if n := testing.AllocsPerRun(100, func() { _ = d.DecodeShared(b, &e) }); n != 0 {
+					t.Fatalf("%v allocations per decode, want 0", n)
+				}
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mailru/easyjson"
+	"github.com/mailru/easyjson/buffer"
 	"github.com/mailru/easyjson/jlexer"
 	"github.com/mailru/easyjson/jwriter"
 )
@@ -162,6 +163,51 @@ func Decode(b []byte, r Record) error {
 		return fmt.Errorf("%w: got %q, want %q", ErrSchema, got, r.SchemaName())
 	}
 	return nil
+}
+
+// A Decoder decodes records as Decode does, keeping a scratch buffer
+// between calls. The zero Decoder is ready; it is not safe for concurrent
+// use.
+type Decoder struct {
+	w   jwriter.Writer // here, not on the stack: the generated encoder's interface call would move it to the heap
+	buf []byte
+}
+
+// DecodeShared is Decode for a caller that uses r only while b is
+// unchanged: the strings of a decoded SeenEntry may point into b instead
+// of a copy. A SeenEntry that is exactly what Encode writes (every entry
+// herald writes to herald.seen) is read by the generated decoder alone,
+// without Decode's validity passes and copy: the generated encoder writes
+// only valid JSON in valid UTF-8, so a document it reproduces byte for
+// byte from what the generated decoder read is one Decode would have
+// accepted and read the same. Anything else (another record type, another
+// field order, spacing or escaping, an invalid document) goes through
+// Decode.
+func (d *Decoder) DecodeShared(b []byte, r Record) error {
+	if e, ok := r.(*SeenEntry); ok {
+		*e = SeenEntry{}
+		l := jlexer.Lexer{Data: b}
+		e.UnmarshalEasyJSON(&l)
+		if l.Error() == nil && e.Schema == SeenEntryV1 && d.encodes(e, b) {
+			return nil
+		}
+		*e = SeenEntry{}
+	}
+	return Decode(b, r)
+}
+
+// encodes reports whether the generated encoder writes b for m.
+func (d *Decoder) encodes(m easyjson.Marshaler, b []byte) bool {
+	if d.buf == nil {
+		// Not a power of two: the encoder's pool, which takes back only
+		// chunks of power-of-two sizes, never takes it (see start).
+		d.buf = make([]byte, 0, 4095)
+	}
+	d.w = jwriter.Writer{Buffer: buffer.Buffer{Buf: d.buf[:0]}}
+	m.MarshalEasyJSON(&d.w)
+	same := d.w.Error == nil && bytes.Equal(d.w.Buffer.BuildBytes(), b) // a copy only if it outgrew buf
+	d.w = jwriter.Writer{}
+	return same
 }
 
 // RecipientKey is the key of records partitioned by recipient: the tenant and

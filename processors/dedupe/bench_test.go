@@ -66,14 +66,7 @@ func BenchmarkRestore(b *testing.B) {
 	const n = 200_000
 	cat := testenv.Catalog(b, brokers, 1)
 	cl := testenv.Client(b, brokers, kgo.RecordPartitioner(cat.Partitioner()), kgo.ProducerLinger(10*time.Millisecond))
-	var recs []*kgo.Record
-	for i := range n {
-		e := schemas.SeenEntry{Kind: schemas.SeenDedupe, Scope: fmt.Sprintf("%032x", i), NotificationID: fmt.Sprintf("%032x", i),
-			RequestID: fmt.Sprintf("%032x", i), ContentHash: fmt.Sprintf("%064x", i), Outcome: schemas.DecisionAccepted,
-			FirstAt: int64(i), ExpiresAt: int64(i) + 3600_000, SourceOffset: int64(i)}
-		v, _ := schemas.Encode(e)
-		recs = append(recs, &kgo.Record{Topic: cat.Name(topics.Seen), Key: []byte(schemas.SeenKey(e.Kind, e.Scope)), Value: v})
-	}
+	recs := seenRecords(cat.Name(topics.Seen), n)
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		b.Fatal(err)
 	}

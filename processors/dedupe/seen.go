@@ -1,6 +1,7 @@
 package dedupe
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -86,18 +87,23 @@ func (k seenKey) appendKey(b []byte) []byte {
 
 // parseSeenKey reads a herald.seen key; ok is false for any other form.
 func parseSeenKey(key []byte) (k seenKey, ok bool) {
-	kind, id, found := strings.Cut(string(key), "/") // no allocation: the conversion does not escape
+	kind, id, found := bytes.Cut(key, []byte("/"))
 	if !found {
 		return k, false
 	}
-	if kind == string(schemas.SeenIdempotency) {
+	if string(kind) == string(schemas.SeenIdempotency) {
 		k.kind = kindIdem
-	} else if kind == string(schemas.SeenDedupe) {
+	} else if string(kind) == string(schemas.SeenDedupe) {
 		k.kind = kindDedupe
 	} else {
 		return k, false
 	}
-	k.id, ok = identity.ParseID(id)
+	if len(id) != 32 {
+		return k, false
+	}
+	// No allocation: 32 bytes converted for a call that does not keep them
+	// fit the compiler's stack buffer (the whole key would not).
+	k.id, ok = identity.ParseID(string(id))
 	return k, ok
 }
 

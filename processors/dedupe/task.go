@@ -38,6 +38,8 @@ type Task struct {
 	decisions *metrics.Tally
 
 	out   slab
+	dec   schemas.Decoder   // for Restore
+	entry schemas.SeenEntry // Restore's, kept here so it does not escape
 	fx    effects
 	req   schemas.Request
 	draft struct { // records being encoded, kept here so they do not escape
@@ -75,14 +77,14 @@ func (t *Task) Restore(r *kgo.Record) error {
 		delete(t.strs, k)
 		return nil
 	}
-	var e schemas.SeenEntry
-	if err := schemas.Decode(r.Value, &e); err != nil {
+	e := &t.entry // its strings point into r.Value: valOf copies what it keeps
+	if err := t.dec.DecodeShared(r.Value, e); err != nil {
 		return fmt.Errorf("dedupe: restore seen-set key %q: %w", r.Key, err)
 	}
 	if !ok {
 		return nil
 	}
-	v, s := valOf(&e)
+	v, s := valOf(e)
 	t.seen[k] = v
 	if v.flags&flagStrings != 0 {
 		t.strs[k] = s
