@@ -321,3 +321,67 @@ func TestDecodeSharedReadsTheCanonicalEncodingInPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestDecoderReadsRequestsAsDecodeDoes: a Decoder reads a request with
+// the record and the success or failure Decode gives, whether the
+// request is exactly what Encode writes (its fast path) or not, raw JSON
+// fields (key, payload) included, which the generated encoder copies as
+// they are and so must be checked apart; and its strings never point into
+// the caller's bytes.
+func TestDecoderReadsRequestsAsDecodeDoes(t *testing.T) {
+	canonical, _ := schemas.Encode(&schemas.Request{RequestID: "r", Tenant: "acme", Type: "t", Recipient: "u", NotificationID: "n",
+		Key: json.RawMessage(`{"k":1}`), Title: "hi", Payload: json.RawMessage(`{"p":[1,"x"]}`), Channels: []string{"apns"}, CreatedAt: 7})
+	doc := string(canonical)
+	cases := []struct{ name, doc string }{
+		{"the canonical encoding", doc},
+		{"encoding/json's encoding", func() string {
+			b, _ := json.Marshal(&schemas.Request{Schema: schemas.RequestV1, Title: "<&>"})
+			return string(b)
+		}()},
+		{"a payload that is not JSON", strings.Replace(doc, `{"p":[1,"x"]}`, `{"p":[tru]}`, 1)},
+		{"a payload with invalid UTF-8", strings.Replace(doc, `"x"`, "\"\xff\"", 1)},
+		{"a payload with a raw line feed in a string", strings.Replace(doc, `"x"`, "\"\n\"", 1)},
+		{"a payload with spaces inside", strings.Replace(doc, `[1,"x"]`, `[1, "x"]`, 1)},
+		{"a payload string with a raw line feed", strings.Replace(doc, `{"p":[1,"x"]}`, "\"a\nb\"", 1)},
+		{"a payload number with a leading zero", strings.Replace(doc, `{"p":[1,"x"]}`, `01`, 1)},
+		{"a payload string with invalid UTF-8", strings.Replace(doc, `{"p":[1,"x"]}`, "\"\xff\"", 1)},
+		{"a key that is not JSON", strings.Replace(doc, `{"k":1}`, `{"k":01}`, 1)},
+		{"a key number with a leading zero", strings.Replace(doc, `{"k":1}`, `01`, 1)},
+		{"a null key", strings.Replace(doc, `{"k":1}`, `null`, 1)},
+		{"a null channel list", strings.Replace(doc, `["apns"]`, `null`, 1)},
+		{"a number with a leading zero", strings.Replace(doc, `"createdAt":7`, `"createdAt":07`, 1)},
+		{"a raw line feed in the title", strings.Replace(doc, `"hi"`, "\"h\ni\"", 1)},
+		{"another record's schema", strings.Replace(doc, schemas.RequestV1, schemas.SeenEntryV1, 1)},
+		{"trailing data after the object", doc + `{}`},
+	}
+	for _, s := range awkward {
+		b, _ := schemas.Encode(generated(s)[0])
+		cases = append(cases, struct{ name, doc string }{"the encoding of a request of " + strings.ToValidUTF8(s, "?"), string(b)})
+	}
+	var d schemas.Decoder
+	for _, c := range cases {
+		t.Run(c.name+" reads as Decode reads it", func(t *testing.T) {
+			var want schemas.Request
+			wantErr := schemas.Decode([]byte(c.doc), &want)
+			for _, shared := range []bool{false, true} {
+				got := schemas.Request{Title: "left over"}
+				b := []byte(c.doc)
+				var gotErr error
+				if shared {
+					gotErr = d.DecodeShared(b, &got)
+				} else {
+					gotErr = d.Decode(b, &got)
+					for i := range b {
+						b[i] = 'x'
+					}
+				}
+				if (gotErr == nil) != (wantErr == nil) {
+					t.Fatalf("shared %v: error %v, Decode: error %v", shared, gotErr, wantErr)
+				}
+				if wantErr == nil && !reflect.DeepEqual(got, want) {
+					t.Fatalf("shared %v: read %+v, Decode %+v", shared, got, want)
+				}
+			}
+		})
+	}
+}

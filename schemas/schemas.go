@@ -173,27 +173,60 @@ type Decoder struct {
 	buf []byte
 }
 
+// Decode is the package's Decode, faster for a record that is exactly
+// what Encode writes (see DecodeShared): the strings of a decoded Request
+// or SeenEntry share one copy of b, as with Decode.
+func (d *Decoder) Decode(b []byte, r Record) error { return d.decode(b, r, true) }
+
 // DecodeShared is Decode for a caller that uses r only while b is
-// unchanged: the strings of a decoded SeenEntry may point into b instead
-// of a copy. A SeenEntry that is exactly what Encode writes (every entry
-// herald writes to herald.seen) is read by the generated decoder alone,
-// without Decode's validity passes and copy: the generated encoder writes
+// unchanged: the strings of a decoded Request or SeenEntry may point into
+// b instead of a copy. A Request or SeenEntry that is exactly what Encode
+// writes (every entry herald writes to herald.seen, every request the API
+// writes) is read by the generated decoder alone, without Decode's
+// validity passes over the whole document: the generated encoder writes
 // only valid JSON in valid UTF-8, so a document it reproduces byte for
-// byte from what the generated decoder read is one Decode would have
-// accepted and read the same. Anything else (another record type, another
+// byte from what the generated decoder read, with its raw JSON fields (a
+// request's key and payload, which the encoder copies as they are) valid
+// JSON in valid UTF-8, is one Decode would have read the same, with the
+// same generated decoder. Anything else (another record type, another
 // field order, spacing or escaping, an invalid document) goes through
-// Decode.
-func (d *Decoder) DecodeShared(b []byte, r Record) error {
-	if e, ok := r.(*SeenEntry); ok {
+// Decode, after the attempt.
+func (d *Decoder) DecodeShared(b []byte, r Record) error { return d.decode(b, r, false) }
+
+func (d *Decoder) decode(b []byte, r Record, clone bool) error {
+	src := b
+	switch e := r.(type) {
+	case *SeenEntry:
 		*e = SeenEntry{}
-		l := jlexer.Lexer{Data: b}
+		if clone {
+			src = bytes.Clone(b)
+		}
+		l := jlexer.Lexer{Data: src}
 		e.UnmarshalEasyJSON(&l)
 		if l.Error() == nil && e.Schema == SeenEntryV1 && d.encodes(e, b) {
 			return nil
 		}
 		*e = SeenEntry{}
+	case *Request:
+		*e = Request{}
+		if clone {
+			src = bytes.Clone(b)
+		}
+		l := jlexer.Lexer{Data: src}
+		e.UnmarshalEasyJSON(&l)
+		if l.Error() == nil && e.Schema == RequestV1 && validRaw(e.Key) && validRaw(e.Payload) && d.encodes(e, b) {
+			return nil
+		}
+		*e = Request{}
 	}
 	return Decode(b, r)
+}
+
+// validRaw reports whether a raw JSON field read by a generated decoder
+// (which skips over it without checking it) is absent or valid JSON in
+// valid UTF-8.
+func validRaw(m json.RawMessage) bool {
+	return len(m) == 0 || utf8.Valid(m) && json.Valid(m)
 }
 
 // encodes reports whether the generated encoder writes b for m.

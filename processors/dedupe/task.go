@@ -124,7 +124,7 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	src := Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	req := &t.req
 	*req = schemas.Request{}
-	if err := schemas.Decode(r.Value, req); err != nil {
+	if err := t.dec.Decode(r.Value, req); err != nil {
 		*req = schemas.Request{NotificationID: string(r.Key)}
 		d := rejected(*req, at, src, err.Error())
 		return t.emitDecision(&d, at, out)
