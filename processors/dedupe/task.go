@@ -26,7 +26,7 @@ type Task struct {
 	topics    Topics
 	partition int32
 
-	seen    map[seenKey]seenVal
+	seen    seenTable
 	strs    map[seenKey]seenStrings // the strings of entries flagged flagStrings
 	pending map[seenKey]pendingVal
 	expiry  expiryQueue
@@ -61,11 +61,11 @@ var _ stage.Task = (*Task)(nil)
 // NewTask returns the empty task of one partition.
 func NewTask(p Policy, t Topics, partition int32) *Task {
 	return &Task{policy: p, topics: t, partition: partition,
-		seen: map[seenKey]seenVal{}, strs: map[seenKey]seenStrings{}, pending: map[seenKey]pendingVal{}}
+		seen: newSeenTable(), strs: map[seenKey]seenStrings{}, pending: map[seenKey]pendingVal{}}
 }
 
 // Len is the number of committed seen-set entries.
-func (t *Task) Len() int { return len(t.seen) }
+func (t *Task) Len() int { return t.seen.len() }
 
 // Restore implements stage.Task. A value that is not a seen entry fails the
 // restore; an entry under a key in neither of the stage's forms
@@ -73,7 +73,7 @@ func (t *Task) Len() int { return len(t.seen) }
 func (t *Task) Restore(r *kgo.Record) error {
 	k, ok := parseSeenKey(r.Key)
 	if r.Value == nil {
-		delete(t.seen, k)
+		t.seen.delete(k)
 		delete(t.strs, k)
 		return nil
 	}
@@ -85,7 +85,7 @@ func (t *Task) Restore(r *kgo.Record) error {
 		return nil
 	}
 	v, s := valOf(e)
-	t.seen[k] = v
+	t.seen.set(k, v)
 	if v.flags&flagStrings != 0 {
 		t.strs[k] = s
 	} else {
@@ -103,7 +103,7 @@ func (t *Task) get(k seenKey) (seenVal, seenStrings, bool) {
 	if p, ok := t.pending[k]; ok {
 		return p.val, p.strs, !p.deleted
 	}
-	v, ok := t.seen[k]
+	v, ok := t.seen.get(k)
 	if ok && v.flags&flagStrings != 0 {
 		return v, t.strs[k], true
 	}
@@ -221,11 +221,11 @@ func (t *Task) expire(out *stage.Out) {
 func (t *Task) Commit() {
 	for k, p := range t.pending {
 		if p.deleted {
-			delete(t.seen, k)
+			t.seen.delete(k)
 			delete(t.strs, k)
 			continue
 		}
-		t.seen[k] = p.val
+		t.seen.set(k, p.val)
 		if p.val.flags&flagStrings != 0 {
 			t.strs[k] = p.strs
 		} else {
