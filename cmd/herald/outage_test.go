@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -392,6 +393,15 @@ func TestEveryRoleRidesOutABrokerAndClickHouseOutage(t *testing.T) {
 		})
 	})
 	stopReading()
+	// What the writer sent again when its sessions resumed (the roll-ups'
+	// repair after the ClickHouse restart).
+	if b, err := os.ReadFile(writer.log); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if strings.Contains(line, "last insert sent again") || strings.Contains(line, "roll-ups are left as they are") {
+				logf("audit writer: %s", line)
+			}
+		}
+	}
 	t.Run("every dashboard read answered 200, or 503 while ClickHouse was down", func(t *testing.T) {
 		t.Logf("dashboard reads: %d answered 200, %d 503", dash.ok.Load(), dash.unavailable.Load())
 		for _, err := range dash.failures() {
