@@ -167,6 +167,9 @@ func TestARestoreEndsAChangelogWhoseRecordsRetentionDeletedAtItsNewLogStart(t *t
 
 func TestARestoreWaitsForChangelogRecordsNotThereYetUntilItsContextEnds(t *testing.T) {
 	shortIdlePoll(t)
+	prev := restoreLogEvery
+	restoreLogEvery = 0 // a progress line at every poll
+	t.Cleanup(func() { restoreLogEvery = prev })
 	_, cl := restoreCluster(t, "short")
 	produceTo(t, cl, "short", "a", "b", "c")
 	ctx, cancel := context.WithTimeout(context.Background(), readGuard)
@@ -186,6 +189,15 @@ func TestARestoreWaitsForChangelogRecordsNotThereYetUntilItsContextEnds(t *testi
 	}
 	if res.records != 3 || len(task.restored()) != 3 {
 		t.Fatalf("restored %v (%d records), want the 3 there", task.restored(), res.records)
+	}
+	// Its progress counts what is left to read: 2 offsets once the 3
+	// records there are restored.
+	progress := logs.attrs("restoring partition")
+	if len(progress) < 2 {
+		t.Fatalf("progress lines %v, want one per poll", progress)
+	}
+	if last := progress[len(progress)-1]; last["records"] != int64(3) || last["offsets_left"] != int64(2) {
+		t.Fatalf("last progress line %v, want records=3 offsets_left=2", last)
 	}
 	warned := logs.attrs(waitingMsg)
 	if len(warned) == 0 || warned[0]["topic"] != "short" || warned[0]["position"] != int64(3) || warned[0]["end"] != int64(5) {
