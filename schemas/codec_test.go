@@ -385,3 +385,18 @@ func TestDecoderReadsRequestsAsDecodeDoes(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeSharedReadsACanonicalRequestInPlace: a request as Encode
+// writes it is read by the fast path, its strings pointing into the
+// caller's bytes.
+func TestDecodeSharedReadsACanonicalRequestInPlace(t *testing.T) {
+	b, _ := schemas.Encode(&schemas.Request{Tenant: "acme", Title: "hello", Payload: json.RawMessage(`{"a":1}`)})
+	var d schemas.Decoder
+	var r schemas.Request
+	if err := d.DecodeShared(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.Index(b, []byte(`"hello"`)); r.Title != "hello" || unsafe.StringData(r.Title) != &b[i+1] {
+		t.Fatalf("title %q does not point into the encoding", r.Title)
+	}
+}
