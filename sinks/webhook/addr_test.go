@@ -14,21 +14,14 @@ import (
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
-func TestForbiddenAddressesAreTheInternalOnes(t *testing.T) {
-	cases := []struct {
-		addr      string
-		forbidden bool
-	}{
-		{"127.0.0.1", true}, {"127.8.9.10", true}, {"::1", true},
-		{"10.0.0.1", true}, {"172.16.5.4", true}, {"172.31.255.255", true}, {"192.168.1.1", true}, {"fd12:3456::1", true},
-		{"169.254.169.254", true}, {"fe80::1", true},
-		{"0.0.0.0", true}, {"::", true}, {"0.1.2.3", true},
-		{"100.64.0.1", true}, {"224.0.0.1", true}, {"ff02::1", true}, {"255.255.255.255", true},
-		{"::ffff:127.0.0.1", true}, {"::ffff:10.0.0.1", true},
-		{"198.18.0.1", true}, {"192.0.2.1", true},
-		{"93.184.215.14", false}, {"8.8.8.8", false}, {"172.32.0.1", false}, {"100.128.0.1", false},
-		{"2606:4700::6810:85e5", false}, {"::ffff:8.8.8.8", false},
-	}
+// addrCase is an address and whether Forbidden refuses it.
+type addrCase struct {
+	addr      string
+	forbidden bool
+}
+
+func checkForbidden(t *testing.T, cases []addrCase) {
+	t.Helper()
 	for _, c := range cases {
 		name := c.addr + " is allowed"
 		if c.forbidden {
@@ -40,6 +33,21 @@ func TestForbiddenAddressesAreTheInternalOnes(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestForbiddenAddressesAreTheInternalOnes(t *testing.T) {
+	cases := []addrCase{
+		{"127.0.0.1", true}, {"127.8.9.10", true}, {"::1", true},
+		{"10.0.0.1", true}, {"172.16.5.4", true}, {"172.31.255.255", true}, {"192.168.1.1", true}, {"fd12:3456::1", true},
+		{"169.254.169.254", true}, {"fe80::1", true},
+		{"0.0.0.0", true}, {"::", true}, {"0.1.2.3", true},
+		{"100.64.0.1", true}, {"224.0.0.1", true}, {"ff02::1", true}, {"255.255.255.255", true},
+		{"::ffff:127.0.0.1", true}, {"::ffff:10.0.0.1", true},
+		{"198.18.0.1", true}, {"192.0.2.1", true},
+		{"93.184.215.14", false}, {"8.8.8.8", false}, {"172.32.0.1", false}, {"100.128.0.1", false},
+		{"2606:4700::6810:85e5", false}, {"::ffff:8.8.8.8", false},
+	}
+	checkForbidden(t, cases)
 }
 
 // resolver answers the names it holds.
@@ -141,10 +149,7 @@ func TestTheAdapterRefusesToConnectToAnInternalAddress(t *testing.T) {
 // the address they carry, so public IPv4 hosts stay reachable from an
 // IPv6-only network.
 func TestAnIPv6AddressCarryingAnInternalIPv4AddressIsForbidden(t *testing.T) {
-	cases := []struct {
-		addr      string
-		forbidden bool
-	}{
+	cases := []addrCase{
 		{"64:ff9b::a00:1", true},     // NAT64 of 10.0.0.1
 		{"64:ff9b::a9fe:a9fe", true}, // NAT64 of the metadata address
 		{"64:ff9b::7f00:1", true},    // NAT64 of 127.0.0.1
@@ -155,17 +160,7 @@ func TestAnIPv6AddressCarryingAnInternalIPv4AddressIsForbidden(t *testing.T) {
 		{"64:ff9b::808:808", false},  // NAT64 of 8.8.8.8: DNS64's answer for a public IPv4 host
 		{"2002:808:808::1", false},   // 6to4 of 8.8.8.8
 	}
-	for _, c := range cases {
-		name := c.addr + " is allowed"
-		if c.forbidden {
-			name = c.addr + " is forbidden"
-		}
-		t.Run(name, func(t *testing.T) {
-			if got := webhook.Forbidden(netip.MustParseAddr(c.addr)); got != c.forbidden {
-				t.Fatalf("Forbidden(%s) = %v", c.addr, got)
-			}
-		})
-	}
+	checkForbidden(t, cases)
 }
 
 // TestAZonedAddressIsJudgedAsTheAddress: an IPv6 zone (fe80::1%eth0) names
