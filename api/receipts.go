@@ -141,10 +141,7 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal
 	// The push's delivery id: from its occurrence (the payload's
 	// occurrenceId), or from the notification id for a notification
 	// accepted before occurrences existed.
-	if occurrence == "" {
-		occurrence = nid
-	}
-	did := identity.DeliveryID(occurrence, d.DeviceID)
+	did := identity.DeliveryID(schemas.Occurrence(nid, occurrence), d.DeviceID)
 	rc := schemas.Receipt{ReceiptID: identity.ReceiptID(did, kind), Kind: kind, DeliveryID: did, NotificationID: nid,
 		Tenant: d.Tenant, Type: typ, Recipient: d.Recipient, DeviceID: d.DeviceID, Channel: "webpush", At: now.UnixMilli(), ClientAt: clientAt}
 	b, err := schemas.Encode(&rc)

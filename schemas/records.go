@@ -391,14 +391,16 @@ type Accepted struct {
 // SchemaName implements Record.
 func (Accepted) SchemaName() string { return AcceptedV1 }
 
-// Occurrence is the id deliveries of this acceptance derive from: its
-// OccurrenceID, or the NotificationID of a record written before
-// occurrences existed.
-func (a *Accepted) Occurrence() string {
-	if a.OccurrenceID != "" {
-		return a.OccurrenceID
+// Occurrence is the id a record's deliveries and events derive from: its
+// occurrenceID, or its notificationID when it was written before
+// occurrences existed (occurrenceID empty). Every record that carries
+// both (Accepted, DeliveryCommand, Decision, Outcome, Completion) and the
+// receipts the web client sends are read this way.
+func Occurrence(notificationID, occurrenceID string) string {
+	if occurrenceID != "" {
+		return occurrenceID
 	}
-	return a.NotificationID
+	return notificationID
 }
 
 // WebPushSubscription is a browser's PushSubscription.
@@ -444,15 +446,6 @@ type DeliveryCommand struct {
 
 // SchemaName implements Record.
 func (DeliveryCommand) SchemaName() string { return DeliveryCommandV1 }
-
-// Occurrence is the command's OccurrenceID, or its NotificationID for a
-// notification accepted before occurrences existed.
-func (c *DeliveryCommand) Occurrence() string {
-	if c.OccurrenceID != "" {
-		return c.OccurrenceID
-	}
-	return c.NotificationID
-}
 
 // Attempt results.
 const (

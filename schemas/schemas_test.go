@@ -235,3 +235,18 @@ func TestEveryRecordStartsWithItsSchemaField(t *testing.T) {
 		}
 	}
 }
+
+func TestOccurrenceIsTheOccurrenceIDOrTheNotificationIDOfAnOlderRecord(t *testing.T) {
+	for _, c := range []struct {
+		name, notification, occurrence, want string
+	}{
+		{"a record with an occurrence id names it", "n1", "o1", "o1"},
+		{"a record written before occurrences existed names its notification id", "n1", "", "n1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := schemas.Occurrence(c.notification, c.occurrence); got != c.want {
+				t.Fatalf("Occurrence(%q, %q) = %q, want %q", c.notification, c.occurrence, got, c.want)
+			}
+		})
+	}
+}

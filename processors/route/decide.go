@@ -432,7 +432,7 @@ func sortedDevices(ds []schemas.Device) []schemas.Device {
 // Web Push Topic come from the notification id, so the device shows the
 // newer occurrence in place of the older one (see identity).
 func command(n schemas.Accepted, ch string, dev schemas.Device, at int64) schemas.DeliveryCommand {
-	occurrence := n.Occurrence()
+	occurrence := schemas.Occurrence(n.NotificationID, n.OccurrenceID)
 	c := schemas.DeliveryCommand{
 		DeliveryID: identity.DeliveryID(occurrence, dev.DeviceID), NotificationID: n.NotificationID, OccurrenceID: n.OccurrenceID,
 		Tenant: n.Tenant, Type: n.Type, Recipient: n.Recipient, DeviceID: dev.DeviceID, Channel: ch,

@@ -176,7 +176,7 @@ type Herald struct {
 func (p *Provider) Notification(cmd *schemas.DeliveryCommand) (*apns2.Notification, error) {
 	apnsID := cmd.APNsID
 	if apnsID == "" {
-		apnsID = identity.APNsID(cmd.Occurrence())
+		apnsID = identity.APNsID(schemas.Occurrence(cmd.NotificationID, cmd.OccurrenceID))
 	}
 	collapse := cmd.CollapseID
 	if collapse == "" {

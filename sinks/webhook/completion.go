@@ -24,7 +24,7 @@ import (
 // delivery's final state is an Outcome on herald.outcomes (keyed by
 // delivery id, so spread over partitions). Two stateless stages bring
 // both to herald.completions keyed by the notification's occurrence id
-// (Occurrence: the notification id before occurrences existed), so a
+// (schemas.Occurrence: the notification id before occurrences existed), so a
 // notification's records meet in one partition: the decisions forwarder
 // (herald.decisions in) and the fan-out (herald.outcomes in, beside its
 // webhook deliveries). Both forward only the records of tenants with an
@@ -167,16 +167,6 @@ func entryFor(e *schemas.Completion, nid, occurrence, tenant, typ, recipient str
 	return &schemas.Completion{NotificationID: nid, OccurrenceID: occurrence, Tenant: tenant, Type: typ, Recipient: recipient, FirstAt: at}
 }
 
-// Occurrence is the key of a notification's records on herald.completions
-// and of its entry: the occurrence id, or the notification id of a
-// notification accepted before occurrences existed.
-func Occurrence(nid, occurrence string) string {
-	if occurrence != "" {
-		return occurrence
-	}
-	return nid
-}
-
 // Complete reports whether a notification's entry is final: its decision
 // read and every delivery it lists ended.
 func Complete(e *schemas.Completion) bool {
@@ -196,7 +186,7 @@ func Complete(e *schemas.Completion) bool {
 // bytes.
 func Completed(e *schemas.Completion) CompletionData {
 	data := CompletionData{
-		EventID: identity.WebhookEventID(Occurrence(e.NotificationID, e.OccurrenceID), schemas.EventSendCompleted), NotificationID: e.NotificationID,
+		EventID: identity.WebhookEventID(schemas.Occurrence(e.NotificationID, e.OccurrenceID), schemas.EventSendCompleted), NotificationID: e.NotificationID,
 		OccurrenceID:     e.OccurrenceID,
 		NotificationType: e.Type, Recipient: e.Recipient, Decision: e.Decision, Detail: e.Detail,
 		Channels: map[string]map[string]int{}, Deliveries: []CompletedDelivery{}, CompletedAt: e.DecidedAt,
@@ -323,7 +313,7 @@ func (f *forwardTask) Process(r *kgo.Record, out *stage.Out) error {
 	if _, ok := ApplyDecision(nil, &d, 0); !ok || !f.table.Subscribed(d.Tenant, schemas.EventSendCompleted) {
 		return nil
 	}
-	rec, err := forwardRecord(f.topic, Occurrence(d.NotificationID, d.OccurrenceID), &d)
+	rec, err := forwardRecord(f.topic, schemas.Occurrence(d.NotificationID, d.OccurrenceID), &d)
 	if err != nil {
 		return err
 	}
@@ -463,7 +453,7 @@ func (t *CompletionTask) Process(r *kgo.Record, out *stage.Out) error {
 		t.log.Warn("skip a record of another schema", "partition", r.Partition, "offset", r.Offset, "schema", schemaHeader(r))
 		return nil
 	}
-	if !ok || Occurrence(e.NotificationID, e.OccurrenceID) != key {
+	if !ok || schemas.Occurrence(e.NotificationID, e.OccurrenceID) != key {
 		return nil
 	}
 	if !Complete(e) {

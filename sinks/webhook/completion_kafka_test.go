@@ -196,7 +196,7 @@ func TestOneSendCompletedPerNotificationOnTheRealBroker(t *testing.T) {
 				t.Errorf("%s received %s (%v), want only send.completed events", m.Endpoint, m.Body, err)
 				continue
 			}
-			occurrence := webhook.Occurrence(ev.Data.NotificationID, ev.Data.OccurrenceID)
+			occurrence := schemas.Occurrence(ev.Data.NotificationID, ev.Data.OccurrenceID)
 			if m.ID != "msg_"+identity.WebhookEventID(occurrence, schemas.EventSendCompleted) {
 				t.Errorf("webhook-id %s is not the occurrence %s's", m.ID, occurrence)
 			}

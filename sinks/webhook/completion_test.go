@@ -277,7 +277,7 @@ func TestEachOccurrenceOfANotificationHasItsOwnSendCompleted(t *testing.T) {
 		if len(cmds) != 1 {
 			t.Fatalf("%d commands, want 1", len(cmds))
 		}
-		return cmds[0], webhook.Occurrence(e.NotificationID, e.OccurrenceID)
+		return cmds[0], schemas.Occurrence(e.NotificationID, e.OccurrenceID)
 	}
 	first, second := identity.OccurrenceID(nid, 1_000), identity.OccurrenceID(nid, 90_000_000)
 	a, keyA := eventOf(first)

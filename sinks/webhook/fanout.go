@@ -168,7 +168,7 @@ func (f *fanTask) Process(r *kgo.Record, out *stage.Out) error {
 			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(cmd.SchemaName())}}})
 	}
 	if o.NotificationID != "" && f.table.Subscribed(o.Tenant, schemas.EventSendCompleted) {
-		rec, err := forwardRecord(f.completions, Occurrence(o.NotificationID, o.OccurrenceID), &o)
+		rec, err := forwardRecord(f.completions, schemas.Occurrence(o.NotificationID, o.OccurrenceID), &o)
 		if err != nil {
 			return err
 		}
