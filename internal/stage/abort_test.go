@@ -38,7 +38,7 @@ func (p *poisoned) Process(r *kgo.Record, out *stage.Out) error {
 
 func TestAnAbortedTransactionInARunningStageLeavesNoStateBehind(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := context.Background()
+		ctx := guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		in, out, changelog := sanitize("in-"+t.Name()), sanitize("out-"+t.Name()), sanitize("log-"+t.Name())
 		for _, name := range []string{in, out, changelog} {
@@ -119,7 +119,7 @@ func TestAnAbortedTransactionInARunningStageLeavesNoStateBehind(t *testing.T) {
 // transaction that is still open.
 func TestLastStableOffsetsStopBeforeAnOpenTransaction(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := context.Background()
+		ctx := guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		topic := sanitize("lso-" + t.Name())
 		if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {

@@ -34,6 +34,20 @@ func guard() time.Duration {
 	return 2 * time.Minute
 }
 
+// guarded is a test's context. Under -short it ends after guard(): a stage
+// or restore that a mutant makes wait forever then fails its test instead
+// of holding the suite until gremlins' timeout. On the real broker, whose
+// tests run longer, it only bounds a hang at ten minutes.
+func guarded(t *testing.T) context.Context {
+	limit := 10 * time.Minute
+	if testing.Short() {
+		limit = guard()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // rig is one counter stage's topics on one cluster.
 type rig struct {
 	t                  *testing.T

@@ -1,7 +1,6 @@
 package stage_test
 
 import (
-	"context"
 	"strconv"
 	"sync"
 	"testing"
@@ -28,7 +27,7 @@ func (g *firstGate) Restore(r *kgo.Record) error {
 
 func TestARestoreReadsEveryChangelogToItsEndThoughAnotherGrowsMeanwhile(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := context.Background()
+		ctx := guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		a, b := sanitize("re-a-"+t.Name())+"-a", sanitize("re-b-"+t.Name())+"-b"
 		for _, name := range []string{a, b} {

@@ -36,7 +36,8 @@ func TestARestoreStillRunningLogsHowFarItIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), readGuard)
+	defer cancel()
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "changelog"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package stage_test
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func (l *restoreLog) Abort()                                {}
 
 func TestRestorePartitionReadsOnlyCommittedRecordsOfItsPartition(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := context.Background()
+		ctx := guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		a, b, empty := sanitize("rs-a-"+t.Name())+"-a", sanitize("rs-b-"+t.Name())+"-b", sanitize("rs-e-"+t.Name())+"-e"
 		for _, name := range []string{a, b, empty} {
@@ -118,7 +117,7 @@ func TestRestorePartitionReadsOnlyCommittedRecordsOfItsPartition(t *testing.T) {
 
 func TestRestorePartitionOfEmptyChangelogsRestoresNothing(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := context.Background()
+		ctx := guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		topic := sanitize("rs-empty-" + t.Name())
 		if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {

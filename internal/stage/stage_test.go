@@ -85,7 +85,7 @@ func onClusters(t *testing.T, test func(t *testing.T, brokers []string, opts []k
 
 func TestAStageRestoresItsStateAndContinuesAfterARestart(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := context.Background()
+		ctx := guarded(t)
 		admCl := testenv.Client(t, brokers, opts...)
 		adm := kadm.NewClient(admCl)
 		in, out, changelog := sanitize("in-"+t.Name()), sanitize("out-"+t.Name()), sanitize("log-"+t.Name())
@@ -195,7 +195,7 @@ func (c *caller) Abort() { c.staged, c.emitted = nil, 0 }
 
 func TestResultsOfWorkDoneAfterACommitAreCommittedBeforeMoreInputIsProcessed(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := context.Background()
+		ctx := guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		in, out := sanitize("in-"+t.Name()), sanitize("out-"+t.Name())
 		for _, name := range []string{in, out} {
