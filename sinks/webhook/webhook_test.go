@@ -17,11 +17,17 @@ import (
 )
 
 // outcome is a failed FCM delivery of tenant acme.
+// outcomeAt is when the test outcome happened: a few minutes before the
+// test process started, so its webhook deliveries are inside their TTL
+// whatever the date the suite runs on (a fixed date made every command
+// "expired before the first attempt" a day later).
+var outcomeAt = time.Now().Add(-5 * time.Minute).UnixMilli()
+
 func outcome() *schemas.Outcome {
 	nid := "52f364d9288c640b306b566e509104bd"
 	return &schemas.Outcome{DeliveryID: identity.DeliveryID(nid, "d1"), NotificationID: nid, Tenant: "acme", Type: "invoice.paid",
 		Recipient: "u1", DeviceID: "d1", Channel: "fcm", Status: schemas.OutcomeFailed, Reason: "permanent: INVALID_ARGUMENT", Attempts: 1,
-		At: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixMilli()}
+		At: outcomeAt}
 }
 
 func endpoint(id, url string, events ...string) schemas.Webhook {
@@ -165,7 +171,7 @@ func TestEveryAttemptIsSignedAndARetryKeepsTheWebhookID(t *testing.T) {
 	}
 	var ev webhook.Event
 	if err := json.Unmarshal([]byte(msgs[0].Body), &ev); err != nil || ev.Type != schemas.EventDeliveryFailed || ev.Data.DeliveryID != outcome().DeliveryID ||
-		ev.Data.Status != schemas.OutcomeFailed || ev.Timestamp != "2026-11-30T12:00:00.000Z" {
+		ev.Data.Status != schemas.OutcomeFailed || ev.Timestamp != time.UnixMilli(outcomeAt).UTC().Format("2006-01-02T15:04:05.000Z") {
 		t.Fatalf("body %s (%v), want the delivery.failed event of the outcome", msgs[0].Body, err)
 	}
 }
