@@ -364,11 +364,17 @@ func TestMonthOfIsTheTablesPartition(t *testing.T) {
 // memoryTable stands in for ClickHouse in the fast suite: it keeps the
 // positions of the rows inserted into each table and, as ClickHouse does
 // with insert_deduplication_token, drops a block whose token it has seen.
+// It answers the writer's lookups as the tables' queries do: the highest
+// offsets stored (stored), the token of a table's last insert (lastToken)
+// and the offsets one token wrote (spans).
 type memoryTable struct {
 	mu     sync.Mutex
 	rows   map[string]map[[2]int64]int // table → (partition, offset) → copies
 	tokens map[string]bool
+	last   map[string]string     // table → token of its last stored insert
+	wrote  map[string][][2]int64 // token → positions it stored
 	calls  int
+	again  int // inserts dropped because their token was stored
 	// fault decides the fate of each insert call (numbered from 1): fail
 	// before storing, or store and fail (the answer is lost).
 	fault func(call int, table string, month int32) (store, fail bool)
@@ -388,6 +394,9 @@ func (m *memoryTable) insert(_ context.Context, table string, b batch, tok strin
 		for _, pos := range in.positions {
 			m.rows[table][pos]++
 		}
+		m.last[table], m.wrote[tok] = tok, in.positions
+	} else if store {
+		m.again++
 	}
 	if fail {
 		return errors.New("injected")
@@ -407,6 +416,38 @@ func (m *memoryTable) stored(_ context.Context, t *table) (map[int32]int64, erro
 	return out, nil
 }
 
+func (m *memoryTable) lastToken(_ context.Context, t *table) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last[t.name], nil
+}
+
+func (m *memoryTable) spans(_ context.Context, _ *table, tok string) (map[int32][2]int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[int32][2]int64{}
+	for _, pos := range m.wrote[tok] {
+		p := int32(pos[0])
+		sp, ok := out[p]
+		if !ok || pos[1] < sp[0] {
+			sp[0] = pos[1]
+		}
+		sp[1] = max(sp[1], pos[1])
+		out[p] = sp
+	}
+	return out, nil
+}
+
+// newMemoryTable is an empty memoryTable for herald's tables.
+func newMemoryTable(fault func(call int, table string, month int32) (store, fail bool)) *memoryTable {
+	m := &memoryTable{rows: map[string]map[[2]int64]int{}, tokens: map[string]bool{}, last: map[string]string{},
+		wrote: map[string][][2]int64{}, fault: fault}
+	for _, name := range []string{"requests", "decisions", "attempts", "outcomes", "receipts"} {
+		m.rows[name] = map[[2]int64]int{}
+	}
+	return m
+}
+
 func (m *memoryTable) count() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -417,12 +458,49 @@ func (m *memoryTable) count() int {
 	return n
 }
 
+// fakeKafka is a kfake cluster holding herald's topics, two partitions
+// each, and a client that produces to the partition a record names.
+type fakeKafka struct {
+	cluster  *kfake.Cluster
+	brokers  []string
+	cat      *topics.Catalog
+	producer *kgo.Client
+}
+
+func newFakeKafka(t *testing.T) *fakeKafka {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	k := &fakeKafka{cluster: cluster, brokers: cluster.ListenAddrs(), cat: topics.New(topics.Options{Partitions: 2, Replication: 1})}
+	k.producer = k.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if _, err := k.cat.Create(context.Background(), kadm.NewClient(k.producer)); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// client is a client of the cluster with embedded.ClientOpts and opts.
+func (k *fakeKafka) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(k.brokers...)}, embedded.ClientOpts()...), opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 // TestSessionsCopyEveryRecordOnceThroughFailedInserts runs the writer's
 // sessions (Kafka on kfake, ClickHouse replaced by a memoryTable) over
 // records of two tables, two Kafka partitions and two months, with inserts
 // that fail before landing, inserts that land and lose their answer, and
 // inserts that fail every retry so that the session starts over from what
-// is stored. Every record must be stored exactly once.
+// is stored; every session starts by sending each table's last insert
+// again (resendLastInsert, reading it back from kfake). Every record must be
+// stored exactly once.
 func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -448,22 +526,9 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cluster.Close)
-			brokers, opts := cluster.ListenAddrs(), embedded.ClientOpts()
-			cat := topics.New(topics.Options{Partitions: 2, Replication: 1})
-			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			k := newFakeKafka(t)
+			brokers, opts, cat, cl := k.brokers, embedded.ClientOpts(), k.cat, k.producer
 			ctx := context.Background()
-			if _, err := cat.Create(ctx, kadm.NewClient(cl)); err != nil {
-				t.Fatal(err)
-			}
 			turn := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 			const perPartition = 40
 			var recs []*kgo.Record
@@ -480,13 +545,13 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			mem := &memoryTable{rows: map[string]map[[2]int64]int{}, tokens: map[string]bool{}, fault: c.fault}
-			for _, name := range []string{"requests", "decisions", "attempts", "outcomes"} {
-				mem.rows[name] = map[[2]int64]int{}
-			}
+			mem := newMemoryTable(c.fault)
 			w := fastWriter(t, Options{Brokers: brokers, Catalog: cat, ClientOpts: append(opts, kgo.FetchMaxWait(50*time.Millisecond)),
 				InsertRetries: 2, BatchRows: 15, FlushInterval: 20 * time.Millisecond})
-			w.insertBatch, w.stored = mem.insert, mem.stored
+			// Every session starts by sending each table's last insert
+			// again, read back from kfake.
+			w.insertBatch, w.stored, w.lastToken, w.spans = mem.insert, mem.stored, mem.lastToken, mem.spans
+			w.resendLast = w.resendLastInsert
 			w.inFlight = func(context.Context) (uint64, error) { return 0, nil }
 			w.restartPause = 10 * time.Millisecond
 
@@ -515,6 +580,12 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 			}
 			if c.restarts && w.errs.Value() == 0 {
 				t.Error("no session started over")
+			}
+			// A session that starts over sends the last insert of the
+			// decisions again (November's, stored before December's
+			// failed): the table drops it.
+			if c.restarts && mem.again == 0 {
+				t.Error("no session sent a table's last insert again")
 			}
 		})
 	}

@@ -54,6 +54,14 @@ func TestTheLastInsertIsTheLatestWrittenOneWithAToken(t *testing.T) {
 	}
 }
 
+func TestTheLastInsertsSpansAreItsFirstAndLastOffsetPerPartition(t *testing.T) {
+	got := insertSpansQuery("herald_x", "decisions")
+	want := "SELECT kafka_partition, min(kafka_offset), max(kafka_offset) FROM `herald_x`.`decisions` WHERE kafka_topic = ? AND insert_token = ? GROUP BY kafka_partition"
+	if got != want {
+		t.Fatalf("query %q, want %q", got, want)
+	}
+}
+
 func TestEveryInsertedRowCarriesItsInsertsToken(t *testing.T) {
 	b := newDecisionsBatch()
 	add(b, decisionRecord(t, 0, 7))

@@ -195,16 +195,20 @@ type Writer struct {
 
 	// insertBatch is w.insert; resendLast w.resendLastInsert; inFlight counts the inserts in flight
 	// (w.inFlightInserts); stored reads the highest offsets a table holds
-	// (w.storedOffsets); retryPause is the pause before the first retry of
-	// an insert, doubled for each next one; pollEvery the pause between
-	// looks for inserts in flight; restartPause the first pause before a
-	// session starts over. Tests replace them.
+	// (w.storedOffsets); lastToken the token of a table's last insert, ""
+	// when no row has one (w.lastInsertToken); spans the first and last
+	// offsets per partition of the rows an insert wrote (w.insertSpans);
+	// retryPause is the pause before the first retry of an insert, doubled
+	// for each next one; pollEvery the pause between looks for inserts in
+	// flight; restartPause the first pause before a session starts over.
+	// Tests replace them.
 	insertBatch func(ctx context.Context, table string, b batch, tok string) error
-	// resendLast is w.resendLastInsert.
-	resendLast func(ctx context.Context, t *table) error
-	inFlight   func(ctx context.Context) (uint64, error)
-	stored     func(ctx context.Context, t *table) (map[int32]int64, error)
-	retryPause time.Duration
+	resendLast  func(ctx context.Context, t *table) error
+	inFlight    func(ctx context.Context) (uint64, error)
+	stored      func(ctx context.Context, t *table) (map[int32]int64, error)
+	lastToken   func(ctx context.Context, t *table) (string, error)
+	spans       func(ctx context.Context, t *table, tok string) (map[int32][2]int64, error)
+	retryPause  time.Duration
 	// maxBatchBytes is maxBatchBytes (tests make it small).
 	maxBatchBytes int
 	pollEvery     time.Duration
@@ -242,6 +246,7 @@ func New(o Options) (*Writer, error) {
 		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second,
 		maxBatchBytes: maxBatchBytes}
 	w.insertBatch, w.resendLast, w.inFlight, w.stored = w.insert, w.resendLastInsert, w.inFlightInserts, w.storedOffsets
+	w.lastToken, w.spans = w.lastInsertToken, w.insertSpans
 	w.kafka.Client = w.client.Load
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
@@ -752,15 +757,14 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 // does not tell the client whether a roll-up stored the block: 26.7's
 // InsertedRows profile event counts the rows it dropped as duplicates too.)
 func (w *Writer) resendLastInsert(ctx context.Context, t *table) error {
-	var tok string
-	err := w.o.ClickHouse.QueryRow(ctx, lastInsertQuery(w.o.Database, t.name), t.topic).Scan(&tok)
-	if errors.Is(err, sql.ErrNoRows) {
+	tok, err := w.lastToken(ctx, t)
+	if err != nil {
+		return err
+	}
+	if tok == "" {
 		return nil // nothing written with a token yet
 	}
-	if err != nil {
-		return fmt.Errorf("auditwriter: find the last insert into %s: %w", t.name, err)
-	}
-	spans, err := w.insertSpans(ctx, t, tok)
+	spans, err := w.spans(ctx, t, tok)
 	if err != nil {
 		return err
 	}
@@ -787,6 +791,20 @@ func (w *Writer) resendLastInsert(ctx context.Context, t *table) error {
 	return nil
 }
 
+// lastInsertToken returns the token of the table's last INSERT, "" when no
+// row of the table's topic has one.
+func (w *Writer) lastInsertToken(ctx context.Context, t *table) (string, error) {
+	var tok string
+	err := w.o.ClickHouse.QueryRow(ctx, lastInsertQuery(w.o.Database, t.name), t.topic).Scan(&tok)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("auditwriter: find the last insert into %s: %w", t.name, err)
+	}
+	return tok, nil
+}
+
 // lastInsertQuery selects the token of the last INSERT into a table whose
 // rows have a token, for one topic (its one parameter).
 func lastInsertQuery(database, table string) string {
@@ -797,8 +815,7 @@ func lastInsertQuery(database, table string) string {
 // insertSpans returns the first and last offsets, per partition, of the
 // rows one INSERT wrote.
 func (w *Writer) insertSpans(ctx context.Context, t *table, tok string) (map[int32][2]int64, error) {
-	rows, err := w.o.ClickHouse.Query(ctx, "SELECT kafka_partition, min(kafka_offset), max(kafka_offset) FROM `"+w.o.Database+"`.`"+t.name+
-		"` WHERE kafka_topic = ? AND insert_token = ? GROUP BY kafka_partition", t.topic, tok)
+	rows, err := w.o.ClickHouse.Query(ctx, insertSpansQuery(w.o.Database, t.name), t.topic, tok)
 	if err != nil {
 		return nil, fmt.Errorf("auditwriter: read the offsets of the last insert into %s: %w", t.name, err)
 	}
@@ -816,6 +833,13 @@ func (w *Writer) insertSpans(ctx context.Context, t *table, tok string) (map[int
 		return nil, fmt.Errorf("auditwriter: read the offsets of the last insert into %s: %w", t.name, err)
 	}
 	return out, nil
+}
+
+// insertSpansQuery selects the first and last offsets per partition of the
+// rows of one topic and one insert token (its two parameters) in a table.
+func insertSpansQuery(database, table string) string {
+	return "SELECT kafka_partition, min(kafka_offset), max(kafka_offset) FROM `" + database + "`.`" + table +
+		"` WHERE kafka_topic = ? AND insert_token = ? GROUP BY kafka_partition"
 }
 
 // readAgainTimeout bounds the reading of one insert's records again.
