@@ -45,6 +45,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -108,7 +110,7 @@ func New(c Config) (*Provider, error) {
 	} else if c.CertFile != "" {
 		var cert tls.Certificate
 		var err error
-		if len(c.CertFile) > 4 && c.CertFile[len(c.CertFile)-4:] == ".p12" {
+		if strings.EqualFold(filepath.Ext(c.CertFile), ".p12") {
 			cert, err = certificate.FromP12File(c.CertFile, c.CertPassword)
 		} else {
 			cert, err = certificate.FromPemFile(c.CertFile, c.CertPassword)
@@ -238,12 +240,13 @@ func Classify(status int, reason string) sinks.Result {
 		r.Class, r.Rule = sinks.Permanent, "bad_request"
 	} else if status == http.StatusTooManyRequests {
 		r.Class, r.Rule = sinks.Retryable, "too_many_requests"
-	} else if status == http.StatusInternalServerError {
-		r.Class, r.Rule = sinks.Retryable, "server_error"
-	} else if status == http.StatusServiceUnavailable {
-		r.Class, r.Rule = sinks.Retryable, "unavailable"
 	} else if status >= 500 {
 		r.Class, r.Rule = sinks.Retryable, "http_5xx"
+		if status == http.StatusInternalServerError {
+			r.Rule = "server_error"
+		} else if status == http.StatusServiceUnavailable {
+			r.Rule = "unavailable"
+		}
 	} else {
 		r.Class, r.Rule = sinks.Permanent, "http_4xx"
 	}

@@ -152,3 +152,42 @@ func TestTheEmulatorAnswersLikeAPNs(t *testing.T) {
 		})
 	}
 }
+
+func TestClassifyFollowsThePackageTableForEveryStatusAndReason(t *testing.T) {
+	cases := []struct {
+		name   string
+		status int
+		reason string
+		class  sinks.Class
+		rule   string
+		retire bool
+	}{
+		{"200 is accepted", 200, "", sinks.Success, "accepted", false},
+		{"400 BadDeviceToken retires the device", 400, "BadDeviceToken", sinks.Permanent, "bad_device_token", true},
+		{"400 DeviceTokenNotForTopic retires the device", 400, "DeviceTokenNotForTopic", sinks.Permanent, "bad_device_token", true},
+		{"400 BadCollapseId is a bad request that keeps the device", 400, "BadCollapseId", sinks.Permanent, "bad_request", false},
+		{"403 InvalidProviderToken is an auth error", 403, "InvalidProviderToken", sinks.Permanent, "auth", false},
+		{"403 BadCertificate is an auth error", 403, "BadCertificate", sinks.Permanent, "auth", false},
+		{"404 BadPath is a bad request", 404, "BadPath", sinks.Permanent, "bad_request", false},
+		{"405 MethodNotAllowed is a bad request", 405, "MethodNotAllowed", sinks.Permanent, "bad_request", false},
+		{"410 ExpiredToken retires the device", 410, "ExpiredToken", sinks.Permanent, "unregistered", true},
+		{"413 PayloadTooLarge keeps the device", 413, "PayloadTooLarge", sinks.Permanent, "payload_too_large", false},
+		{"a PayloadTooLarge reason under another status is payload_too_large", 400, "PayloadTooLarge", sinks.Permanent, "payload_too_large", false},
+		{"429 TooManyProviderTokenUpdates is retryable", 429, "TooManyProviderTokenUpdates", sinks.Retryable, "too_many_requests", false},
+		{"500 InternalServerError is retryable", 500, "InternalServerError", sinks.Retryable, "server_error", false},
+		{"503 Shutdown is retryable", 503, "Shutdown", sinks.Retryable, "unavailable", false},
+		{"another 5xx (502) is retryable", 502, "", sinks.Retryable, "http_5xx", false},
+		{"another 5xx (504) is retryable", 504, "", sinks.Retryable, "http_5xx", false},
+		{"another 4xx (418) is permanent", 418, "", sinks.Permanent, "http_4xx", false},
+		{"a 499 is permanent", 499, "", sinks.Permanent, "http_4xx", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := apns.Classify(tc.status, tc.reason)
+			if r.Class != tc.class || r.Rule != tc.rule || r.RetireDevice != tc.retire || r.Status != tc.status || r.Reason != tc.reason {
+				t.Fatalf("Classify(%d, %q) = %v %q retire %v status %d reason %q, want %v %q retire %v",
+					tc.status, tc.reason, r.Class, r.Rule, r.RetireDevice, r.Status, r.Reason, tc.class, tc.rule, tc.retire)
+			}
+		})
+	}
+}

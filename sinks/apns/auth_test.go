@@ -77,6 +77,11 @@ func TestTokenAndCertificateAuthReachAnEmulatorThatRequiresAuth(t *testing.T) {
 	}{
 		{"token auth with a .p8 key is accepted", apns.Config{KeyFile: p8, KeyID: "ABC123DEFG", TeamID: "DEF123GHIJ"}, sinks.Success, "accepted"},
 		{"certificate auth with a PEM certificate is accepted", apns.Config{CertFile: pemCert}, sinks.Success, "accepted"},
+		// testdata/push.p12: a self-signed client certificate and its P-256
+		// key, made with openssl pkcs12 -export -keypbe PBE-SHA1-3DES
+		// -certpbe PBE-SHA1-3DES -macalg sha1 (the encryption Keychain's
+		// exports use) and the password herald-test.
+		{"certificate auth with a .p12 file is accepted", apns.Config{CertFile: "testdata/push.p12", CertPassword: "herald-test"}, sinks.Success, "accepted"},
 		{"no auth is refused as a permanent auth error", apns.Config{}, sinks.Permanent, "auth"},
 	}
 	for _, tc := range cases {
@@ -97,8 +102,9 @@ func TestTokenAndCertificateAuthReachAnEmulatorThatRequiresAuth(t *testing.T) {
 
 func TestBadAuthConfigurationIsRefusedWithoutNamingTheSecret(t *testing.T) {
 	dir := t.TempDir()
-	p8 := filepath.Join(dir, "key.p8")
+	p8, pemP12 := filepath.Join(dir, "key.p8"), filepath.Join(dir, "push.p12")
 	writeKey(t, p8)
+	writeClientCert(t, pemP12)
 	cases := []struct {
 		name string
 		cfg  apns.Config
@@ -106,6 +112,8 @@ func TestBadAuthConfigurationIsRefusedWithoutNamingTheSecret(t *testing.T) {
 		{"token and certificate together", apns.Config{Host: "https://x", KeyFile: p8, KeyID: "k", TeamID: "t", CertFile: p8}},
 		{"a token key without its key id", apns.Config{Host: "https://x", KeyFile: p8, TeamID: "t"}},
 		{"a missing key file", apns.Config{Host: "https://x", KeyFile: filepath.Join(dir, "absent.p8"), KeyID: "k", TeamID: "t"}},
+		{"a .p12 file with the wrong password", apns.Config{Host: "https://x", CertFile: "testdata/push.p12", CertPassword: "wrong"}},
+		{"a PEM certificate under a .p12 name", apns.Config{Host: "https://x", CertFile: pemP12}},
 		{"no host", apns.Config{}},
 	}
 	secret, err := os.ReadFile(p8)
