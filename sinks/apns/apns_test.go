@@ -26,17 +26,31 @@ func command(token string) *schemas.DeliveryCommand {
 
 func start(t *testing.T) (*emulator.Emulator, *apns.Provider) {
 	t.Helper()
-	em, err := emulator.Start(emulator.Options{})
+	em := startEmulator(t, emulator.Options{})
+	return em, provider(t, em, apns.Config{})
+}
+
+func startEmulator(t *testing.T, o emulator.Options) *emulator.Emulator {
+	t.Helper()
+	em, err := emulator.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { em.Close() })
-	p, err := apns.New(apns.Config{Host: em.URL(), RootCAs: em.RootCAs(), Topic: "com.example.app"})
+	return em
+}
+
+// provider is an adapter with cfg's settings that sends to em for the app
+// com.example.app.
+func provider(t *testing.T, em *emulator.Emulator, cfg apns.Config) *apns.Provider {
+	t.Helper()
+	cfg.Host, cfg.RootCAs, cfg.Topic = em.URL(), em.RootCAs(), "com.example.app"
+	p, err := apns.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.CloseIdleConnections)
-	return em, p
+	return p
 }
 
 func TestEachAPNsAnswerIsClassifiedAsThePackageTableSays(t *testing.T) {

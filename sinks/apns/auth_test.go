@@ -60,11 +60,7 @@ func writeClientCert(t *testing.T, path string) {
 }
 
 func TestTokenAndCertificateAuthReachAnEmulatorThatRequiresAuth(t *testing.T) {
-	em, err := emulator.Start(emulator.Options{RequireAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { em.Close() })
+	em := startEmulator(t, emulator.Options{RequireAuth: true})
 	dir := t.TempDir()
 	p8, pemCert := filepath.Join(dir, "AuthKey_ABC123DEFG.p8"), filepath.Join(dir, "push.pem")
 	writeKey(t, p8)
@@ -86,12 +82,7 @@ func TestTokenAndCertificateAuthReachAnEmulatorThatRequiresAuth(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Host, tc.cfg.RootCAs, tc.cfg.Topic = em.URL(), em.RootCAs(), "com.example.app"
-			p, err := apns.New(tc.cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.CloseIdleConnections()
+			p := provider(t, em, tc.cfg)
 			res := p.Send(context.Background(), command("tok-auth"))
 			if res.Class != tc.class || res.Rule != tc.rule {
 				t.Fatalf("got %v %q (%d %s, %v), want %v %q", res.Class, res.Rule, res.Status, res.Reason, res.Err, tc.class, tc.rule)

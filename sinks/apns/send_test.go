@@ -15,11 +15,7 @@ import (
 )
 
 func TestEachPushCarriesTheIdsAndHeadersItsCommandAndConfigurationSay(t *testing.T) {
-	em, err := emulator.Start(emulator.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { em.Close() })
+	em := startEmulator(t, emulator.Options{})
 	occurrence := identity.OccurrenceID(command("").NotificationID, 1764590400000)
 	cases := []struct {
 		name string
@@ -50,12 +46,7 @@ func TestEachPushCarriesTheIdsAndHeadersItsCommandAndConfigurationSay(t *testing
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Host, tc.cfg.RootCAs, tc.cfg.Topic = em.URL(), em.RootCAs(), "com.example.app"
-			p, err := apns.New(tc.cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.CloseIdleConnections()
+			p := provider(t, em, tc.cfg)
 			token := "tok-headers-" + strconv.Itoa(i)
 			cmd := command(token)
 			if tc.edit != nil {
