@@ -33,11 +33,12 @@ func TestASinksUnsetOptionsTakeTheirDefaultsAndSetOnesAreKept(t *testing.T) {
 			o.MaxInFlight, o.CallTimeout, o.MaxBatchRecords = v, time.Duration(v), v
 			o.Policy = Policy{MaxAttempts: v, Backoff: o.Policy.Backoff, MaxAge: time.Duration(v), KeepFinal: time.Duration(v)}
 			o.Policy.Backoff.Min, o.Policy.Backoff.Max = time.Duration(v), time.Duration(v)
+			o.Metrics = nil
 			if err := o.defaults(); err != nil {
 				t.Fatal(err)
 			}
 			if o.Group != "herald-sink-apns" || o.MaxInFlight != 1000 || o.CallTimeout != 10*time.Second || o.MaxBatchRecords != 2000 ||
-				o.Now == nil || o.Logger == nil {
+				o.Now == nil || o.Logger == nil || o.Metrics != metrics.Default {
 				t.Fatalf("options %+v after defaults of %d", o, v)
 			}
 			p := o.Policy
@@ -58,6 +59,7 @@ func TestASinksUnsetOptionsTakeTheirDefaultsAndSetOnesAreKept(t *testing.T) {
 	})
 	t.Run("set options are kept", func(t *testing.T) {
 		o := sinkOptions()
+		reg := o.Metrics
 		o.Group, o.MaxInFlight, o.CallTimeout, o.MaxBatchRecords = "g", 1, time.Millisecond, 3
 		o.Policy = Policy{MaxAttempts: 2, MaxAge: time.Minute, KeepFinal: time.Second}
 		o.Policy.Backoff.Min, o.Policy.Backoff.Max = time.Millisecond, 2*time.Millisecond
@@ -66,7 +68,8 @@ func TestASinksUnsetOptionsTakeTheirDefaultsAndSetOnesAreKept(t *testing.T) {
 		}
 		p := o.Policy
 		if o.Group != "g" || o.MaxInFlight != 1 || o.CallTimeout != time.Millisecond || o.MaxBatchRecords != 3 ||
-			p.MaxAttempts != 2 || p.Backoff.Min != time.Millisecond || p.Backoff.Max != 2*time.Millisecond || p.MaxAge != time.Minute || p.KeepFinal != time.Second {
+			p.MaxAttempts != 2 || p.Backoff.Min != time.Millisecond || p.Backoff.Max != 2*time.Millisecond || p.MaxAge != time.Minute || p.KeepFinal != time.Second ||
+			o.Metrics != reg {
 			t.Fatalf("set options replaced: %+v", o)
 		}
 	})
@@ -79,6 +82,9 @@ func TestASinksUnsetOptionsTakeTheirDefaultsAndSetOnesAreKept(t *testing.T) {
 			unset(&o)
 			if _, err := New(o); err == nil {
 				t.Fatalf("a sink without %s accepted", name)
+			}
+			if err := Run(context.Background(), o); err == nil {
+				t.Fatalf("a sink without %s ran", name)
 			}
 		}
 	})

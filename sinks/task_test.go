@@ -170,6 +170,12 @@ func TestTheRuntimeWritesIntentsBeforeCallingAndResultsAfter(t *testing.T) {
 			attempts: []string{"d:retryable#1/too_many_requests"}, state: []string{"d:pending#1", "d:parked#1"}, calls: 1,
 		},
 		{
+			name: "a parked delivery is retried as soon as its Retry-After has passed, to the millisecond", policy: day,
+			script: []Result{{Class: Retryable, Rule: "too_many_requests", Status: 429, RetryAfter: time.Hour}}, steps: 1, advance: time.Hour,
+			attempts: []string{"d:retryable#1/too_many_requests", "d:sent#2/accepted"}, outcomes: []string{"d:delivered"},
+			state: []string{"d:pending#1", "d:parked#1", "d:pending#2", "d:final#2"}, calls: 2,
+		},
+		{
 			name: "retries stop at MaxAttempts: outcome failed and a dead letter", policy: day,
 			script: []Result{{Class: Ambiguous, Rule: "no_answer"}, {Class: Retryable, Rule: "not_sent"}, {Class: Retryable, Rule: "not_sent"}},
 			steps:  3, advance: 5 * time.Second,
@@ -184,6 +190,12 @@ func TestTheRuntimeWritesIntentsBeforeCallingAndResultsAfter(t *testing.T) {
 			script:   []Result{{Class: Retryable, Rule: "too_many_requests", RetryAfter: time.Minute}},
 			attempts: []string{"d:retryable#1/too_many_requests"}, outcomes: []string{"d:expired"},
 			state: []string{"d:pending#1", "d:final#1"}, calls: 1,
+		},
+		{
+			name: "a result of no known class is audited ambiguous (unclassified) and retried", policy: day,
+			script: []Result{{Rule: "forgot_the_class"}, {Class: Ambiguous + 1, Rule: "made_one_up"}}, steps: 2, advance: 5 * time.Second,
+			attempts: []string{"d:ambiguous#1/unclassified", "d:ambiguous#2/unclassified", "d:sent#3/accepted"}, outcomes: []string{"d:delivered"},
+			state: []string{"d:pending#1", "d:parked#1", "d:pending#2", "d:parked#2", "d:pending#3", "d:final#3"}, calls: 3,
 		},
 		{
 			name: "an invalid token retires the device", policy: day,
@@ -295,6 +307,9 @@ func TestDecideBoundsRetriesByAttemptsAndExpiry(t *testing.T) {
 		{"Retry-After is a floor", Result{Class: Retryable, RetryAfter: 30 * time.Second}, 1, far, "", 30 * time.Second, 30 * time.Second},
 		{"the last attempt fails", Result{Class: Retryable}, 3, far, schemas.OutcomeFailed, 0, 0},
 		{"a retry past the expiry expires", Result{Class: Retryable, RetryAfter: time.Minute}, 1, now.Add(time.Second).UnixMilli(), schemas.OutcomeExpired, 0, 0},
+		// Retry-After above the backoff's Max makes the retry's time exact.
+		{"a retry due exactly at the expiry expires", Result{Class: Retryable, RetryAfter: 30 * time.Second}, 1, now.Add(30 * time.Second).UnixMilli(), schemas.OutcomeExpired, 0, 0},
+		{"a retry due a millisecond before the expiry is made", Result{Class: Ambiguous, RetryAfter: 30 * time.Second}, 1, now.Add(30*time.Second + time.Millisecond).UnixMilli(), "", 30 * time.Second, 30 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
