@@ -38,7 +38,7 @@ func (p *poisoned) Process(r *kgo.Record, out *stage.Out) error {
 
 func TestAnAbortedTransactionInARunningStageLeavesNoStateBehind(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := guarded(t)
+		ctx := testenv.Guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		in, out, changelog := sanitize("in-"+t.Name()), sanitize("out-"+t.Name()), sanitize("log-"+t.Name())
 		for _, name := range []string{in, out, changelog} {
@@ -76,7 +76,7 @@ func TestAnAbortedTransactionInARunningStageLeavesNoStateBehind(t *testing.T) {
 			}
 		}
 		wait := func(n int) []string {
-			deadline := time.Now().Add(guard())
+			deadline := time.Now().Add(testenv.Guard())
 			for {
 				var got []string
 				for _, rec := range testenv.ReadCommitted(t, brokers, out, opts...) {
@@ -119,7 +119,7 @@ func TestAnAbortedTransactionInARunningStageLeavesNoStateBehind(t *testing.T) {
 // transaction that is still open.
 func TestLastStableOffsetsStopBeforeAnOpenTransaction(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := guarded(t)
+		ctx := testenv.Guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		topic := sanitize("lso-" + t.Name())
 		if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
@@ -153,7 +153,7 @@ func TestLastStableOffsetsStopBeforeAnOpenTransaction(t *testing.T) {
 		// Committed: each partition holds its record and the commit marker.
 		// Kafka writes the markers after EndTxn returns, each partition
 		// on its own: wait for them (a guard, not a timed assertion).
-		for deadline := time.Now().Add(guard()); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(testenv.Guard()); ; time.Sleep(20 * time.Millisecond) {
 			if ends, err = stage.LastStableOffsets(ctx, plain, topic, 0, 1); err != nil {
 				t.Fatal(err)
 			}

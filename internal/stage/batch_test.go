@@ -71,7 +71,7 @@ func TestATransactionHoldsAtMostMaxBatchRecordsInputsAndAnIdlePollCommitsNothing
 		mu.Lock()
 		until := ticks + 20
 		mu.Unlock()
-		for deadline := time.Now().Add(guard()); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(testenv.Guard()); ; time.Sleep(10 * time.Millisecond) {
 			mu.Lock()
 			done := ticks >= until
 			mu.Unlock()

@@ -21,33 +21,6 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
-// guard bounds how long a test waits for a stage to make progress. It only
-// turns a hang into a failure; no test asserts a duration. Under -short the
-// tests run on kfake, where each takes well under two seconds: a stage that
-// makes no progress for 20 s is stuck, and failing then keeps a broken
-// stage (a mutant of scripts/mutation) from holding the fast suite for
-// minutes.
-func guard() time.Duration {
-	if testing.Short() {
-		return 20 * time.Second
-	}
-	return 2 * time.Minute
-}
-
-// guarded is a test's context. Under -short it ends after guard(): a stage
-// or restore that a mutant makes wait forever then fails its test instead
-// of holding the suite until gremlins' timeout. On the real broker, whose
-// tests run longer, it only bounds a hang at ten minutes.
-func guarded(t *testing.T) context.Context {
-	limit := 10 * time.Minute
-	if testing.Short() {
-		limit = guard()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // rig is one counter stage's topics on one cluster.
 type rig struct {
 	t                  *testing.T
@@ -159,7 +132,7 @@ func (r *rig) awaitOut(s *running, n int) []string {
 // awaitOutOrErr is awaitOut for a goroutine other than the test's, which
 // must not call t.Fatal: it returns the failure instead.
 func (r *rig) awaitOutOrErr(s *running, n int) ([]string, error) {
-	deadline := time.Now().Add(guard())
+	deadline := time.Now().Add(testenv.Guard())
 	for {
 		got := r.outputs()
 		if len(got) >= n {
@@ -172,7 +145,7 @@ func (r *rig) awaitOutOrErr(s *running, n int) ([]string, error) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return got, fmt.Errorf("no progress within %v: outputs %v, want %d", guard(), got, n)
+			return got, fmt.Errorf("no progress within %v: outputs %v, want %d", testenv.Guard(), got, n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -347,7 +320,7 @@ func TestPartitionsRestoreInParallelAndTheStageIsNotReadyUntilAllHave(t *testing
 		for i := 0; i < 2; i++ {
 			select {
 			case <-arrived:
-			case <-time.After(guard()):
+			case <-time.After(testenv.Guard()):
 				close(release)
 				t.Fatalf("only %d of 2 partitions began restoring: they restore one at a time", i)
 			}
@@ -427,7 +400,7 @@ func TestAStageRefusesAChangelogThatIsNotCoPartitionedWithItsInput(t *testing.T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), guard())
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Guard())
 		defer cancel()
 		err = st.Run(ctx)
 		if err == nil {
@@ -472,7 +445,7 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), "--reset-offsets") {
 					t.Fatalf("Run returned %v, want a refusal naming --reset-offsets", err)
 				}
-			case <-time.After(guard()):
+			case <-time.After(testenv.Guard()):
 				t.Fatal("the stage is running on a group that lost its offsets")
 			}
 			if got := r.outputs(); len(got) != 2 {
@@ -488,7 +461,7 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 			// Its position is the end when it starts: keep writing d until
 			// one is processed.
 			var got []string
-			for deadline := time.Now().Add(guard()); ; {
+			for deadline := time.Now().Add(testenv.Guard()); ; {
 				r.produce(0, "d")
 				if got = r.awaitOut(s, 2); len(got) > 2 {
 					break
@@ -564,7 +537,7 @@ func TestAStageStopsWhileARestoreWaits(t *testing.T) {
 		s := r.start(cfg)
 		select {
 		case <-watch.seen:
-		case <-time.After(guard()):
+		case <-time.After(testenv.Guard()):
 			t.Fatal("the restore did not wait for the open transaction")
 		}
 		stopped := make(chan error, 1)
@@ -574,7 +547,7 @@ func TestAStageStopsWhileARestoreWaits(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run returned %v on shutdown, want nil", err)
 			}
-		case <-time.After(guard()):
+		case <-time.After(testenv.Guard()):
 			t.Fatal("Run did not return while its restore waited")
 		}
 		if err := open.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
@@ -609,7 +582,7 @@ func TestARetriableProduceErrorIsRetriedAfterABackoffUntilItClears(t *testing.T)
 		s := r.start(cfg)
 		select {
 		case <-watch.seen: // the missing topic (UNKNOWN_TOPIC_OR_PARTITION) is retriable
-		case <-time.After(guard()):
+		case <-time.After(testenv.Guard()):
 			t.Fatal("no retry after a produce error")
 		}
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))

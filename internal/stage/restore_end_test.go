@@ -27,7 +27,7 @@ func (g *firstGate) Restore(r *kgo.Record) error {
 
 func TestARestoreReadsEveryChangelogToItsEndThoughAnotherGrowsMeanwhile(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := guarded(t)
+		ctx := testenv.Guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		a, b := sanitize("re-a-"+t.Name())+"-a", sanitize("re-b-"+t.Name())+"-b"
 		for _, name := range []string{a, b} {

@@ -30,7 +30,7 @@ func (l *restoreLog) Abort()                                {}
 
 func TestRestorePartitionReadsOnlyCommittedRecordsOfItsPartition(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := guarded(t)
+		ctx := testenv.Guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		a, b, empty := sanitize("rs-a-"+t.Name())+"-a", sanitize("rs-b-"+t.Name())+"-b", sanitize("rs-e-"+t.Name())+"-e"
 		for _, name := range []string{a, b, empty} {
@@ -90,7 +90,7 @@ func TestRestorePartitionReadsOnlyCommittedRecordsOfItsPartition(t *testing.T) {
 		var res result
 		select {
 		case res = <-done:
-		case <-time.After(guard()):
+		case <-time.After(testenv.Guard()):
 			t.Fatal("restore did not return")
 		}
 		if res.err != nil {
@@ -117,7 +117,7 @@ func TestRestorePartitionReadsOnlyCommittedRecordsOfItsPartition(t *testing.T) {
 
 func TestRestorePartitionOfEmptyChangelogsRestoresNothing(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := guarded(t)
+		ctx := testenv.Guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		topic := sanitize("rs-empty-" + t.Name())
 		if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // These tests fail a stage's session on kfake (the fencing of its
@@ -126,7 +127,7 @@ func TestFailedSessionsRestartWithABackoffThatStartsOverAfterProgress(t *testing
 	if got := r.awaitOut(s, 2); !slices.Equal(got, []string{"a=1", "b=1"}) {
 		t.Fatalf("outputs %v after the failed commit, want a=1 b=1", got)
 	}
-	for deadline := time.Now().Add(guard()); s.Restoring() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(testenv.Guard()); s.Restoring() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := s.stop(); err != nil {
@@ -166,7 +167,7 @@ func TestABrokersDenialWhileFencingStopsTheStageWithTheError(t *testing.T) {
 	select {
 	case err = <-s.done:
 		s.done <- err
-	case <-time.After(guard()):
+	case <-time.After(testenv.Guard()):
 		t.Fatal("Run did not return after the broker denied the transactional id")
 	}
 	if !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {

@@ -32,7 +32,7 @@ func TestAFailedCommitRestartsTheSessionAndLosesOrRepeatsNothing(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	brokers, opts := c.ListenAddrs(), embedded.ClientOpts()
-	ctx := guarded(t)
+	ctx := testenv.Guarded(t)
 	adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 	in, out, changelog := sanitize("in-"+t.Name()), sanitize("out-"+t.Name()), sanitize("log-"+t.Name())
 	for _, name := range []string{in, out, changelog} {

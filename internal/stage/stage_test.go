@@ -85,7 +85,7 @@ func onClusters(t *testing.T, test func(t *testing.T, brokers []string, opts []k
 
 func TestAStageRestoresItsStateAndContinuesAfterARestart(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := guarded(t)
+		ctx := testenv.Guarded(t)
 		admCl := testenv.Client(t, brokers, opts...)
 		adm := kadm.NewClient(admCl)
 		in, out, changelog := sanitize("in-"+t.Name()), sanitize("out-"+t.Name()), sanitize("log-"+t.Name())
@@ -118,7 +118,7 @@ func TestAStageRestoresItsStateAndContinuesAfterARestart(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); r.Run(rctx) }()
-			deadline := time.Now().Add(guard())
+			deadline := time.Now().Add(testenv.Guard())
 			for len(testenv.ReadCommitted(t, brokers, out, opts...)) < want && time.Now().Before(deadline) {
 				time.Sleep(200 * time.Millisecond)
 			}
@@ -195,7 +195,7 @@ func (c *caller) Abort() { c.staged, c.emitted = nil, 0 }
 
 func TestResultsOfWorkDoneAfterACommitAreCommittedBeforeMoreInputIsProcessed(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		ctx := guarded(t)
+		ctx := testenv.Guarded(t)
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		in, out := sanitize("in-"+t.Name()), sanitize("out-"+t.Name())
 		for _, name := range []string{in, out} {
@@ -241,7 +241,7 @@ func TestResultsOfWorkDoneAfterACommitAreCommittedBeforeMoreInputIsProcessed(t *
 				t.Fatal(err)
 			}
 		}
-		deadline := time.Now().Add(guard())
+		deadline := time.Now().Add(testenv.Guard())
 		for len(testenv.ReadCommitted(t, brokers, out, opts...)) < 2*n && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // failingOnce is a counter whose Process fails once, on the second record
@@ -73,7 +74,7 @@ func TestATaskErrorStopsTheStageUnlessItIsTransient(t *testing.T) {
 							t.Fatalf("Run returned %v, want the task's error", runErr)
 						}
 						s.done <- runErr
-					case <-time.After(guard()):
+					case <-time.After(testenv.Guard()):
 						t.Fatal("Run did not stop on the task's error")
 					}
 					if got := r.outputs(); len(got) != 0 {

@@ -49,7 +49,7 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 	if s.Ready() {
 		t.Fatal("ready before it ran")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(testenv.Guarded(t))
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	var decisions []schemas.Decision
@@ -70,7 +70,7 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 		t.Fatal("not ready while deciding")
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := testenv.Await(t, done, "the cancelled route stage"); err != nil {
 		t.Fatalf("route stage: %v", err)
 	}
 	outcomes := map[string]int{}
@@ -85,7 +85,7 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 	}
 
 	t.Run("a replay with the live policy finds no difference", func(t *testing.T) {
-		rep, err := Replay(context.Background(), brokers, cat, Policy{}, opts...)
+		rep, err := Replay(testenv.Guarded(t), brokers, cat, Policy{}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 		}
 	})
 	t.Run("a replay with another policy shows the difference", func(t *testing.T) {
-		rep, err := Replay(context.Background(), brokers, cat, Policy{Digests: map[string]Digest{"invoice.paid": {WindowMs: 3600_000}}}, opts...)
+		rep, err := Replay(testenv.Guarded(t), brokers, cat, Policy{Digests: map[string]Digest{"invoice.paid": {WindowMs: 3600_000}}}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 		ghost := schemas.Decision{DecisionID: "route/ghost/0/0", Stage: "route", Outcome: schemas.DecisionRouted, Tenant: "acme",
 			Type: "t", Recipient: "u1", NotificationID: n.NotificationID, At: now.UnixMilli()}
 		produce(t, brokers, cat, []*kgo.Record{encoded(t, cat.Name(topics.Decisions), "ghost", &ghost, now)})
-		rep, err := Replay(context.Background(), brokers, cat, Policy{}, opts...)
+		rep, err := Replay(testenv.Guarded(t), brokers, cat, Policy{}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -62,7 +62,7 @@ func newTableRigRunning(t *testing.T, run bool) *tableRig {
 func (r *tableRig) stop() {
 	if r.cancel != nil {
 		r.cancel()
-		if err := <-r.done; err != nil {
+		if err := testenv.Await(r.t, r.done, "the cancelled table"); err != nil {
 			r.t.Errorf("table run: %v", err)
 		}
 		r.cancel = nil
@@ -196,14 +196,14 @@ func TestARouteTableSyncEndsWhenItCannotCatchUp(t *testing.T) {
 		stopped := errors.New("route: table stopped")
 		r.table.err = stopped
 		r.put(r.devices, 0, schemas.DeviceKey("acme", "u1", "d"), device("acme", "u1", "d"))
-		if err := r.table.Sync(context.Background(), 0); !errors.Is(err, stopped) {
+		if err := r.table.Sync(testenv.Guarded(t), 0); !errors.Is(err, stopped) {
 			t.Fatalf("Sync behind a stopped table: %v, want its error", err)
 		}
 	})
 	t.Run("a Sync with nothing to read succeeds even on a stopped table", func(t *testing.T) {
 		r := newTableRigRunning(t, false)
 		r.table.err = errors.New("route: table stopped")
-		if err := r.table.Sync(context.Background(), 0); err != nil {
+		if err := r.table.Sync(testenv.Guarded(t), 0); err != nil {
 			t.Fatalf("Sync with nothing to read: %v", err)
 		}
 	})
