@@ -172,8 +172,8 @@ func TestATimersOutputThatCanNeverBeWrittenIsDeadLetteredInItsPlace(t *testing.T
 				if err := json.Unmarshal(dls[0].Value, &d); err != nil {
 					t.Fatal(err)
 				}
-				if !d.Timer || d.Topic != timers || d.Offset != -1 || string(dls[0].Key) != "timer" || d.Reason == "" {
-					t.Fatalf("dead letter %+v key %q, want the timer output's on %s", d, dls[0].Key, timers)
+				if !d.Timer || d.Topic != timers || d.Partition != -1 || d.Offset != -1 || string(dls[0].Key) != "timer" || d.Reason == "" {
+					t.Fatalf("dead letter %+v key %q, want the timer output's on %s, at no input position (partition and offset -1)", d, dls[0].Key, timers)
 				}
 			})
 		})
