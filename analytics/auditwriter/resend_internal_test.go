@@ -35,26 +35,50 @@ func guarded(t *testing.T) context.Context {
 	return ctx
 }
 
-// warnings keeps the messages the writer logs at warning level and above.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
+// logCapture keeps what the writer logs at its level and above.
+type logCapture struct {
+	level slog.Level
+	mu    sync.Mutex
+	recs  []slog.Record
 }
 
-func (l *warnings) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelWarn }
-func (l *warnings) Handle(_ context.Context, r slog.Record) error {
+func (l *logCapture) Enabled(_ context.Context, level slog.Level) bool { return level >= l.level }
+func (l *logCapture) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.msgs = append(l.msgs, r.Message)
+	l.recs = append(l.recs, r.Clone())
 	return nil
 }
-func (l *warnings) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *warnings) WithGroup(string) slog.Handler      { return l }
+func (l *logCapture) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logCapture) WithGroup(string) slog.Handler      { return l }
 
-func (l *warnings) logged() []string {
+// logged returns the messages logged, in order.
+func (l *logCapture) logged() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.msgs)
+	var msgs []string
+	for _, r := range l.recs {
+		msgs = append(msgs, r.Message)
+	}
+	return msgs
+}
+
+// attr returns, in order, the value of key in every record logged with msg.
+func (l *logCapture) attr(msg, key string) []any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var vals []any
+	for _, r := range l.recs {
+		if r.Message == msg {
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == key {
+					vals = append(vals, a.Value.Any())
+				}
+				return true
+			})
+		}
+	}
+	return vals
 }
 
 // produceDecisions writes n decision records to a partition of the
@@ -142,9 +166,8 @@ func TestTheLastInsertIsSentAgainAsItWasOrNotAtAll(t *testing.T) {
 			k := newFakeKafka(t)
 			at := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
 			p0, p1 := k.produceDecisions(t, k.producer, 0, 5, at), k.produceDecisions(t, k.producer, 1, 3, at)
-			w := fastWriter(t, Options{Brokers: k.brokers, Catalog: k.cat, ClientOpts: embedded.ClientOpts()})
-			logs := &warnings{}
-			w.log = slog.New(logs)
+			logs := &logCapture{level: slog.LevelWarn}
+			w := fastWriter(t, Options{Brokers: k.brokers, Catalog: k.cat, ClientOpts: embedded.ClientOpts(), Logger: slog.New(logs)})
 			mem := newMemoryTable(nil)
 			w.insertBatch, w.lastToken, w.spans = mem.insert, mem.lastToken, mem.spans
 			tb := w.byName[k.cat.Name(topics.Decisions)]
@@ -310,7 +333,7 @@ func TestAFetchErrorOtherThanALossEndsTheSessionWithIt(t *testing.T) {
 	}
 }
 
-func TestAtShutdownEveryTablesPendingRowsAreHandedToItsInserter(t *testing.T) {
+func TestAtShutdownEveryTablesPendingRowsAndOnlyThoseAreHandedToItsInserter(t *testing.T) {
 	w := fastWriter(t, Options{})
 	mem := newMemoryTable(nil)
 	w.insertBatch = mem.insert
@@ -334,7 +357,7 @@ func TestAtShutdownEveryTablesPendingRowsAreHandedToItsInserter(t *testing.T) {
 			t.Errorf("%s holds its pending row %d times, want once", name, n)
 		}
 	}
-	if n := mem.count(); n != 3 {
-		t.Errorf("%d rows stored, want the 3 pending", n)
+	if mem.count() != 3 || mem.calls != 3 {
+		t.Errorf("%d rows stored in %d inserts, want the 3 pending in 3 (none for a table without pending rows)", mem.count(), mem.calls)
 	}
 }

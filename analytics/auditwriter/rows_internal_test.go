@@ -120,6 +120,33 @@ func TestARowWithoutATimeOfItsOwnTakesItsRecordsTime(t *testing.T) {
 	}
 }
 
+func TestARowsOptionalTimesAreItsRecordsAndTheEpochWhenItHasNone(t *testing.T) {
+	ts := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	when := time.Date(2026, 11, 29, 8, 30, 0, 250e6, time.UTC)
+	cases := []struct {
+		name   string
+		b      batch
+		with   schemas.Record // a record with the time set to when
+		column string
+	}{
+		{"a request's created_at", newRequestsBatch(), &schemas.Request{RequestID: "r", CreatedAt: when.UnixMilli()}, "created_at"},
+		{"a decision's original_at", newDecisionsBatch(), &schemas.Decision{DecisionID: "d", OriginalAt: when.UnixMilli()}, "original_at"},
+		{"a receipt's client_at", newReceiptsBatch(), &schemas.Receipt{ReceiptID: "c", ClientAt: when.UnixMilli()}, "client_at"},
+	}
+	for _, c := range cases {
+		t.Run(c.name+" is the record's, or the epoch without one", func(t *testing.T) {
+			add(c.b, encoded(t, c.with, 1, ts))
+			add(c.b, &kgo.Record{Topic: "t", Offset: 2, Value: []byte("not json"), Timestamp: ts})
+			if got := valueOf(t, c.b, c.column, 0).(time.Time); !got.Equal(when) {
+				t.Fatalf("%s = %s, want the record's %s", c.column, got, when)
+			}
+			if got := valueOf(t, c.b, c.column, 1).(time.Time); !got.Equal(time.Unix(0, 0)) {
+				t.Fatalf("%s = %s for a record without it, want the epoch", c.column, got)
+			}
+		})
+	}
+}
+
 // TestTheDeduplicationTokenIsTheSameInEveryVersion pins the token of a
 // batch: a writer upgraded while an insert's answer was lost retries it
 // with the token the old one used, or ClickHouse stores the rows twice.

@@ -28,7 +28,7 @@ import (
 // with the inserts is tested against the server in the full suite.
 
 // fastWriter is a writer whose ClickHouse connection is never used (the
-// tests replace what would use it).
+// tests replace what would use it). It logs to o.Logger, or nowhere.
 func fastWriter(t *testing.T, o Options) *Writer {
 	t.Helper()
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{"127.0.0.1:1"}})
@@ -39,8 +39,10 @@ func fastWriter(t *testing.T, o Options) *Writer {
 	if o.Brokers == nil {
 		o.Brokers, o.Catalog = []string{"127.0.0.1:1"}, topics.New(topics.Options{})
 	}
-	o.ClickHouse, o.Database = conn, "herald_fast"
-	o.Metrics, o.Logger = metrics.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.ClickHouse, o.Database, o.Metrics = conn, "herald_fast", metrics.NewRegistry()
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	w, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +245,8 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			w := fastWriter(t, Options{InsertRetries: c.retries})
+			logs := &logCapture{level: slog.LevelDebug}
+			w := fastWriter(t, Options{InsertRetries: c.retries, Logger: slog.New(logs)})
 			tb := w.byName["herald.decisions"]
 			b := tb.newBatch()
 			add(b, decisionRecord(t, 0, 7))
@@ -271,6 +274,16 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 				if tok != token("decisions", b) {
 					t.Fatalf("attempt tokens %v, want every one %s", tokens, token("decisions", b))
 				}
+			}
+			// Each attempt is logged when it starts and when it ends, with
+			// whether it landed (the kill test counts these lines).
+			var oks []any
+			for i := range attempts {
+				oks = append(oks, !c.wantErr && i == attempts-1)
+			}
+			if started, ended := logs.attr("insert started", "attempt"), logs.attr("insert ended", "ok"); len(started) != attempts ||
+				!slices.Equal(ended, oks) {
+				t.Fatalf("logged %d attempts started and ended with ok %v, want %d and %v", len(started), ended, attempts, oks)
 			}
 			rows, inserts, retries := int64(2), int64(1), int64(attempts-1)
 			if c.wantErr {
@@ -301,7 +314,8 @@ func TestResumingWaitsForEveryInsertInFlight(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			w := fastWriter(t, Options{})
+			logs := &logCapture{level: slog.LevelInfo}
+			w := fastWriter(t, Options{Logger: slog.New(logs)})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			looks := 0
@@ -324,6 +338,11 @@ func TestResumingWaitsForEveryInsertInFlight(t *testing.T) {
 			}
 			if looks != c.looks {
 				t.Fatalf("%d looks, want %d", looks, c.looks)
+			}
+			// The end of a wait is logged; no wait, nothing.
+			waited := c.wantErr == nil && c.looks > 1
+			if ended := slices.Contains(logs.logged(), "inserts in flight have ended"); ended != waited {
+				t.Fatalf("logged the end of the wait: %v, want %v (logged %q)", ended, waited, logs.logged())
 			}
 		})
 	}

@@ -245,3 +245,37 @@ func TestTheNextPollEndsWhenTheOldestPendingRowIsDue(t *testing.T) {
 		t.Fatalf("the poll ends at %v, want when the oldest pending row is due, %v", d, dec.first.Add(interval))
 	}
 }
+
+func TestABatchIsDueOnceItsOldestRowHasWaitedTheFlushInterval(t *testing.T) {
+	const interval = time.Second
+	w := fastWriter(t, Options{FlushInterval: interval})
+	dec := w.byName["herald.decisions"]
+	dec.cur = dec.newBatch()
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	dec.first = t0.Add(-time.Hour) // stale: the batch is empty
+	if w.due(dec, t0) {
+		t.Fatal("an empty batch is due")
+	}
+	// The wait counts from the batch's first row, not its latest.
+	for i, now := range []time.Time{t0, t0.Add(interval / 2)} {
+		if err := w.addRecord(dec, decisionAt(t, 0, int64(i), t0), now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name string
+		now  time.Time
+		due  bool
+	}{
+		{"a batch whose oldest row has waited less than the interval is not due", t0.Add(interval - time.Nanosecond), false},
+		{"a batch whose oldest row has waited the interval is due", t0.Add(interval), true},
+		{"a batch whose oldest row has waited longer is due", t0.Add(2 * interval), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := w.due(dec, c.now); got != c.due {
+				t.Fatalf("due %v after %v, want %v", got, c.now.Sub(t0), c.due)
+			}
+		})
+	}
+}

@@ -414,13 +414,19 @@ func (w *Writer) session(ctx context.Context) (err error) {
 			}
 		}
 		for _, t := range w.tables {
-			if t.cur.len() > 0 && now.Sub(t.first) >= w.o.FlushInterval {
+			if w.due(t, now) {
 				if err := w.handOff(t, errc); err != nil {
 					return err
 				}
 			}
 		}
 	}
+}
+
+// due reports whether the table's current batch is to be inserted at now:
+// it holds rows and the oldest has waited FlushInterval.
+func (w *Writer) due(t *table, now time.Time) bool {
+	return t.cur.len() > 0 && now.Sub(t.first) >= w.o.FlushInterval
 }
 
 // addRecord adds r to its table's current batch. A record of another month
