@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -24,16 +25,9 @@ import (
 // offsets come from a memoryTable, its records from kfake. That ClickHouse
 // then drops the insert from the table and stores it in the roll-ups that
 // lack it is tested against the server in the full suite
-// (TestTheLastInsertSentAgainFillsTheRollUpsThatLackItAndOnlyThose).
-
-// guarded is a context that ends the test's wait for Kafka after 20 s: a
-// mutant that makes a read wait forever fails its test instead of holding
-// the suite. It asserts nothing about speed.
-func guarded(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+// (TestTheLastInsertSentAgainFillsTheRollUpsThatLackItAndOnlyThose). Their
+// waits on Kafka run on testenv.Guarded: a mutant that makes a read wait
+// forever fails its test instead of holding the suite.
 
 // logCapture keeps what the writer logs at its level and above.
 type logCapture struct {
@@ -162,7 +156,7 @@ func TestTheLastInsertIsSentAgainAsItWasOrNotAtAll(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := guarded(t)
+			ctx := testenv.Guarded(t)
 			k := newFakeKafka(t)
 			at := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
 			p0, p1 := k.produceDecisions(t, k.producer, 0, 5, at), k.produceDecisions(t, k.producer, 1, 3, at)
@@ -268,7 +262,7 @@ func TestAnInsertIsReadAgainFromKafkaAsTheSessionReadIt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ctx := guarded(t)
+			ctx := testenv.Guarded(t)
 			k := newFakeKafka(t)
 			at := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
 			k.produceDecisions(t, k.producer, 0, 5, at)
@@ -328,7 +322,7 @@ func TestAFetchErrorOtherThanALossEndsTheSessionWithIt(t *testing.T) {
 		t.Error("inserted rows of a topic whose fetches fail")
 		return nil
 	}
-	if err := w.session(guarded(t)); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+	if err := w.session(testenv.Guarded(t)); !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("session ended with %v, want the fetch error", err)
 	}
 }
