@@ -141,7 +141,9 @@ func TestTheEndpointsTableReadsHeraldWebhooksUntilItCatchesUp(t *testing.T) {
 	a, b := endpoint("a", "https://x/a", schemas.EventDeliveryFailed), endpoint("b", "https://x/b", schemas.EventDeliveryFailed)
 	odd := endpoint("x/y z", "https://x/odd", schemas.EventDeliveryFailed)
 	odd.Tenant = "t/1"
-	tomb := func(key string, p int32) *kgo.Record { return &kgo.Record{Topic: topic, Key: []byte(key), Partition: p} }
+	tomb := func(key string, p int32) *kgo.Record {
+		return &kgo.Record{Topic: topic, Key: []byte(key), Partition: p}
+	}
 	recs := []*kgo.Record{
 		record(t, topic, webhook.Key(a.Tenant, a.ID), &a, true), record(t, topic, webhook.Key(b.Tenant, b.ID), &b, true),
 		record(t, topic, webhook.Key(odd.Tenant, odd.ID), &odd, true),
@@ -238,7 +240,7 @@ type logRecorder struct {
 func newLogRecorder() *logRecorder { return &logRecorder{mu: &sync.Mutex{}, lines: new([]string)} }
 
 func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) WithGroup(string) slog.Handler              { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
 func (l *logRecorder) WithAttrs(as []slog.Attr) slog.Handler {
 	c := *l
 	c.attrs = slices.Clone(l.attrs)
