@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,4 +186,79 @@ func TestAZonedAddressIsJudgedAsTheAddress(t *testing.T) {
 			t.Fatalf("CheckURL = %v, want ErrForbiddenAddress", err)
 		}
 	})
+}
+
+// TestTheDialerLetsTheConfiguredProxyThroughOnly: the proxy the
+// environment names is dialled even at a loopback address (the operator
+// chose it); any other internal address is refused.
+func TestTheDialerLetsTheConfiguredProxyThroughOnly(t *testing.T) {
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	dial := webhook.Dialer(false, "", proxy.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Run("the proxy is dialled", func(t *testing.T) {
+		c, err := dial(ctx, "tcp", proxy.Addr().String())
+		if err != nil {
+			t.Fatalf("dial the proxy: %v", err)
+		}
+		c.Close()
+	})
+	t.Run("another loopback address is refused", func(t *testing.T) {
+		if c, err := dial(ctx, "tcp", other.Addr().String()); !errors.Is(err, webhook.ErrForbiddenAddress) {
+			if c != nil {
+				c.Close()
+			}
+			t.Fatalf("dial = %v, want ErrForbiddenAddress", err)
+		}
+	})
+}
+
+// TestAnHTTPProxyTheEnvironmentNamesCarriesTheCalls: with HTTP_PROXY set
+// (at a loopback address here), the adapter's default client sends an
+// endpoint's call through the proxy, which its address check does not
+// refuse; the proxy is then the one that must check the endpoint. The
+// environment is read once per process (net/http caches it), so the
+// adapter runs in a child process of the test binary.
+func TestAnHTTPProxyTheEnvironmentNamesCarriesTheCalls(t *testing.T) {
+	if os.Getenv("WEBHOOK_TEST_PROXY_CHILD") != "" {
+		tbl := webhook.NewTable("herald.webhooks")
+		ep := endpoint("proxied", "http://hooks.example.com/proxied", schemas.EventDeliveryFailed)
+		tbl.Put(ep)
+		p, err := webhook.New(webhook.Config{Endpoints: tbl, Topic: "herald.webhooks"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := send(p, webhook.Commands(outcome(), []schemas.Webhook{ep})[0], 10*time.Second); res.Class != sinks.Success {
+			t.Fatalf("result %+v, want success through the proxy", res)
+		}
+		return
+	}
+	var mu sync.Mutex
+	var seen []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.String())
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(proxy.Close)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAnHTTPProxyTheEnvironmentNamesCarriesTheCalls$")
+	cmd.Env = append(os.Environ(), "WEBHOOK_TEST_PROXY_CHILD=1", "HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the child failed: %v\n%s", err, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != "POST http://hooks.example.com/proxied" {
+		t.Fatalf("the proxy carried %v, want the endpoint's POST", seen)
+	}
 }

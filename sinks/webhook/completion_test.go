@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -296,4 +297,84 @@ func TestEachOccurrenceOfANotificationHasItsOwnSendCompleted(t *testing.T) {
 	if err := json.Unmarshal(b.Payload, &ev); err != nil || ev.Data.NotificationID != nid || ev.Data.OccurrenceID != second {
 		t.Fatalf("body %s (%v), want the notification and the second occurrence", b.Payload, err)
 	}
+}
+
+// TestTheCompletionTaskSweepsOnceAMinuteDroppingEntriesOpenLongerThanMaxOpen:
+// with the default MaxOpen (7 days), a sweep comes at most once a minute
+// and drops, logged, each committed entry whose first record is older than
+// MaxOpen (one exactly MaxOpen old stays); a sweep that drops nothing logs
+// nothing; a notification that completes with its first record leaves no
+// state to tombstone.
+func TestTheCompletionTaskSweepsOnceAMinuteDroppingEntriesOpenLongerThanMaxOpen(t *testing.T) {
+	tbl := webhook.NewTable("herald.webhooks")
+	tbl.Put(endpoint("a", "https://x/a", schemas.EventSendCompleted))
+	const week = 7 * 24 * time.Hour
+	t0 := time.UnixMilli(2_000_000_000_000)
+	clock := t0
+	logs := newLogRecorder()
+	task := webhook.NewCompletionTask(webhook.CompletionOptions{Catalog: topics.New(topics.Options{}), Table: tbl, Instance: stage.Instance{Logger: slog.New(logs)},
+		Now: func() time.Time { return clock }}, 1)
+	open := func(id string, first time.Time) {
+		t.Helper()
+		d := routeDecision(schemas.DecisionRouted, "apns/phone")
+		d.NotificationID = id
+		r := record(t, "herald.completions", id, d, true)
+		r.Partition, r.Timestamp = 1, first
+		var out stage.Out
+		if err := task.Process(r, &out); err != nil || out.Len() != 1 {
+			t.Fatalf("process: %v, %d records", err, out.Len())
+		}
+	}
+	dropsAt := strings.Repeat("a", 32) // open one millisecond short of MaxOpen at the second sweep
+	staysAt := strings.Repeat("b", 32) // open exactly MaxOpen at the second sweep
+	open(dropsAt, t0.Add(-week+time.Minute-time.Millisecond))
+	open(staysAt, t0.Add(-week+time.Minute))
+	task.Commit()
+	tick := func() []*kgo.Record {
+		var out stage.Out
+		task.Tick(&out)
+		task.Commit()
+		return out.Records()
+	}
+
+	t.Run("the first sweep drops nothing and logs nothing", func(t *testing.T) {
+		if recs := tick(); len(recs) != 0 || logs.has("dropped") {
+			t.Fatalf("records %+v, want none and no log", recs)
+		}
+	})
+	t.Run("a sweep a minute later drops the entry older than MaxOpen only, logged", func(t *testing.T) {
+		clock = t0.Add(time.Minute)
+		recs := tick()
+		if len(recs) != 1 || string(recs[0].Key) != dropsAt || recs[0].Value != nil || recs[0].Partition != 1 {
+			t.Fatalf("records %+v, want the tombstone of %s", recs, dropsAt)
+		}
+		if !logs.has("dropped notifications whose deliveries never all ended", "count=1", "partition=1", "stage=webhook-completion") {
+			t.Fatal("the drop was not logged with its count")
+		}
+		if task.Len() != 1 {
+			t.Fatalf("%d entries, want the one exactly MaxOpen old", task.Len())
+		}
+	})
+	t.Run("no sweep within a minute of the last one", func(t *testing.T) {
+		clock = t0.Add(2*time.Minute - time.Millisecond)
+		if recs := tick(); len(recs) != 0 {
+			t.Fatalf("records %+v within a minute of the last sweep", recs)
+		}
+		clock = t0.Add(2 * time.Minute)
+		if recs := tick(); len(recs) != 1 || string(recs[0].Key) != staysAt {
+			t.Fatalf("records %+v, want the tombstone of %s a minute after the last sweep", recs, staysAt)
+		}
+	})
+	t.Run("a notification complete at its first record writes its event and no state", func(t *testing.T) {
+		d := routeDecision(schemas.DecisionRateLimited)
+		r := record(t, "herald.completions", nid, d, true)
+		r.Partition, r.Timestamp = 1, clock
+		var out stage.Out
+		if err := task.Process(r, &out); err != nil {
+			t.Fatal(err)
+		}
+		if recs := out.Records(); len(recs) != 1 || recs[0].Topic != "herald.deliveries.webhook" {
+			t.Fatalf("records %+v, want the send.completed command only", recs)
+		}
+	})
 }

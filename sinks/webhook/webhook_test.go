@@ -6,6 +6,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,4 +242,156 @@ func TestAnOutcomeFansOutToTheSubscribedEndpointsOfItsTenant(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestClassifyDrawsEachLineOfThePackageTableAtItsBoundaries(t *testing.T) {
+	cases := []struct {
+		status int
+		class  sinks.Class
+		rule   string
+	}{
+		{199, sinks.Retryable, "rejected"},
+		{200, sinks.Success, "accepted"}, {299, sinks.Success, "accepted"},
+		{300, sinks.Retryable, "redirect"}, {399, sinks.Retryable, "redirect"},
+		{400, sinks.Retryable, "rejected"}, {409, sinks.Retryable, "rejected"}, {411, sinks.Retryable, "rejected"}, {499, sinks.Retryable, "rejected"},
+		{410, sinks.Permanent, "gone"}, {429, sinks.Retryable, "too_many_requests"},
+		{500, sinks.Retryable, "server_error"}, {599, sinks.Retryable, "server_error"},
+	}
+	for _, c := range cases {
+		t.Run(strconv.Itoa(c.status)+" is "+c.rule, func(t *testing.T) {
+			r := webhook.Classify(c.status)
+			if r.Class != c.class || r.Rule != c.rule || r.Status != c.status || r.RetireDevice != (c.status == http.StatusGone) {
+				t.Fatalf("Classify(%d) = %+v, want %v/%s", c.status, r, c.class, c.rule)
+			}
+			if want := map[bool]string{true: "", false: http.StatusText(c.status)}[c.class == sinks.Success]; r.Reason != want {
+				t.Fatalf("reason %q, want %q", r.Reason, want)
+			}
+		})
+	}
+}
+
+// TestTheAdapterEndsAnUnusableEndpointWithoutCallingIt: an endpoint
+// whose secret cannot sign or whose URL cannot be requested ends its
+// delivery permanent, and nothing is sent.
+func TestTheAdapterEndsAnUnusableEndpointWithoutCallingIt(t *testing.T) {
+	em := startReceiver(t)
+	tbl := webhook.NewTable("herald.webhooks")
+	p, err := webhook.New(webhook.Config{Endpoints: tbl, Topic: "herald.webhooks", AllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badSecret := endpoint("bad-secret", em.EndpointURL("bad-secret"), schemas.EventDeliveryFailed)
+	badSecret.Secret = "whsec_c2hvcnQ="
+	badURL := endpoint("bad-url", "http://[::1/hooks", schemas.EventDeliveryFailed)
+	for _, c := range []struct {
+		ep   schemas.Webhook
+		rule string
+	}{{badSecret, "bad_secret"}, {badURL, "bad_url"}} {
+		t.Run("an endpoint with a "+c.rule+" is permanent", func(t *testing.T) {
+			tbl.Put(c.ep)
+			res := send(p, webhook.Commands(outcome(), []schemas.Webhook{c.ep})[0], 2*time.Second)
+			if res.Class != sinks.Permanent || res.Rule != c.rule || res.Err == nil {
+				t.Fatalf("result %+v, want permanent %s with its error", res, c.rule)
+			}
+		})
+	}
+	if em.Total() != 0 {
+		t.Fatalf("the receiver read %d messages", em.Total())
+	}
+}
+
+// countingTransport counts the requests it carries to its base.
+type countingTransport struct {
+	base http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}
+
+// TestTheAdapterCallsThroughTheClientItIsGivenAtItsClocksTime: a
+// configured client makes the calls (CloseIdleConnections leaves it
+// alone) and webhook-timestamp is the configured clock's second; the
+// adapter needs its endpoints and the topic a 410 writes to.
+func TestTheAdapterCallsThroughTheClientItIsGivenAtItsClocksTime(t *testing.T) {
+	em := startReceiver(t)
+	tbl := webhook.NewTable("herald.webhooks")
+	ep := endpoint("own-client", em.EndpointURL("own-client"), schemas.EventDeliveryFailed)
+	tbl.Put(ep)
+	em.AddSecret(ep.Secret)
+	tr := &countingTransport{base: http.DefaultTransport}
+	clock := time.Now().Add(-time.Minute).Truncate(time.Second)
+	p, err := webhook.New(webhook.Config{Endpoints: tbl, Topic: "herald.webhooks", Client: &http.Client{Transport: tr}, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := send(p, webhook.Commands(outcome(), []schemas.Webhook{ep})[0], 2*time.Second); res.Class != sinks.Success {
+		t.Fatalf("result %+v, want success", res)
+	}
+	p.CloseIdleConnections()
+	if tr.n.Load() != 1 {
+		t.Fatalf("the given client carried %d requests, want 1", tr.n.Load())
+	}
+	if m := em.Received(); len(m) != 1 || !m[0].Verified || m[0].Timestamp != strconv.FormatInt(clock.Unix(), 10) {
+		t.Fatalf("received %+v, want one verified message stamped %d", m, clock.Unix())
+	}
+	for _, c := range []webhook.Config{{Topic: "herald.webhooks"}, {Endpoints: tbl}} {
+		if _, err := webhook.New(c); err == nil {
+			t.Fatalf("New(%+v) built an adapter", c)
+		}
+	}
+}
+
+// TestA410DisablesTheEndpointKeepingTheRestOfItsRecord: Retire rewrites
+// the endpoint's record on herald.webhooks, disabled with the reason and
+// the time; an endpoint deleted meanwhile stays deleted.
+func TestA410DisablesTheEndpointKeepingTheRestOfItsRecord(t *testing.T) {
+	tbl := webhook.NewTable("herald.webhooks")
+	ep := endpoint("gone", "https://x/gone", schemas.EventDeliveryFailed)
+	tbl.Put(ep)
+	p, err := webhook.New(webhook.Config{Endpoints: tbl, Topic: "t.webhooks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := webhook.Commands(outcome(), []schemas.Webhook{ep})[0]
+	now := time.UnixMilli(1_700_000_000_123)
+	recs := p.Retire(cmd, "gone: 410", now)
+	if len(recs) != 1 || recs[0].Topic != "t.webhooks" || string(recs[0].Key) != webhook.Key("acme", "gone") ||
+		len(recs[0].Headers) != 1 || recs[0].Headers[0].Key != schemas.HeaderSchema || string(recs[0].Headers[0].Value) != ep.SchemaName() {
+		t.Fatalf("records %+v, want the endpoint's record on t.webhooks", recs)
+	}
+	var w schemas.Webhook
+	if err := schemas.Decode(recs[0].Value, &w); err != nil {
+		t.Fatal(err)
+	}
+	want := ep
+	want.Enabled, want.DisabledReason, want.UpdatedAt = false, "gone: 410", now.UnixMilli()
+	w.Schema = "" // the codec's, not the endpoint's
+	if !reflect.DeepEqual(w, want) {
+		t.Fatalf("record %+v, want %+v", w, want)
+	}
+	tbl.Delete("acme", "gone")
+	if recs := p.Retire(cmd, "gone: 410", now); recs != nil {
+		t.Fatalf("records %+v for a deleted endpoint, want none", recs)
+	}
+}
+
+// TestAnEndpointCreatedAtTheOutcomesTimeGetsItsEvents: "at or after its
+// creation" includes the millisecond itself, for per-delivery events and
+// send.completed alike.
+func TestAnEndpointCreatedAtTheOutcomesTimeGetsItsEvents(t *testing.T) {
+	o := outcome()
+	ep := endpoint("same-ms", "https://x/same-ms", schemas.EventDeliveryFailed, schemas.EventSendCompleted)
+	ep.CreatedAt = o.At
+	if cmds := webhook.Commands(o, []schemas.Webhook{ep}); len(cmds) != 1 {
+		t.Fatalf("%d delivery.failed commands, want 1", len(cmds))
+	}
+	var e *schemas.Completion
+	e, _ = webhook.ApplyDecision(e, routeDecision(schemas.DecisionRouted, "fcm/d1"), 0)
+	e, _ = webhook.ApplyOutcome(e, o, 0)
+	if cmds := webhook.CompletionCommands(e, []schemas.Webhook{ep}); len(cmds) != 1 {
+		t.Fatalf("%d send.completed commands, want 1", len(cmds))
+	}
 }
