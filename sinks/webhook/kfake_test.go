@@ -73,10 +73,11 @@ func produceRecords(t *testing.T, brokers []string, cat *topics.Catalog, recs ..
 
 // waitReady waits until ready reports true, calling alive (when not nil)
 // at each look so that a run that ended fails the test at once; the
-// deadline guards against a hang, it asserts no speed.
+// deadline (testenv.Guard) turns a hang into a failure, it asserts no
+// speed.
 func waitReady(t *testing.T, what string, alive func(), ready func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !ready(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Guard()); !ready(); time.Sleep(20 * time.Millisecond) {
 		if alive != nil {
 			alive()
 		}
@@ -161,11 +162,9 @@ func TestTheEndpointsTableReadsHeraldWebhooksUntilItCatchesUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tbl.Run(ctx, append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...), nil) }()
-	waitCtx, stopWait := context.WithTimeout(context.Background(), time.Minute) // a guard against a hang
-	defer stopWait()
-	if err := tbl.WaitReady(waitCtx); err != nil {
+	if err := tbl.WaitReady(testenv.Guarded(t)); err != nil {
 		cancel()
-		t.Fatalf("the table never caught up: %v (run: %v)", err, <-done)
+		t.Fatalf("the table never caught up: %v (run: %v)", err, testenv.Await(t, done, "the table's Run"))
 	}
 	t.Run("the tombstoned endpoint is gone and its tenant's other endpoint stays", func(t *testing.T) {
 		if got := tbl.Tenant("acme"); len(got) != 1 || got[0].ID != "a" {
@@ -181,7 +180,7 @@ func TestTheEndpointsTableReadsHeraldWebhooksUntilItCatchesUp(t *testing.T) {
 		}
 	})
 	cancel()
-	if err := <-done; err != nil {
+	if err := testenv.Await(t, done, "the table's Run"); err != nil {
 		t.Fatalf("Run returned %v when its context ended, want nil", err)
 	}
 }
@@ -362,7 +361,7 @@ func TestTheWebhookChannelOnKfakeSendsEachEventOnce(t *testing.T) {
 		if !stopped {
 			stopped = true
 			cancel()
-			if err := <-done; err != nil {
+			if err := testenv.Await(t, done, "the channel's Run"); err != nil {
 				t.Errorf("Run returned %v when its context ended, want nil", err)
 			}
 		}
@@ -508,9 +507,7 @@ func TestTheWebhookChannelEndsWithItsTablesError(t *testing.T) {
 		return r
 	}
 	t.Run("a table that cannot start ends Run with its error", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a guard against a hang
-		defer cancel()
-		err := newChannel().Run(ctx, []string{"127.0.0.1:not-a-port"}, nil, nil)
+		err := newChannel().Run(testenv.Guarded(t), []string{"127.0.0.1:not-a-port"}, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "endpoints table") {
 			t.Fatalf("Run = %v, want the table's error", err)
 		}
