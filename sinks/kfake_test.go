@@ -73,13 +73,13 @@ func TestASinkOnKfakeIsReadyWhileRunningAndReadsItsDevicesBeforeItsFirstDelivery
 			done := make(chan error, 1)
 			go func() { done <- s.Run(ctx) }()
 			a := sinktest.AwaitOutcomes(t, brokers, cat, cmd.DeliveryID)
-			for deadline := time.Now().Add(20 * time.Second); !s.Ready(); time.Sleep(20 * time.Millisecond) { // a guard
+			for deadline := time.Now().Add(testenv.Guard()); !s.Ready(); time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("not ready while running")
 				}
 			}
 			cancel()
-			if err := <-done; err != nil {
+			if err := testenv.Await(t, done, "the cancelled sink's Run"); err != nil {
 				t.Fatalf("sink: %v", err)
 			}
 			if o := a.Outcomes[cmd.DeliveryID]; len(o) != 1 || o[0].Status != tc.outcome {
