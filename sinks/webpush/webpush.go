@@ -44,6 +44,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	wp "github.com/SherClockHolmes/webpush-go"
@@ -58,7 +59,8 @@ type Config struct {
 	// VAPIDPublicKey and VAPIDPrivateKey are the application server's key
 	// pair (unpadded base64url, as GenerateVAPIDKeys makes them).
 	VAPIDPublicKey, VAPIDPrivateKey string
-	// Subscriber is the VAPID contact: a mailto: address or an https URL.
+	// Subscriber is the VAPID contact: a mailto: address or an https URL
+	// (a bare address is taken as a mailto: one).
 	Subscriber string
 	// Urgency is very-low, low, normal or high (default).
 	Urgency string
@@ -89,6 +91,10 @@ func New(c Config) (*Provider, error) {
 	if c.Subscriber == "" {
 		c.Subscriber = "mailto:ops@herald.invalid"
 	}
+	// webpush-go puts "mailto:" before any subscriber that is not an https:
+	// URL: given "mailto:ops@…" it would send the contact
+	// "mailto:mailto:ops@…" in the VAPID JWT, which push services may refuse.
+	c.Subscriber = strings.TrimPrefix(c.Subscriber, "mailto:")
 	if c.Urgency == "" {
 		c.Urgency = string(wp.UrgencyHigh)
 	}

@@ -103,16 +103,7 @@ func (s *pushService) post(path string, in, out any) {
 }
 
 func newProvider(t *testing.T) (*webpush.Provider, string) {
-	pub, priv, err := webpush.GenerateVAPIDKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := webpush.New(webpush.Config{VAPIDPublicKey: pub, VAPIDPrivateKey: priv, Subscriber: "mailto:test@herald.invalid", Urgency: "high"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.CloseIdleConnections)
-	return p, pub
+	return providerWith(t, webpush.Config{Subscriber: "mailto:test@herald.invalid", Urgency: "high", Now: time.Now})
 }
 
 func command(sub *schemas.WebPushSubscription) *schemas.DeliveryCommand {
@@ -169,21 +160,32 @@ func TestEachWebPushStatusIsClassifiedAsThePackageTableSays(t *testing.T) {
 		rule   string
 		retire bool
 	}{
+		{"200 is a success", 200, sinks.Success, "accepted", false},
 		{"201 is a success", 201, sinks.Success, "accepted", false},
+		{"any 2xx (299) is a success", 299, sinks.Success, "accepted", false},
+		{"a 3xx (300) is permanent", 300, sinks.Permanent, "http_4xx", false},
 		{"404 is an expired subscription: permanent, retires the device", 404, sinks.Permanent, "expired_subscription", true},
 		{"410 is an expired subscription: permanent, retires the device", 410, sinks.Permanent, "expired_subscription", true},
 		{"413 is permanent and keeps the device", 413, sinks.Permanent, "payload_too_large", false},
 		{"400 is permanent", 400, sinks.Permanent, "bad_request", false},
+		{"401 (no VAPID) is permanent for the configuration", 401, sinks.Permanent, "auth", false},
 		{"403 (VAPID) is permanent for the configuration", 403, sinks.Permanent, "auth", false},
+		{"another 4xx (409) is permanent and keeps the device", 409, sinks.Permanent, "http_4xx", false},
 		{"429 is retryable", 429, sinks.Retryable, "too_many_requests", false},
 		{"500 is retryable", 500, sinks.Retryable, "server_error", false},
 		{"503 is retryable", 503, sinks.Retryable, "server_error", false},
+		{"any 5xx (504) is retryable", 504, sinks.Retryable, "server_error", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := webpush.Classify(tc.status)
-			if r.Class != tc.class || r.Rule != tc.rule || r.RetireDevice != tc.retire {
-				t.Fatalf("Classify(%d) = %v %q retire %v, want %v %q %v", tc.status, r.Class, r.Rule, r.RetireDevice, tc.class, tc.rule, tc.retire)
+			reason := http.StatusText(tc.status)
+			if tc.class == sinks.Success {
+				reason = ""
+			}
+			if r.Class != tc.class || r.Rule != tc.rule || r.RetireDevice != tc.retire || r.Status != tc.status || r.Reason != reason {
+				t.Fatalf("Classify(%d) = %v %q retire %v status %d reason %q, want %v %q %v reason %q",
+					tc.status, r.Class, r.Rule, r.RetireDevice, r.Status, r.Reason, tc.class, tc.rule, tc.retire, reason)
 			}
 		})
 	}
