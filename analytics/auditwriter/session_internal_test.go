@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
@@ -577,12 +578,12 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 			runCtx, stop := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); w.sessions(runCtx) }()
-			deadline := time.Now().Add(time.Minute)
+			deadline := time.Now().Add(testenv.Guard()) // then the counts below fail the test
 			for mem.count() < len(recs) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			stop()
-			<-done
+			testenv.Await(t, done, "the sessions to stop")
 			for _, table := range []string{"requests", "decisions"} {
 				rows := mem.rows[table]
 				if len(rows) != 2*perPartition {
