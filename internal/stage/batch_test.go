@@ -179,3 +179,100 @@ func TestATimersOutputThatCanNeverBeWrittenIsDeadLetteredInItsPlace(t *testing.T
 		})
 	}
 }
+
+// idleTimer is a counter whose timer fires once, in the first transaction
+// without input after one with input committed: it emits "due=fired" to
+// the output topic and, beside it, an output that can never be written
+// (over the timers topic's max.message.bytes), keyed "timer".
+type idleTimer struct {
+	*counter
+	timers                   string
+	armed, fired             bool // committed
+	processed, firedThisTime bool // the open transaction's
+}
+
+func (i *idleTimer) Process(r *kgo.Record, out *stage.Out) error {
+	i.processed = true
+	return i.counter.Process(r, out)
+}
+
+func (i *idleTimer) Tick(out *stage.Out) {
+	if i.processed || !i.armed || i.fired {
+		return
+	}
+	i.firedThisTime = true
+	noise := make([]byte, 8192) // incompressible, over the topic's max.message.bytes
+	rand.Read(noise)
+	out.Emit(&kgo.Record{Topic: i.out, Key: []byte("due"), Value: []byte("due=fired")})
+	out.Emit(&kgo.Record{Topic: i.timers, Key: []byte("timer"), Value: noise})
+}
+
+func (i *idleTimer) Commit() {
+	i.armed = i.armed || i.processed
+	i.fired = i.fired || i.firedThisTime
+	i.processed, i.firedThisTime = false, false
+	i.counter.Commit()
+}
+
+func (i *idleTimer) Abort() {
+	i.processed, i.firedThisTime = false, false
+	i.counter.Abort()
+}
+
+// TestAnInputlessTransactionWithAnUnwritableTimerOutputIsAbortedNotCommitted:
+// a transaction that consumed no input (only ticks) and failed to write
+// one of its outputs is aborted, like any other, and retried with a dead
+// letter in place of the unwritable output: the timer's other output is
+// committed once, never by the failed attempt as well.
+func TestAnInputlessTransactionWithAnUnwritableTimerOutputIsAbortedNotCommitted(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		maxBytes := "2048"
+		r := newRig(t, brokers, opts, 1, nil)
+		timers := testenv.Topic(t, brokers, 1, map[string]*string{"max.message.bytes": &maxBytes})
+		r.produce(0, "a")
+		cfg := r.config()
+		newCounter := cfg.NewTask
+		cfg.NewTask = func(p int32) stage.Task {
+			return &idleTimer{counter: newCounter(p).(*counter), timers: timers}
+		}
+		cfg.BatchInterval = 20 * time.Millisecond
+		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+		s := r.start(cfg)
+		r.awaitOut(s, 2)
+		dls := awaitDeadLetters(t, r, s, 1, opts)
+		if err := s.stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.outputs(); !equal(got, []string{"a=1", "due=fired"}) {
+			t.Fatalf("outputs %v, want a=1 and the timer's due=fired, each once", got)
+		}
+		var d stage.DeadLetter
+		if err := json.Unmarshal(dls[0].Value, &d); err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 1 || !d.Timer || d.Topic != timers || string(dls[0].Key) != "timer" {
+			t.Fatalf("dead letters %d, first %+v, want one, the timer output's on %s", len(dls), d, timers)
+		}
+	})
+}
+
+// awaitDeadLetters waits until the dead-letter topic holds at least n
+// committed records and returns them.
+func awaitDeadLetters(t *testing.T, r *rig, s *running, n int, opts []kgo.Opt) []*kgo.Record {
+	t.Helper()
+	for deadline := time.Now().Add(testenv.Guard()); ; time.Sleep(50 * time.Millisecond) {
+		dls := testenv.ReadCommitted(t, r.brokers, r.deadLetters, opts...)
+		if len(dls) >= n {
+			return dls
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("stage stopped (%v) with %d dead letters, want %d", err, len(dls), n)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dead letters within %v, want %d", len(dls), testenv.Guard(), n)
+		}
+	}
+}
