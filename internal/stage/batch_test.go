@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,4 +276,44 @@ func awaitDeadLetters(t *testing.T, r *rig, s *running, n int, opts []kgo.Opt) [
 			t.Fatalf("%d dead letters within %v, want %d", len(dls), testenv.Guard(), n)
 		}
 	}
+}
+
+// bigOutput is a counter that, for the input keyed "poison", also emits an
+// output over the output topic's max.message.bytes.
+type bigOutput struct{ *counter }
+
+func (b *bigOutput) Process(r *kgo.Record, out *stage.Out) error {
+	if string(r.Key) == "poison" {
+		noise := make([]byte, 8192) // incompressible
+		rand.Read(noise)
+		out.Emit(&kgo.Record{Topic: b.out, Key: r.Key, Value: noise})
+	}
+	return b.counter.Process(r, out)
+}
+
+// TestAStageWhoseDeadLetterCanNeverBeWrittenEitherStops: an input whose
+// output can never be written is dead-lettered; when the dead letter
+// cannot be written either (the dead-letter topic refuses it), nothing
+// would ever let the stage pass that input, so it stops with an error
+// saying so, instead of retrying forever.
+func TestAStageWhoseDeadLetterCanNeverBeWrittenEitherStops(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		limit, tiny := "2048", "64"
+		r := newRig(t, brokers, opts, 1, map[string]*string{"max.message.bytes": &limit})
+		r.deadLetters = testenv.Topic(t, brokers, 1, map[string]*string{"max.message.bytes": &tiny})
+		r.produce(0, "poison")
+		cfg := r.config()
+		newCounter := cfg.NewTask
+		cfg.NewTask = func(p int32) stage.Task { return &bigOutput{newCounter(p).(*counter)} }
+		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+		s := r.start(cfg)
+		err := testenv.Await(t, s.done, "the stage whose dead letter cannot be written")
+		s.done <- err // for the cleanup's stop
+		if err == nil || !strings.Contains(err.Error(), "dead letter") || !strings.Contains(err.Error(), "can never be written") {
+			t.Fatalf("Run: %v, want it stopped because the dead letter can never be written", err)
+		}
+		if got := r.outputs(); len(got) != 0 {
+			t.Fatalf("outputs %v, want none: the input was never passed", got)
+		}
+	})
 }
