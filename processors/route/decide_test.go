@@ -112,9 +112,12 @@ func (h *harness) collect(out *stage.Out) {
 }
 
 // outcomes lists "outcome" or "outcome:channel" per decision, in order.
-func (h *harness) outcomes() string {
+func (h *harness) outcomes() string { return outcomesOf(h.decisions) }
+
+// outcomesOf lists "outcome" or "outcome:channel" per decision, in order.
+func outcomesOf(ds []schemas.Decision) string {
 	var s []string
-	for _, d := range h.decisions {
+	for _, d := range ds {
 		if d.Channel != "" {
 			s = append(s, d.Outcome+":"+d.Channel)
 		} else {

@@ -51,6 +51,20 @@ func TestQuietHoursAreJudgedOnTheLocalWallClockAcrossDST(t *testing.T) {
 			"2026-06-01T13:15:00Z", schemas.QuietHours{Start: "13:00", End: "13:00", TimeZone: "UTC"}, false, ""},
 		{"a malformed time never defers",
 			"2026-06-01T13:15:00Z", schemas.QuietHours{Start: "1pm", End: "14:00", TimeZone: "UTC"}, false, ""},
+		{"a daytime window starts exactly at its start minute",
+			"2026-06-01T13:00:00Z", schemas.QuietHours{Start: "13:00", End: "14:00", TimeZone: "UTC"}, true, "2026-06-01T14:00:00Z"},
+		{"a daytime window has ended exactly at its end minute",
+			"2026-06-01T14:00:00Z", schemas.QuietHours{Start: "13:00", End: "14:00", TimeZone: "UTC"}, false, ""},
+		{"the last minute of a daytime window is inside it",
+			"2026-06-01T13:59:59Z", schemas.QuietHours{Start: "13:00", End: "14:00", TimeZone: "UTC"}, true, "2026-06-01T14:00:00Z"},
+		{"a window may start at 23:00 and end at 23:59",
+			"2026-06-01T23:30:00Z", schemas.QuietHours{Start: "23:00", End: "23:59", TimeZone: "UTC"}, true, "2026-06-01T23:59:00Z"},
+		{"an hour past 23 is malformed and never defers",
+			"2026-06-01T13:30:00Z", schemas.QuietHours{Start: "13:00", End: "24:00", TimeZone: "UTC"}, false, ""},
+		{"a minute past 59 is malformed and never defers",
+			"2026-06-01T13:30:00Z", schemas.QuietHours{Start: "13:00", End: "13:60", TimeZone: "UTC"}, false, ""},
+		{"a night in New York ending before the clocks spring forward ends at that wall time in EDT",
+			"2026-03-08T06:00:00Z", schemas.QuietHours{Start: "22:00", End: "05:00", TimeZone: "America/New_York"}, true, "2026-03-08T09:00:00Z"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
