@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/embedded"
@@ -34,11 +33,7 @@ func (writes) Records(*schemas.DeliveryCommand, time.Time) ([]*kgo.Record, error
 // and, for a channel that retires devices, herald.devices, which Run reads
 // before the first delivery; a sink is ready only while it runs.
 func TestASinkOnKfakeIsReadyWhileRunningAndReadsItsDevicesBeforeItsFirstDelivery(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.Kfake(t)
 	brokers := c.ListenAddrs()
 	cat := testenv.Catalog(t, brokers, 2)
 	cases := []struct {

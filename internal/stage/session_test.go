@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -26,11 +25,7 @@ import (
 // processes the input again, so every output is committed exactly once.
 // The broker-outage test in cmd/herald shows the same on a real broker.
 func TestAFailedCommitRestartsTheSessionAndLosesOrRepeatsNothing(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.Kfake(t)
 	brokers, opts := c.ListenAddrs(), embedded.ClientOpts()
 	ctx := testenv.Guarded(t)
 	adm := kadm.NewClient(testenv.Client(t, brokers, opts...))

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/stage"
@@ -39,11 +38,7 @@ func TestNewRefusesOptionsWithoutCatalogOrInstance(t *testing.T) {
 // dev` does, in process on kfake (a fast test; the exactly-once claims are
 // proven on the real broker in kafka_test.go and crash_test.go).
 func TestTheStageWithItsDefaultsOnAnEmbeddedCluster(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.Kfake(t)
 	brokers := c.ListenAddrs()
 	cat := testenv.CatalogWith(t, brokers, embedded.CatalogOptions(time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/embedded"
@@ -22,11 +21,7 @@ import (
 // preferences before the first notification, a record that does not
 // decode, and a replay of what it decided.
 func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.Kfake(t)
 	brokers := c.ListenAddrs()
 	opts := append(embedded.ClientOpts(), kgo.FetchMaxWait(100*time.Millisecond))
 	cat := testenv.Catalog(t, brokers, 2)

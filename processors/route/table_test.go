@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/embedded"
@@ -34,16 +33,13 @@ func newTableRig(t *testing.T) *tableRig { return newTableRigRunning(t, true) }
 // (its client stays open for Sync's listing of the end offsets).
 func newTableRigRunning(t *testing.T, run bool) *tableRig {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.Kfake(t)
 	r := &tableRig{t: t, brokers: c.ListenAddrs(), done: make(chan error, 1)}
 	r.opts = append(embedded.ClientOpts(), kgo.SeedBrokers(r.brokers...), kgo.FetchMaxWait(100*time.Millisecond))
 	r.devices = testenv.Topic(t, r.brokers, 2, nil)
 	r.prefs = testenv.Topic(t, r.brokers, 2, nil)
 	r.writer = testenv.Client(t, r.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var err error
 	r.table, err = NewTable(r.devices, r.prefs, nil, r.opts...)
 	if err != nil {
 		t.Fatal(err)

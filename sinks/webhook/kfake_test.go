@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/embedded"
@@ -32,11 +31,7 @@ import (
 // its addresses and the options its clients need.
 func kfakeCluster(t *testing.T) ([]string, []kgo.Opt) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.Kfake(t)
 	return c.ListenAddrs(), append(embedded.ClientOpts(), kgo.FetchMaxWait(100*time.Millisecond))
 }
 
