@@ -240,7 +240,10 @@ func TestAnInputlessTransactionWithAnUnwritableTimerOutputIsAbortedNotCommitted(
 		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
 		s := r.start(cfg)
 		r.awaitOut(s, 2)
-		dls := awaitDeadLetters(t, r, s, 1, opts)
+		dls, err := r.awaitRecords(s, r.deadLetters, 1)
+		if err != nil {
+			t.Fatalf("dead letters: %v", err)
+		}
 		if err := s.stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -255,27 +258,6 @@ func TestAnInputlessTransactionWithAnUnwritableTimerOutputIsAbortedNotCommitted(
 			t.Fatalf("dead letters %d, first %+v, want one, the timer output's on %s", len(dls), d, timers)
 		}
 	})
-}
-
-// awaitDeadLetters waits until the dead-letter topic holds at least n
-// committed records and returns them.
-func awaitDeadLetters(t *testing.T, r *rig, s *running, n int, opts []kgo.Opt) []*kgo.Record {
-	t.Helper()
-	for deadline := time.Now().Add(testenv.Guard()); ; time.Sleep(50 * time.Millisecond) {
-		dls := testenv.ReadCommitted(t, r.brokers, r.deadLetters, opts...)
-		if len(dls) >= n {
-			return dls
-		}
-		select {
-		case err := <-s.done:
-			s.done <- err
-			t.Fatalf("stage stopped (%v) with %d dead letters, want %d", err, len(dls), n)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d dead letters within %v, want %d", len(dls), testenv.Guard(), n)
-		}
-	}
 }
 
 // bigOutput is a counter that, for the input keyed "poison", also emits an

@@ -132,20 +132,34 @@ func (r *rig) awaitOut(s *running, n int) []string {
 // awaitOutOrErr is awaitOut for a goroutine other than the test's, which
 // must not call t.Fatal: it returns the failure instead.
 func (r *rig) awaitOutOrErr(s *running, n int) ([]string, error) {
+	recs, err := r.awaitRecords(s, r.out, n)
+	got := make([]string, len(recs))
+	for i, rec := range recs {
+		got[i] = string(rec.Value)
+	}
+	if err != nil {
+		return got, fmt.Errorf("outputs %v: %w", got, err)
+	}
+	return got, nil
+}
+
+// awaitRecords waits until topic holds at least n committed records (or
+// the stage fails, or testenv.Guard passes) and returns them.
+func (r *rig) awaitRecords(s *running, topic string, n int) ([]*kgo.Record, error) {
 	deadline := time.Now().Add(testenv.Guard())
 	for {
-		got := r.outputs()
+		got := testenv.ReadCommitted(r.t, r.brokers, topic, r.opts...)
 		if len(got) >= n {
 			return got, nil
 		}
 		select {
 		case err := <-s.done:
 			s.done <- err
-			return got, fmt.Errorf("stage stopped (%v) with outputs %v, want %d", err, got, n)
+			return got, fmt.Errorf("stage stopped (%v) with %d records on %s, want %d", err, len(got), topic, n)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return got, fmt.Errorf("no progress within %v: outputs %v, want %d", testenv.Guard(), got, n)
+			return got, fmt.Errorf("no progress within %v: %d records on %s, want %d", testenv.Guard(), len(got), topic, n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
