@@ -40,26 +40,14 @@ func New(o Options) (*Stage, error) {
 	if o.Catalog == nil || o.InstanceID == "" {
 		return nil, errors.New("route: Catalog and InstanceID are required")
 	}
-	if o.Group == "" {
-		o.Group = "herald-route"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.TimerGrace <= 0 {
-		o.TimerGrace = time.Second
-	}
+	o = o.withDefaults()
 	t := TopicsOf(o.Catalog)
 	table, err := NewTable(t.Devices, t.Preferences, o.Logger, append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	if o.Metrics == nil {
-		o.Metrics = metrics.Default
-	}
 	decisions := metrics.NewDecisions(o.Metrics, "route")
-	grace := o.TimerGrace.Milliseconds()
-	now := func() int64 { return time.Now().UnixMilli() - grace }
+	now := timerClock(o.TimerGrace, time.Now)
 	cfg := o.Config("route")
 	cfg.Input, cfg.Changelogs = t.Accepted, []string{t.Route}
 	cfg.NewTask = func(p int32) stage.Task {
@@ -75,6 +63,32 @@ func New(o Options) (*Stage, error) {
 		return nil, err
 	}
 	return &Stage{runner: r, table: table, log: o.Logger}, nil
+}
+
+// withDefaults fills what o leaves unset: the group, the logger, the
+// metrics registry and the timer grace.
+func (o Options) withDefaults() Options {
+	if o.Group == "" {
+		o.Group = "herald-route"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
+	}
+	if o.TimerGrace <= 0 {
+		o.TimerGrace = time.Second
+	}
+	return o
+}
+
+// timerClock is the wall-clock side of the clock timers fire on
+// (milliseconds): the wall clock less grace, so a record up to grace late
+// still joins the digest window it falls in (see the package doc).
+func timerClock(grace time.Duration, wall func() time.Time) func() int64 {
+	ms := grace.Milliseconds()
+	return func() int64 { return wall().UnixMilli() - ms }
 }
 
 // Ready reports whether the table has caught up with devices and

@@ -93,20 +93,33 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Compared != 2 || len(rep.Differences) != 1 || !strings.Contains(rep.Differences[0], ": live "+schemas.DecisionRouted) {
+		if rep.Compared != 2 || len(rep.Differences) != 1 || !strings.Contains(rep.Differences[0], ": live "+schemas.DecisionRouted+" (), replay "+schemas.DecisionDigested+" (digest invoice.paid until ") {
 			t.Fatalf("replay %+v, want the routed decision shown as a difference", rep)
 		}
 	})
 	t.Run("a live decision the replay does not make is a difference", func(t *testing.T) {
-		ghost := schemas.Decision{DecisionID: "route/ghost/0/0", Stage: "route", Outcome: schemas.DecisionRouted, Tenant: "acme",
+		ghost := schemas.Decision{DecisionID: "route/ghost/0/0", Stage: "route", Outcome: schemas.DecisionOptedOut, Channel: "fcm", Tenant: "acme",
 			Type: "t", Recipient: "u1", NotificationID: n.NotificationID, At: now.UnixMilli()}
 		produce(t, brokers, cat, []*kgo.Record{encoded(t, cat.Name(topics.Decisions), "ghost", &ghost, now)})
 		rep, err := Replay(testenv.Guarded(t), brokers, cat, Policy{}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Differences) != 1 || !strings.Contains(rep.Differences[0], "route/ghost/0/0: the live stage decided") {
-			t.Fatalf("differences %v, want the live decision replay did not make", rep.Differences)
+		if len(rep.Differences) != 1 || rep.Differences[0] != "route/ghost/0/0: the live stage decided opted_out:fcm, replay nothing" {
+			t.Fatalf("differences %q, want the live decision replay did not make, with its channel", rep.Differences)
+		}
+	})
+	t.Run("a device change after the last notification is read and changes nothing decided", func(t *testing.T) {
+		later := dev("android-b", "android")
+		produce(t, brokers, cat, []*kgo.Record{
+			encoded(t, cat.Name(topics.Devices), schemas.DeviceKey("acme", "u1", later.DeviceID), &later, now.Add(time.Hour)),
+		})
+		rep, err := Replay(testenv.Guarded(t), brokers, cat, Policy{}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Notifications != 2 || rep.Compared != 2 || len(rep.Differences) != 1 || rep.Pending != 0 {
+			t.Fatalf("replay %+v, want the two notifications decided as before (the ghost the one difference)", rep)
 		}
 	})
 }

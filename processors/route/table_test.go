@@ -196,6 +196,27 @@ func TestARouteTableSyncEndsWhenItCannotCatchUp(t *testing.T) {
 			t.Fatalf("Sync behind a stopped table: %v, want its error", err)
 		}
 	})
+	t.Run("a table whose Run has returned holds the error a waiting Sync returns", func(t *testing.T) {
+		// A Sync waiting when Run returns is woken and returns t.err (the
+		// subtest above); one called later fails on the closed client.
+		r := newTableRig(t)
+		r.stop()
+		r.table.mu.Lock()
+		err := r.table.err
+		r.table.mu.Unlock()
+		if err == nil || err.Error() != "route: table stopped" {
+			t.Fatalf("error of a stopped table: %v, want route: table stopped", err)
+		}
+	})
+	t.Run("RunWith returns nil without running the stage when its context ends before the table is read", func(t *testing.T) {
+		r := newTableRigRunning(t, false)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		ran := false
+		if err := r.table.RunWith(ctx, func() { t.Error("synced called") }, func(context.Context) error { ran = true; return nil }); err != nil || ran {
+			t.Fatalf("RunWith on an ended context: %v (stage ran: %v), want nil and no run", err, ran)
+		}
+	})
 	t.Run("a Sync with nothing to read succeeds even on a stopped table", func(t *testing.T) {
 		r := newTableRigRunning(t, false)
 		r.table.err = errors.New("route: table stopped")

@@ -150,3 +150,40 @@ func TestADirectoryOutOfReachIsATransientError(t *testing.T) {
 		}
 	})
 }
+
+func TestTimersAreQueuedOncePerDueTimeAndFireInOrder(t *testing.T) {
+	t.Run("a digest's later notifications do not queue its timer again", func(t *testing.T) {
+		h := newHarness(t, Policy{Digests: map[string]Digest{"c": {WindowMs: 600_000}}}, Recipient{Devices: fourDevices[:1]})
+		h.send(note("c", "1"), time.Hour)
+		h.send(note("c", "2"), time.Hour+time.Minute)
+		h.send(note("c", "3"), time.Hour+2*time.Minute)
+		if n := h.task.timers.Len(); n != 1 {
+			t.Fatalf("%d timers queued for one digest window, want 1", n)
+		}
+		h.tick(time.Hour + 11*time.Minute)
+		if got := h.outcomes(); got != "digested digested digested routed" {
+			t.Fatalf("decisions %q, want three digested and the digest routed once", got)
+		}
+	})
+	t.Run("timers order by due time, then by key, and none precedes itself", func(t *testing.T) {
+		q := timerQueue{{key: "b", at: 1}, {key: "a", at: 1}, {key: "a", at: 2}, {key: "b", at: 1}}
+		tests := []struct {
+			name string
+			i, j int
+			want bool
+		}{
+			{"an earlier due time comes first whatever the key", 0, 2, true},
+			{"a later due time comes after whatever the key", 2, 0, false},
+			{"at one due time the smaller key comes first", 1, 0, true},
+			{"at one due time the larger key comes after", 0, 1, false},
+			{"a timer does not come before an equal one", 0, 3, false},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if got := q.Less(tt.i, tt.j); got != tt.want {
+					t.Fatalf("Less(%+v, %+v) = %v, want %v", q[tt.i], q[tt.j], got, tt.want)
+				}
+			})
+		}
+	})
+}
