@@ -3,13 +3,17 @@ package fcm_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/fcm"
 	"github.com/heraldhq/herald/sinks/fcm/emulator"
@@ -134,4 +138,86 @@ func TestATokenEndpointThatFailsIsRetryableAndSendsNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hangingTokens is a token endpoint that never answers: it reports each
+// request on arrived, then waits until the client gives up (its request's
+// context ends) and reports that on gaveUp.
+func hangingTokens(t *testing.T) (url string, arrived, gaveUp chan struct{}) {
+	arrived, gaveUp = make(chan struct{}, 8), make(chan struct{}, 8)
+	ended := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // read whole: the server then watches the connection
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			gaveUp <- struct{}{}
+		case <-ended:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(ended) }) // first: the handlers return, then Close
+	return srv.URL + "/token", arrived, gaveUp
+}
+
+func TestATokenFetchEndsWithTheSendThatNeedsIt(t *testing.T) {
+	t.Run("a send cancelled while its token is fetched stops the fetch and sends nothing", func(t *testing.T) {
+		em, _ := start(t)
+		url, arrived, gaveUp := hangingTokens(t)
+		p, err := fcm.New(context.Background(), fcm.Config{Endpoint: em.URL() + "/v1", CredentialsJSON: keyWith(t, em, map[string]string{"token_uri": url}), TokenTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.CloseIdleConnections()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan sinks.Result, 1)
+		go func() { done <- p.Send(ctx, command("fcm-token")) }()
+		testenv.Await(t, arrived, "the token request")
+		cancel()
+		res := testenv.Await(t, done, "the cancelled send")
+		if res.Class != sinks.Retryable || res.Rule != "not_sent" || !errors.Is(res.Err, context.Canceled) {
+			t.Fatalf("got %v %q (%v), want retryable not_sent caused by the cancellation", res.Class, res.Rule, res.Err)
+		}
+		testenv.Await(t, gaveUp, "the token endpoint seeing the fetch abandoned")
+		if n := em.Total(); n != 0 {
+			t.Fatalf("the emulator read %d messages, want none", n)
+		}
+	})
+	t.Run("a fetch longer than TokenTimeout fails the send that has no deadline of its own", func(t *testing.T) {
+		em, _ := start(t)
+		url, _, gaveUp := hangingTokens(t)
+		p, err := fcm.New(context.Background(), fcm.Config{Endpoint: em.URL() + "/v1", CredentialsJSON: keyWith(t, em, map[string]string{"token_uri": url}), TokenTimeout: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.CloseIdleConnections()
+		done := make(chan sinks.Result, 1)
+		go func() { done <- p.Send(context.Background(), command("fcm-token")) }()
+		res := testenv.Await(t, done, "the send whose token fetch timed out")
+		if res.Class != sinks.Retryable || res.Rule != "not_sent" || !errors.Is(res.Err, context.DeadlineExceeded) {
+			t.Fatalf("got %v %q (%v), want retryable not_sent after the token timeout", res.Class, res.Rule, res.Err)
+		}
+		testenv.Await(t, gaveUp, "the token endpoint seeing the fetch abandoned")
+	})
+	t.Run("a send waiting for another's fetch gives up when its own context ends", func(t *testing.T) {
+		em, _ := start(t)
+		url, arrived, _ := hangingTokens(t)
+		p, err := fcm.New(context.Background(), fcm.Config{Endpoint: em.URL() + "/v1", CredentialsJSON: keyWith(t, em, map[string]string{"token_uri": url}), TokenTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.CloseIdleConnections()
+		first, stopFirst := context.WithCancel(context.Background())
+		defer stopFirst()
+		go p.Send(first, command("fcm-token-1"))
+		testenv.Await(t, arrived, "the first send's token request")
+		second, stopSecond := context.WithCancel(context.Background())
+		done := make(chan sinks.Result, 1)
+		go func() { done <- p.Send(second, command("fcm-token-2")) }()
+		stopSecond()
+		res := testenv.Await(t, done, "the second send")
+		if res.Class != sinks.Retryable || res.Rule != "not_sent" || !errors.Is(res.Err, context.Canceled) || !strings.Contains(res.Err.Error(), "wait for an access token") {
+			t.Fatalf("got %v %q (%v), want retryable not_sent: it gave up waiting", res.Class, res.Rule, res.Err)
+		}
+	})
 }

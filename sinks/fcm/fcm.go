@@ -10,8 +10,10 @@
 // command's expiry.
 //
 // Authentication is a service account key (JSON) from configuration: its
-// access tokens are fetched from the key's token_uri and cached by
-// golang.org/x/oauth2; the key is never logged.
+// access tokens are fetched from the key's token_uri (golang.org/x/oauth2's
+// JWT flow) under the send's context, so the send's deadline bounds the
+// fetch too, and cached until shortly before they expire; the key is never
+// logged.
 //
 // # Every HTTP attempt is one herald attempt
 //
@@ -75,6 +77,7 @@ import (
 	"firebase.google.com/go/v4/messaging"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
+	"golang.org/x/oauth2/jwt"
 	"google.golang.org/api/option"
 
 	"github.com/heraldhq/herald/schemas"
@@ -100,12 +103,16 @@ type Config struct {
 	MaxTTL time.Duration
 	// Now is the clock for the TTL (time.Now by default).
 	Now func() time.Time
+	// TokenTimeout bounds a fetch of an access token (10 s by default);
+	// the send's own deadline, when sooner, bounds it too.
+	TokenTimeout time.Duration
 }
 
 // Provider sends messages through FCM.
 type Provider struct {
 	cl       *messaging.Client
 	base     *http.Transport
+	auth     *bearer
 	priority string
 	maxTTL   time.Duration
 	now      func() time.Time
@@ -130,12 +137,16 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	// The token endpoint is called with its own client, outside the
-	// attempt's transport: fetching a token is not a send.
-	tokenCtx := context.WithValue(context.Background(), oauth2.HTTPClient, &http.Client{Timeout: 10 * time.Second})
-	creds, err := google.CredentialsFromJSON(tokenCtx, key, Scope)
+	creds, err := google.CredentialsFromJSON(ctx, key, Scope)
 	if err != nil {
 		return nil, errors.New("fcm: the service account key is unreadable") // never echo the key
+	}
+	jwtConf, err := google.JWTConfigFromJSON(key, Scope)
+	if err != nil {
+		return nil, errors.New("fcm: the key is not a service account key") // never echo the key
+	}
+	if c.TokenTimeout <= 0 {
+		c.TokenTimeout = 10 * time.Second
 	}
 	project := c.ProjectID
 	if project == "" {
@@ -144,7 +155,8 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 	if project == "" {
 		return nil, errors.New("fcm: no project id (configure it or use a key with project_id)")
 	}
-	hc := &http.Client{Transport: &reached{&oauth2.Transport{Source: creds.TokenSource, Base: &one{base}}}}
+	auth := &bearer{conf: jwtConf, timeout: c.TokenTimeout, sem: make(chan struct{}, 1), next: &one{base}}
+	hc := &http.Client{Transport: &reached{auth}}
 	opts := []option.ClientOption{option.WithHTTPClient(hc)}
 	if c.Endpoint != "" {
 		opts = append(opts, option.WithEndpoint(strings.TrimSuffix(c.Endpoint, "/")))
@@ -157,7 +169,7 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fcm: messaging client: %w", err)
 	}
-	p := &Provider{cl: cl, base: base, priority: c.Priority, maxTTL: c.MaxTTL, now: c.Now}
+	p := &Provider{cl: cl, base: base, auth: auth, priority: c.Priority, maxTTL: c.MaxTTL, now: c.Now}
 	if p.priority == "" {
 		p.priority = "high"
 	}
@@ -333,6 +345,78 @@ func (t *reached) RoundTrip(req *http.Request) (*http.Response, error) {
 		a.mu.Unlock()
 	}
 	return resp, err
+}
+
+// bearer is the transport that authenticates: it sets the service
+// account's access token on each request, fetching a new one from the
+// key's token_uri when the cached one is missing or about to expire
+// (oauth2.Token.Valid). It fetches under the request's context, so the
+// send's deadline and cancellation bound the token fetch as they bound the
+// send (oauth2.Transport would fetch under a context of its own, and
+// x/oauth2/jwt posts without any: only a client timeout could stop it).
+// One fetch at a time: a caller waiting for another's fetch gives up when
+// its own context ends.
+type bearer struct {
+	conf    *jwt.Config
+	timeout time.Duration // of one fetch, however long the send may take
+	sem     chan struct{} // held while the token is read or fetched
+	tok     *oauth2.Token // guarded by sem
+	next    http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	tok, err := b.token(req.Context())
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	r := req.Clone(req.Context())
+	tok.SetAuthHeader(r)
+	return b.next.RoundTrip(r)
+}
+
+func (b *bearer) token(ctx context.Context) (*oauth2.Token, error) {
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("fcm: wait for an access token: %w", ctx.Err())
+	}
+	defer func() { <-b.sem }()
+	if b.tok.Valid() {
+		return b.tok, nil
+	}
+	// A context of its own, ended by ctx: the send's values (its write
+	// trace above all, which tells a sent request from an unsent one) stay
+	// out of the token fetch.
+	fetch, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	hc := &http.Client{Transport: withContext{fetch, http.DefaultTransport}}
+	tok, err := b.conf.TokenSource(context.WithValue(fetch, oauth2.HTTPClient, hc)).Token()
+	if err != nil {
+		cause := ctx.Err()
+		if cause == nil {
+			cause = fetch.Err()
+		}
+		if cause != nil { // x/oauth2/jwt formats the cause with %v
+			return nil, fmt.Errorf("fcm: fetch an access token: %w (%v)", cause, err)
+		}
+		return nil, err // an *oauth2.RetrieveError when the endpoint answered
+	}
+	b.tok = tok
+	return tok, nil
+}
+
+// withContext sends every request under ctx.
+type withContext struct {
+	ctx  context.Context
+	next http.RoundTripper
+}
+
+func (t withContext) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.next.RoundTrip(req.WithContext(t.ctx))
 }
 
 // errSecondRequest is what a second request of one Send gets, unsent.
