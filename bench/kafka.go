@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/kafkacompress"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/processors/dedupe"
@@ -31,6 +33,10 @@ type KafkaOptions struct {
 	// TxnRecords lists the most records per transaction to measure, one
 	// run (and one row) each, every run on its own fresh topics.
 	TxnRecords []int
+	// Compression lists the producers' codecs to measure (kafkacompress
+	// names), each with every TxnRecords value; empty measures
+	// kafkacompress.Default. The stream's producer and the stage use it.
+	Compression []string
 	// BatchInterval is the longest a transaction collects records (the
 	// stage's --batch-interval).
 	BatchInterval time.Duration
@@ -84,19 +90,31 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 
 	var rows []Row
 	var produce []time.Duration
-	for _, txn := range o.TxnRecords {
-		if txn < 1 {
-			return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", txn)
-		}
-		row, took, err := kafkaRun(ctx, adm, s, values, txn, o)
-		if took > 0 {
-			produce = append(produce, took)
-		}
-		if row.Backend != "" {
-			rows = append(rows, row) // shown even when its counts are wrong
-		}
+	codecs := o.Compression
+	if len(codecs) == 0 {
+		codecs = []string{kafkacompress.Default}
+	}
+	for _, codec := range codecs {
+		compress, err := kafkacompress.Opt(codec)
 		if err != nil {
-			return rows, err
+			return rows, fmt.Errorf("bench: kafka: %w", err)
+		}
+		oc := o
+		oc.ClientOpts = append(slices.Clip(o.ClientOpts), compress)
+		for _, txn := range o.TxnRecords {
+			if txn < 1 {
+				return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", txn)
+			}
+			row, took, err := kafkaRun(ctx, adm, s, values, txn, codec, oc)
+			if took > 0 {
+				produce = append(produce, took)
+			}
+			if row.Backend != "" {
+				rows = append(rows, row) // shown even when its counts are wrong
+			}
+			if err != nil {
+				return rows, err
+			}
 		}
 	}
 	if len(produce) > 0 {
@@ -115,13 +133,13 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 
 // kafkaRun is one run on a fresh topic set; it returns the row and how long
 // producing the stream took.
-func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte, txn int, o KafkaOptions) (row Row, produced time.Duration, err error) {
+func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte, txn int, codec string, o KafkaOptions) (row Row, produced time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	suffix := randomHex(4)
 	cat := topics.New(topics.Options{Prefix: "herald-bench-" + suffix + ".", Partitions: o.Partitions, Replication: o.Replication})
 	group := "herald-bench-" + suffix
-	log := o.Logger.With("backend", KafkaBackend, "txn_records", txn, "topic_prefix", cat.Options().Prefix)
+	log := o.Logger.With("backend", KafkaBackend, "txn_records", txn, "compression", codec, "topic_prefix", cat.Options().Prefix)
 
 	defer func() {
 		// Clean up even when ctx is done (an interrupted or failed run).
@@ -156,7 +174,7 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	}
 	log.Info("stream produced", "records", len(values), "elapsed", produced.Round(time.Millisecond))
 
-	row, err = decideOnKafka(ctx, adm, cat, group, len(values), txn, o, log)
+	row, err = decideOnKafka(ctx, adm, cat, group, len(values), txn, codec, o, log)
 	if err != nil {
 		return row, produced, err
 	}
@@ -199,7 +217,7 @@ func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s 
 // decideOnKafka runs one stage instance until the group's committed offsets
 // on the requests topic add up to n, and times it from the moment the
 // group is stable with every partition assigned.
-func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, group string, n, txn int, o KafkaOptions, log *slog.Logger) (Row, error) {
+func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, group string, n, txn int, codec string, o KafkaOptions, log *slog.Logger) (Row, error) {
 	committedTxns := metrics.Default.Counter("herald_stage_transactions_total", "transactions ended", "stage", "dedupe", "result", "committed")
 	abortedTxns := metrics.Default.Counter("herald_stage_transactions_total", "transactions ended", "stage", "dedupe", "result", "aborted")
 	txns0, aborts0 := committedTxns.Value(), abortedTxns.Value()
@@ -298,7 +316,7 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	log.Info("stream decided", "elapsed", elapsed.Round(time.Millisecond), "transactions", txns, "aborted", aborts)
 	return Row{
 		Backend: KafkaBackend,
-		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d", txn),
+		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d, %s", txn, codec),
 		Records: n,
 		Elapsed: elapsed,
 		Note:    note,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/bench"
+	"github.com/heraldhq/herald/internal/kafkacompress"
 	"github.com/heraldhq/herald/processors/dedupe"
 )
 
@@ -28,6 +29,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	ratio := fs.Float64("repeat-ratio", d.RepeatRatio, "share of the requests that repeat an earlier one, in [0, 1)")
 	seed := fs.Uint64("seed", d.Seed, "seed of the stream (the same seed gives the same stream)")
 	txn := fs.String("txn-records", "100,1000,5000", "most records per transaction of the dedupe stage, comma separated: one run each")
+	compression := fs.String("compression", kafkacompress.Default, "codecs of the stage's and the stream's producers, comma separated ("+strings.Join(kafkacompress.Names, ", ")+"): one run each with every --txn-records value")
 	interval := fs.Duration("batch-interval", 100*time.Millisecond, "longest a stage transaction collects records")
 	partitions := fs.Int("partitions", 4, "partitions of every benchmark topic")
 	replication := fs.Int("replication", 1, "replication factor of every benchmark topic")
@@ -56,11 +58,17 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		if *partitions < 1 || *replication < 1 {
 			return fmt.Errorf("%w: --partitions and --replication must be positive", errUsage)
 		}
+		codecs := benchSplit(*compression)
+		for _, c := range codecs {
+			if _, err := kafkacompress.Codec(c); err != nil {
+				return fmt.Errorf("%w: --compression: %v", errUsage, err)
+			}
+		}
 		policy := dedupe.DefaultPolicy()
 		policy.DefaultWindowMs = window.Milliseconds()
 		cfg.Kafka = &bench.KafkaOptions{
 			Brokers: seeds, Partitions: int32(*partitions), Replication: int16(*replication),
-			TxnRecords: sizes, BatchInterval: *interval, Policy: policy, Timeout: *timeout,
+			TxnRecords: sizes, Compression: codecs, BatchInterval: *interval, Policy: policy, Timeout: *timeout,
 		}
 	}
 	if *postgres != "" {

@@ -139,10 +139,11 @@ func TestConfigCheckNamesEveryBadSetting(t *testing.T) {
 				"quota: 10",                                            // 19
 				"quota: 11",                                            // 20
 				"fcm-priority: urgent",                                 // 21
+				"kafka-compression: lz5",                               // 22
 			}, "\n"),
 			code: 1,
 			want: []string{
-				"has 14 bad setting(s)",
+				"has 15 bad setting(s)",
 				`partitions (FILE line 2): = "twelve" is not a valid int`,
 				"broker (FILE line 3): is not a setting of any herald command (did you mean brokers?)",
 				`type-windows (FILE line 4): invoice.paid: time: unknown unit "x" in duration "24x"`,
@@ -157,6 +158,7 @@ func TestConfigCheckNamesEveryBadSetting(t *testing.T) {
 				"database (FILE line 18): ",
 				"quota (FILE line 20): is set twice (first on line 19)",
 				`fcm-priority (FILE line 21): must be high or normal, got "urgent"`,
+				`kafka-compression (FILE line 22): "lz5" is not one of none, gzip, snappy, lz4, zstd`,
 				"kafka-sasl-password = set (a secret, not shown)",
 			},
 		},

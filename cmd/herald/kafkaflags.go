@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/heraldhq/herald/internal/kafkacompress"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -29,6 +30,8 @@ type kafkaFlags struct {
 	replication                           int
 	// feedRetention is herald.feed's retention (topics.Options.FeedRetentionMs).
 	feedRetention time.Duration
+	// compression is the producers' codec (kafkacompress.Names).
+	compression string
 }
 
 func (k *kafkaFlags) register(fs *flag.FlagSet) {
@@ -42,6 +45,8 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.saslMechanism, "kafka-sasl-mechanism", "", "SASL mechanism to authenticate to Kafka with: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: none)")
 	fs.StringVar(&k.saslUser, "kafka-sasl-user", "", "SASL user name")
 	fs.StringVar(&k.saslPassword, "kafka-sasl-password", "", "SASL password (prefer the environment: HERALD_KAFKA_SASL_PASSWORD)")
+	fs.StringVar(&k.compression, "kafka-compression", kafkacompress.Default,
+		"codec of the record batches herald's producers write: "+strings.Join(kafkacompress.Names, ", "))
 	k.tls.register(fs, "kafka", "Kafka")
 	addCheck(fs, k.check)
 }
@@ -60,6 +65,9 @@ func (k *kafkaFlags) check() error {
 	}
 	if _, err := k.sasl(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := kafkacompress.Codec(k.compression); err != nil {
+		errs = append(errs, badField("kafka-compression", "%q is not one of %s", k.compression, strings.Join(kafkacompress.Names, ", ")))
 	}
 	return errors.Join(errs...)
 }
@@ -96,11 +104,15 @@ func (k *kafkaFlags) sasl() (sasl.Mechanism, error) {
 	return m, nil
 }
 
-// clientOpts are the connection options of every Kafka client of a role
-// (SASL, TLS): the roles pass them as their Options.ClientOpts. It logs
-// how Kafka is reached, without secrets.
+// clientOpts are the options of every Kafka client of a role (SASL, TLS,
+// the producers' compression): the roles pass them as their
+// Options.ClientOpts. It logs how Kafka is reached, without secrets.
 func (k *kafkaFlags) clientOpts() ([]kgo.Opt, error) {
-	var opts []kgo.Opt
+	compress, err := kafkacompress.Opt(k.compression)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, badField("kafka-compression", "%v", err))
+	}
+	opts := []kgo.Opt{compress}
 	m, err := k.sasl()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -120,7 +132,7 @@ func (k *kafkaFlags) clientOpts() ([]kgo.Opt, error) {
 	if m != nil {
 		sec += ", SASL " + m.Name() + " as " + k.saslUser
 	}
-	slog.Info("kafka connection", "brokers", k.brokers, "security", sec)
+	slog.Info("kafka connection", "brokers", k.brokers, "security", sec, "compression", k.compression)
 	return opts, nil
 }
 

@@ -1,0 +1,59 @@
+package kafkacompress_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/kafkacompress"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+func TestEachCodecNameWritesBatchesOfThatCodec(t *testing.T) {
+	brokers := testenv.Kfake(t).ListenAddrs()
+	// Kafka's attribute codes: none 0, gzip 1, snappy 2, lz4 3, zstd 4.
+	want := map[string]uint8{"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+	if len(want) != len(kafkacompress.Names) {
+		t.Fatalf("Names %v, want the five codecs of compression.type", kafkacompress.Names)
+	}
+	value := bytes.Repeat([]byte(`{"tenant":"acme","type":"invoice.paid"}`), 100) // compresses well
+	for _, name := range kafkacompress.Names {
+		t.Run("a producer with "+name+" writes "+name+" batches", func(t *testing.T) {
+			opt, err := kafkacompress.Opt(strings.ToUpper(name)) // any case
+			if err != nil {
+				t.Fatal(err)
+			}
+			topic := testenv.Topic(t, brokers, 1, nil)
+			cl := testenv.Client(t, brokers, opt)
+			if err := cl.ProduceSync(testenv.Guarded(t), &kgo.Record{Topic: topic, Value: value}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			recs := testenv.ReadCommitted(t, brokers, topic)
+			if len(recs) != 1 || !bytes.Equal(recs[0].Value, value) {
+				t.Fatalf("read %d records back, want the one written, intact", len(recs))
+			}
+			if got := recs[0].Attrs.CompressionType(); got != want[name] {
+				t.Fatalf("batch codec %d, want %d (%s)", got, want[name], name)
+			}
+		})
+	}
+}
+
+func TestAnUnknownCodecIsRefusedWithTheChoices(t *testing.T) {
+	for _, name := range []string{"", "lz5", "snappy,lz4"} {
+		t.Run("the name "+strings.TrimSpace(name+" ")+"is refused", func(t *testing.T) {
+			_, err := kafkacompress.Opt(name)
+			if err == nil || !strings.Contains(err.Error(), "none, gzip, snappy, lz4, zstd") {
+				t.Fatalf("Opt(%q): %v, want an error naming the choices", name, err)
+			}
+		})
+	}
+}
+
+func TestTheDefaultIsACodecName(t *testing.T) {
+	if _, err := kafkacompress.Codec(kafkacompress.Default); err != nil {
+		t.Fatal(err)
+	}
+}
