@@ -140,10 +140,12 @@ func TestATokenEndpointThatFailsIsRetryableAndSendsNothing(t *testing.T) {
 	}
 }
 
-// hangingTokens is a token endpoint that never answers: it reports each
-// request on arrived, then waits until the client gives up (its request's
-// context ends) and reports that on gaveUp.
-func hangingTokens(t *testing.T) (url string, arrived, gaveUp chan struct{}) {
+// hangingTokens is a provider whose token endpoint never answers (em the
+// emulator it would send to): the endpoint reports each request on
+// arrived, then waits until the client gives up (its request's context
+// ends) and reports that on gaveUp.
+func hangingTokens(t *testing.T, timeout time.Duration) (em *emulator.Emulator, p *fcm.Provider, arrived, gaveUp chan struct{}) {
+	em, _ = start(t)
 	arrived, gaveUp = make(chan struct{}, 8), make(chan struct{}, 8)
 	ended := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
@@ -157,18 +159,17 @@ func hangingTokens(t *testing.T) (url string, arrived, gaveUp chan struct{}) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(ended) }) // first: the handlers return, then Close
-	return srv.URL + "/token", arrived, gaveUp
+	p, err := fcm.New(context.Background(), fcm.Config{Endpoint: em.URL() + "/v1", CredentialsJSON: keyWith(t, em, map[string]string{"token_uri": srv.URL + "/token"}), TokenTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.CloseIdleConnections)
+	return em, p, arrived, gaveUp
 }
 
 func TestATokenFetchEndsWithTheSendThatNeedsIt(t *testing.T) {
 	t.Run("a send cancelled while its token is fetched stops the fetch and sends nothing", func(t *testing.T) {
-		em, _ := start(t)
-		url, arrived, gaveUp := hangingTokens(t)
-		p, err := fcm.New(context.Background(), fcm.Config{Endpoint: em.URL() + "/v1", CredentialsJSON: keyWith(t, em, map[string]string{"token_uri": url}), TokenTimeout: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.CloseIdleConnections()
+		em, p, arrived, gaveUp := hangingTokens(t, time.Hour)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan sinks.Result, 1)
 		go func() { done <- p.Send(ctx, command("fcm-token")) }()
@@ -184,13 +185,7 @@ func TestATokenFetchEndsWithTheSendThatNeedsIt(t *testing.T) {
 		}
 	})
 	t.Run("a fetch longer than TokenTimeout fails the send that has no deadline of its own", func(t *testing.T) {
-		em, _ := start(t)
-		url, _, gaveUp := hangingTokens(t)
-		p, err := fcm.New(context.Background(), fcm.Config{Endpoint: em.URL() + "/v1", CredentialsJSON: keyWith(t, em, map[string]string{"token_uri": url}), TokenTimeout: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.CloseIdleConnections()
+		em, p, _, gaveUp := hangingTokens(t, 50*time.Millisecond)
 		done := make(chan sinks.Result, 1)
 		go func() { done <- p.Send(context.Background(), command("fcm-token")) }()
 		res := testenv.Await(t, done, "the send whose token fetch timed out")
@@ -198,15 +193,12 @@ func TestATokenFetchEndsWithTheSendThatNeedsIt(t *testing.T) {
 			t.Fatalf("got %v %q (%v), want retryable not_sent after the token timeout", res.Class, res.Rule, res.Err)
 		}
 		testenv.Await(t, gaveUp, "the token endpoint seeing the fetch abandoned")
+		if n := em.Total(); n != 0 {
+			t.Fatalf("the emulator read %d messages, want none", n)
+		}
 	})
 	t.Run("a send waiting for another's fetch gives up when its own context ends", func(t *testing.T) {
-		em, _ := start(t)
-		url, arrived, _ := hangingTokens(t)
-		p, err := fcm.New(context.Background(), fcm.Config{Endpoint: em.URL() + "/v1", CredentialsJSON: keyWith(t, em, map[string]string{"token_uri": url}), TokenTimeout: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.CloseIdleConnections()
+		em, p, arrived, _ := hangingTokens(t, time.Hour)
 		first, stopFirst := context.WithCancel(context.Background())
 		defer stopFirst()
 		go p.Send(first, command("fcm-token-1"))
@@ -218,6 +210,9 @@ func TestATokenFetchEndsWithTheSendThatNeedsIt(t *testing.T) {
 		res := testenv.Await(t, done, "the second send")
 		if res.Class != sinks.Retryable || res.Rule != "not_sent" || !errors.Is(res.Err, context.Canceled) || !strings.Contains(res.Err.Error(), "wait for an access token") {
 			t.Fatalf("got %v %q (%v), want retryable not_sent: it gave up waiting", res.Class, res.Rule, res.Err)
+		}
+		if n := em.Total(); n != 0 {
+			t.Fatalf("the emulator read %d messages, want none", n)
 		}
 	})
 }
