@@ -37,6 +37,10 @@ type KafkaOptions struct {
 	// names), each with every TxnRecords value; empty measures
 	// kafkacompress.Default. The stream's producer and the stage use it.
 	Compression []string
+	// Instances lists how many stage instances (one group, in this
+	// process) decide the stream, one run each with every TxnRecords
+	// value; empty means one.
+	Instances []int
 	// BatchInterval is the longest a transaction collects records (the
 	// stage's --batch-interval).
 	BatchInterval time.Duration
@@ -50,9 +54,18 @@ type KafkaOptions struct {
 // KafkaBackend is the name of herald's rows.
 const KafkaBackend = "herald/kafka"
 
-// instanceID names the one stage instance of every run; its group and so
-// its transactional id are unique per run.
-const instanceID = "bench"
+// instanceIDs names the k stage instances of a run; its group and so
+// their transactional ids are unique per run.
+func instanceIDs(k int) []string {
+	if k == 1 {
+		return []string{"bench"}
+	}
+	ids := make([]string, k)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench-%d", i)
+	}
+	return ids
+}
 
 // RunKafka measures herald's dedupe stage on s once per TxnRecords value.
 // Each run creates a topic set with a unique prefix, produces the stream to
@@ -94,6 +107,15 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 	if len(codecs) == 0 {
 		codecs = []string{kafkacompress.Default}
 	}
+	instances := o.Instances
+	if len(instances) == 0 {
+		instances = []int{1}
+	}
+	for _, k := range instances {
+		if k < 1 {
+			return nil, fmt.Errorf("bench: kafka: instances must be positive, got %d", k)
+		}
+	}
 	for _, codec := range codecs {
 		compress, err := kafkacompress.Opt(codec)
 		if err != nil {
@@ -101,19 +123,21 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 		}
 		oc := o
 		oc.ClientOpts = append(slices.Clip(o.ClientOpts), compress)
-		for _, txn := range o.TxnRecords {
-			if txn < 1 {
-				return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", txn)
-			}
-			row, took, err := kafkaRun(ctx, adm, s, values, txn, codec, oc)
-			if took > 0 {
-				produce = append(produce, took)
-			}
-			if row.Backend != "" {
-				rows = append(rows, row) // shown even when its counts are wrong
-			}
-			if err != nil {
-				return rows, err
+		for _, k := range instances {
+			for _, txn := range o.TxnRecords {
+				if txn < 1 {
+					return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", txn)
+				}
+				row, took, err := kafkaRun(ctx, adm, s, values, run{txn: txn, codec: codec, instances: k}, oc)
+				if took > 0 {
+					produce = append(produce, took)
+				}
+				if row.Backend != "" {
+					rows = append(rows, row) // shown even when its counts are wrong
+				}
+				if err != nil {
+					return rows, err
+				}
 			}
 		}
 	}
@@ -131,15 +155,23 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 	return rows, nil
 }
 
+// run is what one run measures: the most records per transaction, the
+// producers' codec and how many stage instances share the stream.
+type run struct {
+	txn       int
+	codec     string
+	instances int
+}
+
 // kafkaRun is one run on a fresh topic set; it returns the row and how long
 // producing the stream took.
-func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte, txn int, codec string, o KafkaOptions) (row Row, produced time.Duration, err error) {
+func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte, rn run, o KafkaOptions) (row Row, produced time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	suffix := randomHex(4)
 	cat := topics.New(topics.Options{Prefix: "herald-bench-" + suffix + ".", Partitions: o.Partitions, Replication: o.Replication})
 	group := "herald-bench-" + suffix
-	log := o.Logger.With("backend", KafkaBackend, "txn_records", txn, "compression", codec, "topic_prefix", cat.Options().Prefix)
+	log := o.Logger.With("backend", KafkaBackend, "txn_records", rn.txn, "compression", rn.codec, "instances", rn.instances, "topic_prefix", cat.Options().Prefix)
 
 	defer func() {
 		// Clean up even when ctx is done (an interrupted or failed run).
@@ -149,10 +181,10 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 			log.Warn("deleting the benchmark topics failed", "err", cerr)
 			err = errors.Join(err, cerr)
 		}
-		// The stage is a static member (KIP-345): it does not leave the
-		// group on shutdown, so remove it before deleting the group.
+		// The stages are static members (KIP-345): they do not leave the
+		// group on shutdown, so remove them before deleting the group.
 		// A failure here shows in DeleteGroup's error.
-		_, _ = adm.LeaveGroup(cctx, kadm.LeaveGroup(group).InstanceIDs(instanceID).Reason("benchmark over"))
+		_, _ = adm.LeaveGroup(cctx, kadm.LeaveGroup(group).InstanceIDs(instanceIDs(rn.instances)...).Reason("benchmark over"))
 		resp, cerr := adm.DeleteGroup(cctx, group)
 		if cerr == nil {
 			cerr = resp.Err
@@ -174,7 +206,7 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	}
 	log.Info("stream produced", "records", len(values), "elapsed", produced.Round(time.Millisecond))
 
-	row, err = decideOnKafka(ctx, adm, cat, group, len(values), txn, codec, o, log)
+	row, err = decideOnKafka(ctx, adm, cat, group, len(values), rn, o, log)
 	if err != nil {
 		return row, produced, err
 	}
@@ -214,34 +246,42 @@ func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s 
 	return time.Since(start), nil
 }
 
-// decideOnKafka runs one stage instance until the group's committed offsets
-// on the requests topic add up to n, and times it from the moment the
-// group is stable with every partition assigned.
-func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, group string, n, txn int, codec string, o KafkaOptions, log *slog.Logger) (Row, error) {
+// decideOnKafka runs rn.instances stage instances until the group's
+// committed offsets on the requests topic add up to n, and times it from
+// the moment the group is stable with every instance in it and every
+// partition assigned.
+func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, group string, n int, rn run, o KafkaOptions, log *slog.Logger) (Row, error) {
 	committedTxns := metrics.Default.Counter("herald_stage_transactions_total", "transactions ended", "stage", "dedupe", "result", "committed")
 	abortedTxns := metrics.Default.Counter("herald_stage_transactions_total", "transactions ended", "stage", "dedupe", "result", "aborted")
 	txns0, aborts0 := committedTxns.Value(), abortedTxns.Value()
 
-	runner, err := dedupe.New(dedupe.Options{
-		Instance: stage.Instance{Brokers: o.Brokers, Group: group, InstanceID: instanceID, MaxBatchRecords: txn, BatchInterval: o.BatchInterval, ClientOpts: o.ClientOpts, Logger: stageLogger(ctx, log)},
-		Catalog:  cat,
-		Policy:   o.Policy,
-	})
-	if err != nil {
-		return Row{}, fmt.Errorf("bench: kafka: %w", err)
+	ids := instanceIDs(rn.instances)
+	runners := make([]*stage.Runner, len(ids))
+	var err error
+	for i, id := range ids {
+		runners[i], err = dedupe.New(dedupe.Options{
+			Instance: stage.Instance{Brokers: o.Brokers, Group: group, InstanceID: id, MaxBatchRecords: rn.txn, BatchInterval: o.BatchInterval, ClientOpts: o.ClientOpts, Logger: stageLogger(ctx, log)},
+			Catalog:  cat,
+			Policy:   o.Policy,
+		})
+		if err != nil {
+			return Row{}, fmt.Errorf("bench: kafka: %w", err)
+		}
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
+	done := make(chan error, len(runners))
 	launched := time.Now()
-	go func() { done <- runner.Run(runCtx) }()
-	stopped := false
+	for _, r := range runners {
+		go func() { done <- r.Run(runCtx) }()
+	}
+	running := len(runners)
 	stopStage := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
 		stop()
-		return <-done
+		var errs []error
+		for ; running > 0; running-- {
+			errs = append(errs, <-done)
+		}
+		return errors.Join(errs...)
 	}
 	defer stopStage()
 
@@ -259,7 +299,7 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 			}
 			select {
 			case err := <-done:
-				stopped = true
+				running--
 				if err == nil {
 					err = errors.New("stopped")
 				}
@@ -276,7 +316,7 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 			return false, nil // the group may not exist yet; a dead broker ends in ctx's timeout
 		}
 		g := gs[group]
-		return g.Err == nil && g.State == "Stable" && len(g.AssignedPartitions()[requests]) == int(o.Partitions), nil
+		return g.Err == nil && g.State == "Stable" && len(g.Members) == len(runners) && len(g.AssignedPartitions()[requests]) == int(o.Partitions), nil
 	})
 	if err != nil {
 		return Row{}, err
@@ -310,13 +350,16 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	txns, aborts := committedTxns.Value()-txns0, abortedTxns.Value()-aborts0
 	note := fmt.Sprintf("%d commits (%.0f rec/txn), replication %d, startup %.2fs untimed",
 		txns, float64(n)/float64(max(txns, 1)), o.Replication, start.Sub(launched).Seconds())
+	if rn.instances > 1 {
+		note = fmt.Sprintf("%d instances in one process, ", rn.instances) + note
+	}
 	if aborts > 0 {
 		note += fmt.Sprintf(", %d aborted", aborts)
 	}
 	log.Info("stream decided", "elapsed", elapsed.Round(time.Millisecond), "transactions", txns, "aborted", aborts)
 	return Row{
 		Backend: KafkaBackend,
-		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d, %s", txn, codec),
+		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d, %s", rn.txn, rn.codec),
 		Records: n,
 		Elapsed: elapsed,
 		Note:    note,

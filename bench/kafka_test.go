@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,15 +20,26 @@ func TestHeraldBackendOnTheRealBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rows, err := RunKafka(ctx, s, KafkaOptions{
-		Brokers: brokers, Partitions: 3, Replication: 1, TxnRecords: []int{500, 2000},
+		Brokers: brokers, Partitions: 3, Replication: 1, TxnRecords: []int{500}, Compression: []string{"none", "zstd"}, Instances: []int{1, 2},
 		BatchInterval: 100 * time.Millisecond, Policy: dedupe.DefaultPolicy(), Timeout: 3 * time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("one produce row and one row per transaction size", func(t *testing.T) {
-		if len(rows) != 3 || rows[0].Decides() || !rows[1].Decides() || !rows[2].Decides() {
+	t.Run("one produce row and one row per codec, instance count and transaction size", func(t *testing.T) {
+		if len(rows) != 5 || rows[0].Decides() {
 			t.Fatalf("rows %+v", rows)
+		}
+		want := []struct {
+			variant   string
+			instances int
+		}{{"txn ≤ 500, none", 1}, {"txn ≤ 500, none", 2}, {"txn ≤ 500, zstd", 1}, {"txn ≤ 500, zstd", 2}}
+		for i, w := range want {
+			r := rows[i+1]
+			shared := strings.Contains(r.Note, "2 instances in one process")
+			if !r.Decides() || !strings.HasSuffix(r.Variant, w.variant) || shared != (w.instances == 2) {
+				t.Errorf("row %d: %q / %q, want a decision row %q by %d instance(s)", i+1, r.Variant, r.Note, w.variant, w.instances)
+			}
 		}
 	})
 	t.Run("every run accepts exactly the distinct notifications", func(t *testing.T) {

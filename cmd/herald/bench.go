@@ -29,6 +29,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	ratio := fs.Float64("repeat-ratio", d.RepeatRatio, "share of the requests that repeat an earlier one, in [0, 1)")
 	seed := fs.Uint64("seed", d.Seed, "seed of the stream (the same seed gives the same stream)")
 	txn := fs.String("txn-records", "100,1000,5000", "most records per transaction of the dedupe stage, comma separated: one run each")
+	instances := fs.String("instances", "1", "stage instances (one group, in this process) deciding the stream, comma separated: one run each with every --txn-records value")
 	compression := fs.String("compression", kafkacompress.Default, "codecs of the stage's and the stream's producers, comma separated ("+strings.Join(kafkacompress.Names, ", ")+"): one run each with every --txn-records value")
 	interval := fs.Duration("batch-interval", 100*time.Millisecond, "longest a stage transaction collects records")
 	partitions := fs.Int("partitions", 4, "partitions of every benchmark topic")
@@ -51,7 +52,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: --client-batch and --conns must be positive", errUsage)
 	}
 	if seeds := benchSplit(*brokers); len(seeds) > 0 {
-		sizes, err := parseTxnSizes(*txn)
+		sizes, err := parsePositives("txn-records", *txn)
+		if err != nil {
+			return err
+		}
+		counts, err := parsePositives("instances", *instances)
 		if err != nil {
 			return err
 		}
@@ -68,7 +73,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		policy.DefaultWindowMs = window.Milliseconds()
 		cfg.Kafka = &bench.KafkaOptions{
 			Brokers: seeds, Partitions: int32(*partitions), Replication: int16(*replication),
-			TxnRecords: sizes, Compression: codecs, BatchInterval: *interval, Policy: policy, Timeout: *timeout,
+			TxnRecords: sizes, Compression: codecs, Instances: counts, BatchInterval: *interval, Policy: policy, Timeout: *timeout,
 		}
 	}
 	if *postgres != "" {
@@ -110,18 +115,19 @@ func benchSplit(s string) []string {
 	return out
 }
 
-// parseTxnSizes parses a comma-separated list of positive integers.
-func parseTxnSizes(s string) ([]int, error) {
+// parsePositives parses the comma-separated list of positive integers
+// given to --flag.
+func parsePositives(flag, s string) ([]int, error) {
 	var out []int
 	for _, p := range benchSplit(s) {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%w: --txn-records: %q is not a positive integer", errUsage, p)
+			return nil, fmt.Errorf("%w: --%s: %q is not a positive integer", errUsage, flag, p)
 		}
 		out = append(out, n)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: --txn-records is empty", errUsage)
+		return nil, fmt.Errorf("%w: --%s is empty", errUsage, flag)
 	}
 	return out, nil
 }
