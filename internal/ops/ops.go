@@ -1,6 +1,9 @@
 // Package ops owns the operations endpoint every herald role serves on
 // --metrics-addr: /metrics (the Prometheus registry), /livez (the process
-// answers) and /readyz (every readiness check of the role passes).
+// answers), /readyz (every readiness check of the role passes) and Go's
+// profiles under /debug/pprof/ (net/http/pprof). The endpoint is for
+// operators and scrapers: keep it off public networks (a CPU profile costs
+// the process while it runs; the profiles show code paths, not payloads).
 package ops
 
 import (
@@ -10,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -38,6 +42,11 @@ func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // heap, goroutine, allocs, block, mutex, threadcreate
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
@@ -68,7 +77,7 @@ func Serve(addr string, h http.Handler, log *slog.Logger) (*Server, error) {
 	s := &Server{addr: ln.Addr().String(), errc: make(chan error, 1),
 		hs: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { s.errc <- s.hs.Serve(ln) }()
-	log.Info("serving /metrics, /livez, /readyz", "addr", s.addr)
+	log.Info("serving /metrics, /livez, /readyz, /debug/pprof/", "addr", s.addr)
 	return s, nil
 }
 

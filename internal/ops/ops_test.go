@@ -71,6 +71,19 @@ func TestEndpointAnswersLivenessReadinessAndMetrics(t *testing.T) {
 			t.Fatalf("/livez %d %q", code, body)
 		}
 	})
+	t.Run("pprof serves the process's profiles", func(t *testing.T) {
+		code, body := get(t, base+"/debug/pprof/heap")
+		if code != 200 || !strings.HasPrefix(body, "\x1f\x8b") { // a gzipped profile.proto
+			t.Fatalf("/debug/pprof/heap %d (%d bytes), want 200 and a gzipped profile", code, len(body))
+		}
+		code, body = get(t, base+"/debug/pprof/profile?seconds=1")
+		if code != 200 || !strings.HasPrefix(body, "\x1f\x8b") {
+			t.Fatalf("/debug/pprof/profile %d (%d bytes), want 200 and a gzipped CPU profile", code, len(body))
+		}
+		if code, body := get(t, base+"/debug/pprof/goroutine?debug=1"); code != 200 || !strings.Contains(body, "goroutine profile:") {
+			t.Fatalf("/debug/pprof/goroutine %d %.80q, want the goroutine dump", code, body)
+		}
+	})
 	t.Run("metrics serves the registry", func(t *testing.T) {
 		if v, ok := testenv.Scrape(t, base+"/metrics").Value("herald_test_total"); !ok || v != 7 {
 			t.Fatalf("herald_test_total = %v, %v; want 7", v, ok)
