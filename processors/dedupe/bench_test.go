@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +84,69 @@ func BenchmarkRestore(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "keys/s")
+}
+
+// BenchmarkRestoreInstance measures what one instance restores when it is
+// assigned 12 partitions at once: 12 × HERALD_BENCH_RESTORE_KEYS (100,000
+// by default) herald.seen entries on the real broker, each partition read
+// read_committed into its own Task by stage.RestorePartition, with
+// parallel partitions at a time (the stage's RestoreParallelism: 4 by
+// default; 12 is every assigned partition at once). keys/s is the
+// instance's rate: every key over the wall time of the whole restore.
+//
+//	HERALD_TEST_KAFKA_BROKERS=127.0.0.1:39092 HERALD_BENCH_RESTORE_KEYS=1000000 go test -run '^$' -bench RestoreInstance -benchtime 1x -timeout 30m ./processors/dedupe
+func BenchmarkRestoreInstance(b *testing.B) {
+	brokers := testenv.Kafka(b)
+	const partitions = 12
+	perPartition := 100_000
+	if v := os.Getenv("HERALD_BENCH_RESTORE_KEYS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("HERALD_BENCH_RESTORE_KEYS=%q is not a positive integer", v)
+		}
+		perPartition = n
+	}
+	cat := testenv.Catalog(b, brokers, partitions)
+	cl := testenv.Client(b, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(10*time.Millisecond),
+		kgo.MaxBufferedRecords(100_000))
+	for p := range int32(partitions) {
+		recs := seenRecords(cat.Name(topics.Seen), perPartition)
+		for _, r := range recs {
+			r.Partition = p
+		}
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, parallel := range []int{4, partitions} {
+		b.Run(fmt.Sprintf("parallel=%d", parallel), func(b *testing.B) {
+			var elapsed time.Duration
+			for range b.N {
+				start := time.Now()
+				sem := make(chan struct{}, parallel)
+				errs := make(chan error, partitions)
+				for p := range int32(partitions) {
+					go func() {
+						sem <- struct{}{}
+						defer func() { <-sem }()
+						task := NewTask(DefaultPolicy(), TopicsOf(cat), p)
+						got, err := stage.RestorePartition(context.Background(), cl, []string{cat.Name(topics.Seen)}, p, task)
+						if err == nil && (got != int64(perPartition) || task.Len() != perPartition) {
+							err = fmt.Errorf("partition %d: restored %d records, %d keys; want %d", p, got, task.Len(), perPartition)
+						}
+						errs <- err
+					}()
+				}
+				for range partitions {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+				elapsed += time.Since(start)
+			}
+			b.ReportMetric(float64(partitions*perPartition*b.N)/elapsed.Seconds(), "keys/s")
+		})
+	}
 }
 
 func produceBench(b *testing.B, brokers []string, cat *topics.Catalog, reqs []schemas.Request) {
