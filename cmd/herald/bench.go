@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +41,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	conns := fs.Int("conns", 1, "PostgreSQL and Redis connections, each sending its share of the stream (split by dedupe scope)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "longest one stage run may take")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for BENCHMARKS.md) instead of a plain one")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every backend's client side and herald's stage, which runs in this process) to this file, for go tool pprof")
 	progress := fs.Bool("progress", false, "draw a progress bar (backends measured) on stderr even when it is not a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -86,6 +89,17 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: nothing to measure: set --brokers (HERALD_BROKERS), --postgres (HERALD_POSTGRES) or --redis (HERALD_REDIS)", errUsage)
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	bar := newProgress("bench", "backends", *progress)
 	cfg.Progress = bar.Update
 	rep, err := bench.Run(ctx, cfg)

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+func TestBenchOnTheRealBrokerPrintsARowPerRunAndItsProfile(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--brokers", strings.Join(brokers, ","), "--requests", "2000", "--txn-records", "500",
+		"--compression", "none,lz4", "--instances", "1,2", "--partitions", "2", "--cpuprofile", prof}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("herald bench exited %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"txn ≤ 500, none", "txn ≤ 500, lz4", "2 instances in one process", "produce the stream (setup)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "dedupe stage, exactly-once"); n != 4 {
+		t.Errorf("%d stage rows, want 4 (2 codecs × 2 instance counts):\n%s", n, out.String())
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		t.Fatalf("the CPU profile (%d bytes, %v) is not a gzipped profile", len(b), err)
+	}
+}
+
+func TestBenchRefusesAnUnknownCodecAndABadInstanceCount(t *testing.T) {
+	for _, tc := range []struct{ name, flag, value, want string }{
+		{"an unknown codec is named with the choices", "--compression", "lz5", `--compression: compression "lz5" is not one of none, gzip, snappy, lz4, zstd`},
+		{"a zero instance count is refused", "--instances", "0", `--instances: "0" is not a positive integer`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), []string{"bench", "--brokers", "127.0.0.1:1", tc.flag, tc.value}, &out, &errOut)
+			if code != 2 || !strings.Contains(errOut.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errOut.String(), tc.want)
+			}
+		})
+	}
+}
