@@ -1,7 +1,6 @@
 package schemas
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -74,16 +73,20 @@ func (r Request) ContentHash() string {
 }
 
 // ContentSum is the sha256 that ContentHash writes in hex. A request
-// whose payload is empty and whose strings hold no \b or \f (the usual
-// request) is hashed from its generated encoding without allocating
-// (see requestContent); any other one through encoding/json, as before.
+// whose strings hold no \b or \f (the usual request) is hashed from its
+// generated encoding (see requestContent), without allocating when its
+// payload is empty; any other one through encoding/json, as before.
 func (r *Request) ContentSum() [sha256.Size]byte {
 	c := requestContent{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, jsonNull, r.Locale, r.Channels, r.TargetDevice}
-	if len(r.Payload) != 0 || !c.plain() {
-		slow := c
-		slow.Payload = compactJSON(r.Payload)
-		b, _ := json.Marshal(slow) // only strings, slices and valid raw JSON: cannot fail
+	if !c.plain() {
+		c.Payload = compactJSON(r.Payload)
+		b, _ := json.Marshal(c) // only strings, slices and valid raw JSON: cannot fail
 		return sha256.Sum256(b)
+	}
+	if len(r.Payload) != 0 {
+		// The canonical payload is what encoding/json would write for it
+		// as it is: the generated encoder copies it unchanged.
+		c.Payload = compactJSON(r.Payload)
 	}
 	s := contentScratch.Get().(*scratch)
 	defer contentScratch.Put(s)
@@ -144,39 +147,15 @@ func (c *requestContent) plain() bool {
 // encoding/json escapes them. Numbers keep their value exactly (see
 // canonicalNumber): decoding them into float64 would make
 // 9007199254740993 and 9007199254740992 one number.
+//
+// It is the text encoding/json writes for raw decoded into any with
+// json.Number, each number replaced by canonicalNumber's text; it is
+// written without the decoding (appendCanonical).
 func compactJSON(raw json.RawMessage) json.RawMessage {
 	if len(raw) == 0 || !json.Valid(raw) {
 		return json.RawMessage("null")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return json.RawMessage("null")
-	}
-	b, err := json.Marshal(canonicalNumbers(v)) // re-marshal sorts object keys
-	if err != nil {
-		return json.RawMessage("null") // cannot happen: canonical numbers are valid JSON numbers
-	}
-	return b
-}
-
-// canonicalNumbers replaces every json.Number in a decoded document by its
-// canonical text, in place.
-func canonicalNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		return canonicalNumber(string(x))
-	case map[string]any:
-		for k, e := range x {
-			x[k] = canonicalNumbers(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = canonicalNumbers(e)
-		}
-	}
-	return v
+	return appendCanonical(make([]byte, 0, len(raw)), raw)
 }
 
 // canonicalNumber returns one text per numeric value of a JSON number
