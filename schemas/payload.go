@@ -33,8 +33,10 @@ type canonParser struct {
 	i  int
 }
 
+// space skips white space. It is called only where valid JSON has a
+// token next, so it never runs past the end.
 func (p *canonParser) space() {
-	for p.i < len(p.in) {
+	for {
 		switch p.in[p.i] {
 		case ' ', '\t', '\n', '\r':
 			p.i++
@@ -132,20 +134,21 @@ func (p *canonParser) object(dst []byte) []byte {
 	// sort keeps members of one key in their order, and only the last of
 	// each run is written.
 	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
-	text := dst[base:]
-	out := make([]byte, 0, len(text)+2)
-	out = append(out, '{')
+	// The object is written after the members' texts, then moved down
+	// over them.
+	end := len(dst)
+	dst = append(dst, '{')
 	for i, m := range members {
 		if i+1 < len(members) && bytes.Equal(members[i+1].key, m.key) {
 			continue
 		}
-		if len(out) > 1 {
-			out = append(out, ',')
+		if len(dst) > end+1 {
+			dst = append(dst, ',')
 		}
-		out = append(out, text[m.start-base:m.end-base]...)
+		dst = append(dst, dst[m.start:m.end]...)
 	}
-	out = append(out, '}')
-	return append(dst[:base], out...)
+	dst = append(dst, '}')
+	return dst[:base+copy(dst[base:], dst[end:])]
 }
 
 // stringToken returns the string token at p.i, quotes included.
@@ -202,19 +205,26 @@ func decodedKey(tok, canon []byte) []byte {
 // zero) is its own canonical text, as a float64 holds it exactly and
 // encoding/json writes it in digits.
 func appendCanonicalNumber(dst, num []byte) []byte {
+	if plainNumber(num) {
+		return append(dst, num...)
+	}
+	return append(dst, canonicalNumber(string(num))...)
+}
+
+// plainNumber reports whether a valid JSON number is an integer of 1 to
+// 15 digits without a leading zero, or 0: its text is canonicalNumber's.
+func plainNumber(num []byte) bool {
 	digits := num
 	if len(digits) > 0 && digits[0] == '-' {
 		digits = digits[1:]
 	}
-	simple := len(digits) > 0 && len(digits) <= 15 && (digits[0] != '0' || len(num) == 1)
+	if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' && len(num) > 1 {
+		return false
+	}
 	for _, c := range digits {
 		if c < '0' || c > '9' {
-			simple = false
-			break
+			return false
 		}
 	}
-	if simple {
-		return append(dst, num...)
-	}
-	return append(dst, canonicalNumber(string(num))...)
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -56,7 +57,40 @@ var payloadCases = []string{
 	`{"k":1,"k":{"x":1},"j":2,"k":3}`, `{"\u0061":1,"a":2}`, `{"é":1,"e":2,"\u00e9":3}`, `{"<":1,"&":2,">":3}`,
 	`{"":0," ":1}`, `{"a\"b":1,"a":2}`, `{"n":12345678901234567890123e-3,"m":1.0,"o":-1e-400}`,
 	"{\"bad\xffkey\":1,\"x\":\"bad\xfe\"}", `[1,2,3` /* invalid: null */, `{"a":1} {}` /* trailing data: null */, `{"a":01}`,
-	"\t{\n\"a\" :\r[ true ,false,null ] }\n",
+	"\t{\n\"a\" :\r[ true ,false,null ] }\n", `1e+5`, `-1E+400`, `"<"`, `">"`, `"&"`, `{">":1,"<":2}`,
+}
+
+func TestPlainTokensAreThoseWhoseTextIsCanonical(t *testing.T) {
+	strs := []struct {
+		tok   string
+		plain bool
+	}{
+		{`""`, true}, {`"plain text ~ !#$%'()*+,-./:;=?@[]^_{|}"`, true},
+		{`" "`, true}, {`"~"`, true},
+		{`"<"`, false}, {`">"`, false}, {`"&"`, false}, {`"\\"`, false}, {`"\""`, false}, {`"\n"`, false},
+		{"\"\x1f\"", false}, {"\"\x7f\"", false}, {`"é"`, false}, {"\"\xff\"", false},
+	}
+	for _, c := range strs {
+		t.Run(fmt.Sprintf("the string %q is plain: %v", c.tok, c.plain), func(t *testing.T) {
+			if got := plainString([]byte(c.tok)); got != c.plain {
+				t.Fatalf("plainString(%q) = %v", c.tok, got)
+			}
+		})
+	}
+	nums := []struct {
+		num   string
+		plain bool
+	}{
+		{"0", true}, {"7", true}, {"-7", true}, {"123456789012345", true}, {"-123456789012345", true}, {"9", true},
+		{"-0", false}, {"1234567890123456", false}, {"1.5", false}, {"1e5", false}, {"10E2", false}, {"-", false}, {"", false},
+	}
+	for _, c := range nums {
+		t.Run(fmt.Sprintf("the number %q is plain: %v", c.num, c.plain), func(t *testing.T) {
+			if got := plainNumber([]byte(c.num)); got != c.plain {
+				t.Fatalf("plainNumber(%q) = %v", c.num, got)
+			}
+		})
+	}
 }
 
 func TestCanonicalPayloadIsEncodingJSONs(t *testing.T) {
