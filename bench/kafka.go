@@ -410,21 +410,33 @@ func countDecisions(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, 
 // readCommitted feeds every record of topic that a read_committed consumer
 // sees, up to each partition's last stable offset now, to f.
 func readCommitted(ctx context.Context, adm *kadm.Client, topic string, o KafkaOptions, f func(*kgo.Record) error) error {
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	hwms, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("bench: kafka: list offsets of %s: %w", topic, err)
 	}
-	if err := ends.Error(); err != nil {
+	if err := hwms.Error(); err != nil {
 		return fmt.Errorf("bench: kafka: list offsets of %s: %w", topic, err)
 	}
+	lister, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("bench: kafka: offsets client: %w", err)
+	}
+	defer lister.Close()
+	// Up to each partition's settled end, not its last stable offset: the
+	// stage's last transaction may have committed with its markers still
+	// on the way, and reading to the last stable offset would miss it.
 	want := map[int32]int64{}
 	starts := map[int32]kgo.Offset{}
-	ends.Each(func(l kadm.ListedOffset) {
-		if l.Offset > 0 {
-			want[l.Partition] = l.Offset
-			starts[l.Partition] = kgo.NewOffset().AtStart()
+	for p := range hwms[topic] {
+		end, err := stage.SettledEnd(ctx, lister, topic, p, slog.New(slog.DiscardHandler)) // its log line speaks of a restore
+		if err != nil {
+			return fmt.Errorf("bench: kafka: end of %s/%d: %w", topic, p, err)
 		}
-	})
+		if end > 0 {
+			want[p] = end
+			starts[p] = kgo.NewOffset().AtStart()
+		}
+	}
 	if len(want) == 0 {
 		return nil
 	}
