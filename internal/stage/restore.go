@@ -100,16 +100,6 @@ func settledEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, log 
 	}
 }
 
-// SettledEnd is partition p of topic's last stable offset once every
-// transaction open on it when SettledEnd is called has ended (settledEnd):
-// a read_committed reader that reads up to it sees every transaction that
-// had committed before the call. The last stable offset alone can stop
-// short of one: its markers are written after EndTxn returns. log says
-// when it waits.
-func SettledEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, log *slog.Logger) (int64, error) {
-	return settledEnd(ctx, cl, topic, p, log)
-}
-
 // settlePoll spaces the offset listings of settledEnd (no jitter needed:
 // its ceiling is used as a plain growing interval).
 var settlePoll = backoff.Policy{Min: 10 * time.Millisecond, Max: 500 * time.Millisecond}
@@ -339,4 +329,14 @@ func listOffsets(ctx context.Context, cl *kgo.Client, topic string, isolation in
 		}
 	}
 	return offs, nil
+}
+
+// SettledEnd is partition p of topic's last stable offset once every
+// transaction open on it when SettledEnd is called has ended (settledEnd):
+// a read_committed reader that reads up to it sees every transaction that
+// had committed before the call. The last stable offset alone can stop
+// short of one: its markers are written after EndTxn returns. log says
+// when it waits.
+func SettledEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, log *slog.Logger) (int64, error) {
+	return settledEnd(ctx, cl, topic, p, log)
 }
