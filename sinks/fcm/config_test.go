@@ -168,35 +168,35 @@ func hangingTokens(t *testing.T, timeout time.Duration) (em *emulator.Emulator, 
 }
 
 func TestATokenFetchEndsWithTheSendThatNeedsIt(t *testing.T) {
-	t.Run("a send cancelled while its token is fetched stops the fetch and sends nothing", func(t *testing.T) {
-		em, p, arrived, gaveUp := hangingTokens(t, time.Hour)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan sinks.Result, 1)
-		go func() { done <- p.Send(ctx, command("fcm-token")) }()
-		testenv.Await(t, arrived, "the token request")
-		cancel()
-		res := testenv.Await(t, done, "the cancelled send")
-		if res.Class != sinks.Retryable || res.Rule != "not_sent" || !errors.Is(res.Err, context.Canceled) {
-			t.Fatalf("got %v %q (%v), want retryable not_sent caused by the cancellation", res.Class, res.Rule, res.Err)
-		}
-		testenv.Await(t, gaveUp, "the token endpoint seeing the fetch abandoned")
-		if n := em.Total(); n != 0 {
-			t.Fatalf("the emulator read %d messages, want none", n)
-		}
-	})
-	t.Run("a fetch longer than TokenTimeout fails the send that has no deadline of its own", func(t *testing.T) {
-		em, p, _, gaveUp := hangingTokens(t, 50*time.Millisecond)
-		done := make(chan sinks.Result, 1)
-		go func() { done <- p.Send(context.Background(), command("fcm-token")) }()
-		res := testenv.Await(t, done, "the send whose token fetch timed out")
-		if res.Class != sinks.Retryable || res.Rule != "not_sent" || !errors.Is(res.Err, context.DeadlineExceeded) {
-			t.Fatalf("got %v %q (%v), want retryable not_sent after the token timeout", res.Class, res.Rule, res.Err)
-		}
-		testenv.Await(t, gaveUp, "the token endpoint seeing the fetch abandoned")
-		if n := em.Total(); n != 0 {
-			t.Fatalf("the emulator read %d messages, want none", n)
-		}
-	})
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // TokenTimeout
+		cancel  bool          // cancel the send once its token is asked for
+		want    error
+	}{
+		{"a send cancelled while its token is fetched stops the fetch and sends nothing", time.Hour, true, context.Canceled},
+		{"a fetch longer than TokenTimeout fails the send that has no deadline of its own", 50 * time.Millisecond, false, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			em, p, arrived, gaveUp := hangingTokens(t, tc.timeout)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan sinks.Result, 1)
+			go func() { done <- p.Send(ctx, command("fcm-token")) }()
+			if tc.cancel {
+				testenv.Await(t, arrived, "the token request")
+				cancel()
+			}
+			res := testenv.Await(t, done, "the send")
+			if res.Class != sinks.Retryable || res.Rule != "not_sent" || !errors.Is(res.Err, tc.want) {
+				t.Fatalf("got %v %q (%v), want retryable not_sent caused by %v", res.Class, res.Rule, res.Err, tc.want)
+			}
+			testenv.Await(t, gaveUp, "the token endpoint seeing the fetch abandoned")
+			if n := em.Total(); n != 0 {
+				t.Fatalf("the emulator read %d messages, want none", n)
+			}
+		})
+	}
 	t.Run("a send waiting for another's fetch gives up when its own context ends", func(t *testing.T) {
 		em, p, arrived, _ := hangingTokens(t, time.Hour)
 		first, stopFirst := context.WithCancel(context.Background())
