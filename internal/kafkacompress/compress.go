@@ -10,6 +10,7 @@
 package kafkacompress
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 
@@ -42,11 +43,30 @@ func Codec(name string) (kgo.CompressionCodec, error) {
 }
 
 // Opt is the client option that makes a producer compress its batches
-// with the codec named name.
+// with the codec named name. One Opt may serve any number of clients, also
+// built concurrently: it carries a compressor built once (safe for
+// concurrent use), not kgo.ProducerBatchCompression's codec list, which
+// franz-go v1.22 rewrites in place in every NewClient (a data race between
+// clients sharing the option).
 func Opt(name string) (kgo.Opt, error) {
 	c, err := Codec(name)
 	if err != nil {
 		return nil, err
 	}
-	return kgo.ProducerBatchCompression(c), nil
+	comp, err := kgo.DefaultCompressor(c)
+	if err != nil {
+		return nil, fmt.Errorf("compression %q: %w", name, err)
+	}
+	if comp == nil { // none: DefaultCompressor has no compressor for it
+		return kgo.WithCompressor(uncompressed{}), nil
+	}
+	return kgo.WithCompressor(comp), nil
+}
+
+// uncompressed is the compressor of "none": it never compresses, and the
+// producer then writes its batches as they are.
+type uncompressed struct{}
+
+func (uncompressed) Compress(*bytes.Buffer, []byte, ...kgo.CompressFlag) ([]byte, kgo.CompressionCodecType) {
+	return nil, kgo.CodecNone
 }

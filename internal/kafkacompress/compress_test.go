@@ -3,6 +3,7 @@ package kafkacompress_test
 import (
 	"bytes"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -55,5 +56,33 @@ func TestAnUnknownCodecIsRefusedWithTheChoices(t *testing.T) {
 func TestTheDefaultIsACodecName(t *testing.T) {
 	if _, err := kafkacompress.Codec(kafkacompress.Default); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestOneOptServesClientsBuiltConcurrently(t *testing.T) {
+	// Under -race: the stages of one process build their clients from one
+	// set of options at the same time.
+	brokers := testenv.Kfake(t).ListenAddrs()
+	for _, name := range kafkacompress.Names {
+		t.Run("the "+name+" option is shared by eight clients built at once", func(t *testing.T) {
+			opt, err := kafkacompress.Opt(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), opt)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					cl.Close()
+				}()
+			}
+			wg.Wait()
+		})
 	}
 }
