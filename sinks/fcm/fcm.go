@@ -112,7 +112,6 @@ type Config struct {
 type Provider struct {
 	cl       *messaging.Client
 	base     *http.Transport
-	auth     *bearer
 	priority string
 	maxTTL   time.Duration
 	now      func() time.Time
@@ -169,7 +168,7 @@ func New(ctx context.Context, c Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fcm: messaging client: %w", err)
 	}
-	p := &Provider{cl: cl, base: base, auth: auth, priority: c.Priority, maxTTL: c.MaxTTL, now: c.Now}
+	p := &Provider{cl: cl, base: base, priority: c.Priority, maxTTL: c.MaxTTL, now: c.Now}
 	if p.priority == "" {
 		p.priority = "high"
 	}
