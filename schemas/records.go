@@ -78,15 +78,14 @@ func (r Request) ContentHash() string {
 // payload is empty; any other one through encoding/json, as before.
 func (r *Request) ContentSum() [sha256.Size]byte {
 	c := requestContent{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, jsonNull, r.Locale, r.Channels, r.TargetDevice}
-	if !c.plain() {
+	if len(r.Payload) != 0 {
+		// The canonical payload is what encoding/json writes for it as it
+		// is, and the generated encoder copies it unchanged.
 		c.Payload = compactJSON(r.Payload)
+	}
+	if !c.plain() {
 		b, _ := json.Marshal(c) // only strings, slices and valid raw JSON: cannot fail
 		return sha256.Sum256(b)
-	}
-	if len(r.Payload) != 0 {
-		// The canonical payload is what encoding/json would write for it
-		// as it is: the generated encoder copies it unchanged.
-		c.Payload = compactJSON(r.Payload)
 	}
 	s := contentScratch.Get().(*scratch)
 	defer contentScratch.Put(s)
