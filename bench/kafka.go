@@ -210,7 +210,7 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	if err != nil {
 		return row, produced, err
 	}
-	row.Accepted, row.Decisions, err = countDecisions(ctx, adm, cat, s, o)
+	row.Accepted, row.Decisions, err = countDecisions(ctx, cat, s, o)
 	return row, produced, err
 }
 
@@ -370,9 +370,9 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 // returns the accepted count and the number of decisions. It fails when the
 // two topics disagree, when a notification was accepted twice, or when the
 // outcomes differ from what the stream must give.
-func countDecisions(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, s *Stream, o KafkaOptions) (accepted, decisions int, err error) {
+func countDecisions(ctx context.Context, cat *topics.Catalog, s *Stream, o KafkaOptions) (accepted, decisions int, err error) {
 	outcomes := map[string]int{}
-	err = readCommitted(ctx, adm, cat.Name(topics.Decisions), o, func(r *kgo.Record) error {
+	err = readCommitted(ctx, cat.Name(topics.Decisions), o, func(r *kgo.Record) error {
 		var d schemas.Decision
 		if err := schemas.Decode(r.Value, &d); err != nil {
 			return err
@@ -385,7 +385,7 @@ func countDecisions(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, 
 		return 0, 0, err
 	}
 	ids := map[string]int{}
-	err = readCommitted(ctx, adm, cat.Name(topics.Accepted), o, func(r *kgo.Record) error {
+	err = readCommitted(ctx, cat.Name(topics.Accepted), o, func(r *kgo.Record) error {
 		var a schemas.Accepted
 		if err := schemas.Decode(r.Value, &a); err != nil {
 			return err
@@ -407,27 +407,21 @@ func countDecisions(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, 
 	return accepted, decisions, nil
 }
 
-// readCommitted feeds every record of topic that a read_committed consumer
-// sees, up to each partition's last stable offset now, to f.
-func readCommitted(ctx context.Context, adm *kadm.Client, topic string, o KafkaOptions, f func(*kgo.Record) error) error {
-	hwms, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("bench: kafka: list offsets of %s: %w", topic, err)
-	}
-	if err := hwms.Error(); err != nil {
-		return fmt.Errorf("bench: kafka: list offsets of %s: %w", topic, err)
-	}
+// readCommitted feeds every record of topic (one of the run's topics, of
+// o.Partitions partitions) that a read_committed consumer sees, up to each
+// partition's settled end now (stage.SettledEnd), to f. Not the last
+// stable offset: the stage's last transaction may have committed with its
+// markers still on the way, and reading to the last stable offset would
+// miss it.
+func readCommitted(ctx context.Context, topic string, o KafkaOptions, f func(*kgo.Record) error) error {
 	lister, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
 	if err != nil {
 		return fmt.Errorf("bench: kafka: offsets client: %w", err)
 	}
 	defer lister.Close()
-	// Up to each partition's settled end, not its last stable offset: the
-	// stage's last transaction may have committed with its markers still
-	// on the way, and reading to the last stable offset would miss it.
 	want := map[int32]int64{}
 	starts := map[int32]kgo.Offset{}
-	for p := range hwms[topic] {
+	for p := range o.Partitions {
 		end, err := stage.SettledEnd(ctx, lister, topic, p, slog.New(slog.DiscardHandler)) // its log line speaks of a restore
 		if err != nil {
 			return fmt.Errorf("bench: kafka: end of %s/%d: %w", topic, p, err)
