@@ -71,8 +71,8 @@ func fillSeenSet(task *Task, n int) {
 		binary.LittleEndian.PutUint64(v.notification[:8], next())
 		binary.LittleEndian.PutUint64(v.request[:8], next())
 		binary.LittleEndian.PutUint64(v.content[:8], next())
-		task.pending[k] = pendingVal{val: v}
-		task.expiry.push(expiryItem{key: k, at: v.expiresAt})
+		task.setPending(k, pendingVal{val: v})
+		task.pendQ.push(expiryItem{key: k, at: v.expiresAt})
 		if i%10_000 == 9_999 || i == n-1 {
 			task.Commit()
 		}

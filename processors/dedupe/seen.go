@@ -13,8 +13,9 @@ import (
 // The seen-set in memory. herald.seen holds schemas.SeenEntry records in
 // JSON under keys "idem/<id>" and "dedupe/<id>"; in memory a key is its
 // kind and the 16 bytes its id spells (seenKey), and an entry the fixed,
-// pointer-free seenVal, so the garbage collector never scans the seen-set
-// and a lookup allocates nothing. The few fields that have no fixed form
+// pointer-free seenVal (packed further in the committed tables, see
+// seentable.go), so the garbage collector never scans the seen-set and a
+// lookup allocates nothing. The few fields that have no fixed form
 // (a request id that is not a herald id, an outcome other than accepted or
 // duplicate) are kept as strings beside it (seenStrings), flagged in
 // seenVal. A content hash that is not a sha256 in lower-case hex is not
@@ -169,51 +170,4 @@ func outcomeOf(v seenVal, s seenStrings) string {
 		return schemas.DecisionDuplicate
 	}
 	return s.outcome
-}
-
-// seenTable is the committed seen-set: a map from key to the position of
-// the entry in a dense slice. A map slot holds 17 + 4 bytes instead of
-// 17 + 80, so the map's spare capacity (a Go map is between 7/16 and 7/8
-// full) costs little, and the entries themselves sit packed. A deleted
-// entry's position is reused by the next entry set.
-type seenTable struct {
-	index map[seenKey]uint32
-	vals  []seenVal
-	free  []uint32 // positions of deleted entries
-}
-
-func newSeenTable() seenTable { return seenTable{index: map[seenKey]uint32{}} }
-
-func (s *seenTable) len() int { return len(s.index) }
-
-func (s *seenTable) get(k seenKey) (seenVal, bool) {
-	i, ok := s.index[k]
-	if !ok {
-		return seenVal{}, false
-	}
-	return s.vals[i], true
-}
-
-func (s *seenTable) set(k seenKey, v seenVal) {
-	if i, ok := s.index[k]; ok {
-		s.vals[i] = v
-		return
-	}
-	var i uint32
-	if n := len(s.free); n > 0 {
-		i = s.free[n-1]
-		s.free = s.free[:n-1]
-		s.vals[i] = v
-	} else {
-		i = uint32(len(s.vals))
-		s.vals = append(s.vals, v)
-	}
-	s.index[k] = i
-}
-
-func (s *seenTable) delete(k seenKey) {
-	if i, ok := s.index[k]; ok {
-		delete(s.index, k)
-		s.free = append(s.free, i)
-	}
 }

@@ -162,8 +162,16 @@ func TestASeenSetLookupDoesNotAllocate(t *testing.T) {
 	feed(t, task, 0, []sent{{req("paid", "inv_2", "evt_2"), 0}, {odd, 0}})
 	task.Commit()
 	keys := []seenKey{}
-	for k := range task.seen.index {
-		keys = append(keys, k)
+	for kind := kindIdem; kind <= kindDedupe; kind++ {
+		tb := task.table(kind)
+		for pos := range tb.used {
+			if id, ok := tb.keyAt(pos); ok {
+				keys = append(keys, seenKey{id: id, kind: kind})
+			}
+		}
+	}
+	if len(keys) != 4 {
+		t.Fatalf("%d keys committed, want 4", len(keys))
 	}
 	if n := testing.AllocsPerRun(100, func() {
 		for _, k := range keys {
@@ -238,51 +246,5 @@ func TestAFewAllocationsPerRequest(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(2000, step); n > 5 {
 		t.Fatalf("%.1f allocations per request, want at most 5", n)
-	}
-}
-
-func TestTheSeenTableKeepsEntriesPackedAndReusesDeletedPositions(t *testing.T) {
-	key := func(b byte, kind seenKind) seenKey { return seenKey{id: [16]byte{b}, kind: kind} }
-	val := func(at int64) seenVal { return seenVal{firstAt: at, expiresAt: at + 1} }
-	s := newSeenTable()
-	s.set(key(1, kindIdem), val(1))
-	s.set(key(1, kindDedupe), val(2)) // same id, other kind: another key
-	s.set(key(2, kindIdem), val(3))
-	steps := []struct {
-		name      string
-		do        func()
-		want      map[seenKey]int64 // firstAt of each key present
-		positions int
-	}{
-		{"three keys set take three positions", func() {}, map[seenKey]int64{key(1, kindIdem): 1, key(1, kindDedupe): 2, key(2, kindIdem): 3}, 3},
-		{"a key set again is replaced in place", func() { s.set(key(1, kindDedupe), val(4)) },
-			map[seenKey]int64{key(1, kindIdem): 1, key(1, kindDedupe): 4, key(2, kindIdem): 3}, 3},
-		{"a deleted key is gone and the others stay", func() { s.delete(key(1, kindIdem)) },
-			map[seenKey]int64{key(1, kindDedupe): 4, key(2, kindIdem): 3}, 3},
-		{"deleting a missing key changes nothing", func() { s.delete(key(9, kindIdem)) },
-			map[seenKey]int64{key(1, kindDedupe): 4, key(2, kindIdem): 3}, 3},
-		{"a new key takes the deleted key's position", func() { s.set(key(3, kindIdem), val(5)) },
-			map[seenKey]int64{key(1, kindDedupe): 4, key(2, kindIdem): 3, key(3, kindIdem): 5}, 3},
-		{"with no position free a new key takes a new one", func() { s.set(key(4, kindIdem), val(6)) },
-			map[seenKey]int64{key(1, kindDedupe): 4, key(2, kindIdem): 3, key(3, kindIdem): 5, key(4, kindIdem): 6}, 4},
-	}
-	for _, st := range steps {
-		t.Run(st.name, func(t *testing.T) {
-			st.do()
-			if s.len() != len(st.want) {
-				t.Fatalf("%d keys, want %d", s.len(), len(st.want))
-			}
-			for k, at := range st.want {
-				if v, ok := s.get(k); !ok || v.firstAt != at || v.expiresAt != at+1 {
-					t.Fatalf("key %v: %+v, %v; want first at %d", k, v, ok, at)
-				}
-			}
-			if _, ok := s.get(key(1, kindIdem)); ok != (st.want[key(1, kindIdem)] != 0) {
-				t.Fatalf("the deleted key is found: %v", ok)
-			}
-			if len(s.vals) != st.positions {
-				t.Fatalf("%d positions used, want %d", len(s.vals), st.positions)
-			}
-		})
 	}
 }

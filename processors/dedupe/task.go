@@ -17,20 +17,22 @@ type Topics struct {
 }
 
 // Task is the dedupe stage's state for one requests partition: the
-// committed seen-set, the changes of the open transaction, and an expiry
-// queue for tombstones. Its state holds no pointers per key (see seen.go),
-// and the records it emits are carved from slabs it allocates in bulk
-// (see out.go), so a request costs few allocations.
+// committed seen-set (a packed table per kind of key, see seentable.go),
+// the changes of the open transaction, and expiry queues for tombstones
+// (see expiry.go). Its state holds no pointers per key, and the records it
+// emits are carved from slabs it allocates in bulk (see out.go), so a
+// request costs few allocations.
 type Task struct {
 	policy    Policy
 	topics    Topics
 	partition int32
 
-	seen    seenTable
-	strs    map[seenKey]seenStrings // the strings of entries flagged flagStrings
+	seen    [2]*seenTable     // by kind: kindIdem-1, kindDedupe-1
+	queued  [2]queue[posItem] // the expiries of seen, by kind
 	pending map[seenKey]pendingVal
-	expiry  expiryQueue
-	popped  []expiryItem // popped in this transaction, re-queued on abort
+	order   []seenKey         // the keys of pending, in the order first changed
+	pendQ   queue[expiryItem] // the expiries of pending
+	popped  []poppedItem      // popped from queued in this transaction, re-queued on abort
 
 	streamTime, pendingStreamTime int64
 
@@ -56,16 +58,34 @@ type pendingVal struct {
 	deleted bool
 }
 
+// poppedItem is an item popped from queued[kind-1].
+type poppedItem struct {
+	kind seenKind
+	item posItem
+}
+
 var _ stage.Task = (*Task)(nil)
 
 // NewTask returns the empty task of one partition.
 func NewTask(p Policy, t Topics, partition int32) *Task {
 	return &Task{policy: p, topics: t, partition: partition,
-		seen: newSeenTable(), strs: map[seenKey]seenStrings{}, pending: map[seenKey]pendingVal{}}
+		seen:    [2]*seenTable{newSeenTable(partition, true), newSeenTable(partition, false)},
+		pending: map[seenKey]pendingVal{}}
 }
 
 // Len is the number of committed seen-set entries.
-func (t *Task) Len() int { return t.seen.len() }
+func (t *Task) Len() int { return t.seen[0].len() + t.seen[1].len() }
+
+// table is the committed table of a kind.
+func (t *Task) table(kind seenKind) *seenTable { return t.seen[kind-1] }
+
+// setPending notes a change of the open transaction.
+func (t *Task) setPending(k seenKey, p pendingVal) {
+	if _, ok := t.pending[k]; !ok {
+		t.order = append(t.order, k)
+	}
+	t.pending[k] = p
+}
 
 // Restore implements stage.Task. A value that is not a seen entry fails the
 // restore; an entry under a key in neither of the stage's forms
@@ -73,8 +93,9 @@ func (t *Task) Len() int { return t.seen.len() }
 func (t *Task) Restore(r *kgo.Record) error {
 	k, ok := parseSeenKey(r.Key)
 	if r.Value == nil {
-		t.seen.delete(k)
-		delete(t.strs, k)
+		if ok {
+			t.table(k.kind).delete(&k.id)
+		}
 		return nil
 	}
 	e := &t.entry // its strings point into r.Value: valOf copies what it keeps
@@ -85,13 +106,8 @@ func (t *Task) Restore(r *kgo.Record) error {
 		return nil
 	}
 	v, s := valOf(e)
-	t.seen.set(k, v)
-	if v.flags&flagStrings != 0 {
-		t.strs[k] = s
-	} else {
-		delete(t.strs, k)
-	}
-	t.expiry.push(expiryItem{key: k, at: v.expiresAt})
+	pos := t.table(k.kind).set(&k.id, v, s)
+	t.queued[k.kind-1].push(newPosItem(v.expiresAt, pos))
 	t.streamTime = max(t.streamTime, v.firstAt)
 	t.pendingStreamTime = t.streamTime
 	return nil
@@ -103,11 +119,7 @@ func (t *Task) get(k seenKey) (seenVal, seenStrings, bool) {
 	if p, ok := t.pending[k]; ok {
 		return p.val, p.strs, !p.deleted
 	}
-	v, ok := t.seen.get(k)
-	if ok && v.flags&flagStrings != 0 {
-		return v, t.strs[k], true
-	}
-	return v, seenStrings{}, ok
+	return t.table(k.kind).get(&k.id)
 }
 
 func (t *Task) hexString(id *[16]byte) string {
@@ -176,10 +188,9 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 		}
 		r.Partition = t.partition
 		out.Emit(r)
-		t.pending[c.key] = pendingVal{val: c.val, strs: c.strs}
-		// Queued now so it can expire within this transaction; an abort
-		// leaves a stale item that expire skips.
-		t.expiry.push(expiryItem{key: c.key, at: c.val.expiresAt})
+		t.setPending(c.key, pendingVal{val: c.val, strs: c.strs})
+		// Queued now so it can expire within this transaction.
+		t.pendQ.push(expiryItem{key: c.key, at: c.val.expiresAt})
 	}
 	if fx.accepted {
 		t.draft.accepted = acceptedOf(req, at)
@@ -203,36 +214,66 @@ func (t *Task) Tick(*stage.Out) {}
 // policy's skew allowance.
 func (t *Task) expire(out *stage.Out) {
 	now := t.pendingStreamTime - t.policy.SkewAllowanceMs
-	for len(t.expiry) > 0 && t.expiry[0].at <= now {
-		it := t.expiry.pop()
-		t.popped = append(t.popped, it)
-		v, _, ok := t.get(it.key)
-		if !ok || v.expiresAt != it.at {
+	for {
+		key, at, ok := t.nextDue(now)
+		if !ok {
+			return
+		}
+		v, _, ok := t.get(key)
+		if !ok || v.expiresAt != at {
 			continue // replaced or already deleted: a newer item covers it
 		}
 		r := t.out.newRecord()
-		r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(it.key.appendKey(t.out.reserve(textRoom))), t.partition
+		r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(key.appendKey(t.out.reserve(textRoom))), t.partition
 		out.Emit(r)
-		t.pending[it.key] = pendingVal{deleted: true}
+		t.setPending(key, pendingVal{deleted: true})
 	}
 }
 
-// Commit implements stage.Task.
-func (t *Task) Commit() {
-	for k, p := range t.pending {
-		if p.deleted {
-			t.seen.delete(k)
-			delete(t.strs, k)
-			continue
+// nextDue pops the earliest item due at now from the three queues (the
+// committed entries', by kind, before the open transaction's at one
+// time), and returns its key and time. A committed item whose position
+// holds no key is popped and skipped.
+func (t *Task) nextDue(now int64) (key seenKey, at int64, ok bool) {
+	for {
+		kind := seenKind(0)
+		for i := range t.queued {
+			if t.queued[i].due(now) && (kind == 0 || t.queued[i][0].when() < t.queued[kind-1][0].when()) {
+				kind = seenKind(i + 1)
+			}
 		}
-		t.seen.set(k, p.val)
-		if p.val.flags&flagStrings != 0 {
-			t.strs[k] = p.strs
-		} else {
-			delete(t.strs, k)
+		if kind == 0 || t.pendQ.due(now) && t.pendQ[0].at < t.queued[kind-1][0].when() {
+			if !t.pendQ.due(now) {
+				return key, 0, false
+			}
+			it := t.pendQ.pop()
+			return it.key, it.at, true
+		}
+		it := t.queued[kind-1].pop()
+		t.popped = append(t.popped, poppedItem{kind: kind, item: it})
+		if id, live := t.table(kind).keyAt(it.pos); live {
+			return seenKey{id: id, kind: kind}, it.when(), true
 		}
 	}
+}
+
+// Commit implements stage.Task. The changes are applied in the order they
+// were made, so positions, and the order of tombstones of one expiry, do
+// not depend on map iteration.
+func (t *Task) Commit() {
+	for _, k := range t.order {
+		p := t.pending[k]
+		tb := t.table(k.kind)
+		if p.deleted {
+			tb.delete(&k.id)
+			continue
+		}
+		pos := tb.set(&k.id, p.val, p.strs)
+		t.queued[k.kind-1].push(newPosItem(p.val.expiresAt, pos))
+	}
 	clear(t.pending)
+	t.order = t.order[:0]
+	t.pendQ = t.pendQ[:0]
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
 	t.decisions.Commit()
@@ -241,60 +282,12 @@ func (t *Task) Commit() {
 // Abort implements stage.Task.
 func (t *Task) Abort() {
 	clear(t.pending)
-	for _, it := range t.popped {
-		t.expiry.push(it)
+	t.order = t.order[:0]
+	t.pendQ = t.pendQ[:0]
+	for _, p := range t.popped {
+		t.queued[p.kind-1].push(p.item)
 	}
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
 	t.decisions.Abort()
-}
-
-// expiryItem is one queued expiry: the key and the expiry it had when
-// queued (an item whose key has since changed is stale and skipped).
-type expiryItem struct {
-	at  int64
-	key seenKey
-}
-
-// expiryQueue is a binary min-heap of expiry items by time, without the
-// boxing of container/heap.
-type expiryQueue []expiryItem
-
-func (q *expiryQueue) push(it expiryItem) {
-	h := append(*q, it)
-	i := len(h) - 1
-	for i > 0 {
-		parent := (i - 1) / 2
-		if h[parent].at <= h[i].at {
-			break
-		}
-		h[parent], h[i] = h[i], h[parent]
-		i = parent
-	}
-	*q = h
-}
-
-func (q *expiryQueue) pop() expiryItem {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	i := 0
-	for {
-		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(h) && h[l].at < h[least].at {
-			least = l
-		}
-		if r < len(h) && h[r].at < h[least].at {
-			least = r
-		}
-		if least == i {
-			break
-		}
-		h[i], h[least] = h[least], h[i]
-		i = least
-	}
-	*q = h
-	return top
 }

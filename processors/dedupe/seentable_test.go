@@ -1,0 +1,250 @@
+package dedupe
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func tableID(n uint64) [16]byte {
+	var id [16]byte
+	binary.LittleEndian.PutUint64(id[:8], n)
+	binary.LittleEndian.PutUint64(id[8:], ^n)
+	return id
+}
+
+// packable is an entry whose every field fits the packed form.
+func packable(n int64) seenVal {
+	v := seenVal{firstAt: 1_700_000_000_000 + n, expiresAt: 1_700_000_060_000 + n, offset: n, partition: 4,
+		outcome: outcomeDuplicate, flags: flagContent}
+	binary.LittleEndian.PutUint64(v.notification[:], uint64(n)*7+1)
+	binary.LittleEndian.PutUint64(v.request[8:], uint64(n)*11+3)
+	binary.LittleEndian.PutUint64(v.content[4:], uint64(n)*13+5)
+	return v
+}
+
+func TestTheSeenTableGivesBackEveryEntryItIsGiven(t *testing.T) {
+	strs := seenStrings{request: "call #1"}
+	cases := []struct {
+		name     string
+		sums     bool
+		val      func(v *seenVal)
+		strs     seenStrings
+		wantSide bool
+		want     func(v *seenVal) // what a lookup gives back, from the value set
+	}{
+		{"an ordinary entry is packed", true, func(*seenVal) {}, seenStrings{}, false, nil},
+		{"an entry at the first millisecond of 1970 is packed", true, func(v *seenVal) { v.firstAt, v.expiresAt = 0, 0 }, seenStrings{}, false, nil},
+		{"an entry before 1970 is kept whole", true, func(v *seenVal) { v.firstAt = -1 }, seenStrings{}, true, nil},
+		{"an entry at the last millisecond of 48 bits is packed", true, func(v *seenVal) { v.firstAt, v.expiresAt = maxFirstAt, maxFirstAt+maxWindow }, seenStrings{}, false, nil},
+		{"an entry past 48 bits of milliseconds is kept whole", true, func(v *seenVal) { v.firstAt, v.expiresAt = maxFirstAt+1, maxFirstAt+2 }, seenStrings{}, true, nil},
+		{"a window of 32 bits is packed", true, func(v *seenVal) { v.expiresAt = v.firstAt + maxWindow }, seenStrings{}, false, nil},
+		{"a window past 32 bits is kept whole", true, func(v *seenVal) { v.expiresAt = v.firstAt + maxWindow + 1 }, seenStrings{}, true, nil},
+		{"an expiry before the first time is kept whole", true, func(v *seenVal) { v.expiresAt = v.firstAt - 1 }, seenStrings{}, true, nil},
+		{"an expiry far before the first time is kept whole", true, func(v *seenVal) { v.firstAt, v.expiresAt = maxFirstAt, math.MinInt64 }, seenStrings{}, true, nil},
+		{"offset 0 is packed", true, func(v *seenVal) { v.offset = 0 }, seenStrings{}, false, nil},
+		{"the last offset of 40 bits is packed", true, func(v *seenVal) { v.offset = maxOffset }, seenStrings{}, false, nil},
+		{"an offset past 40 bits is kept whole", true, func(v *seenVal) { v.offset = maxOffset + 1 }, seenStrings{}, true, nil},
+		{"a negative offset is kept whole", true, func(v *seenVal) { v.offset = -1 }, seenStrings{}, true, nil},
+		{"an entry of another partition is kept whole", true, func(v *seenVal) { v.partition = 5 }, seenStrings{}, true, nil},
+		{"an entry with strings is kept whole with them", true, func(v *seenVal) { v.flags |= flagStrings }, strs, true, nil},
+		{"an accepted entry is packed", true, func(v *seenVal) { v.outcome = outcomeAccepted }, seenStrings{}, false, nil},
+		{"an entry without content is packed without it", true, func(v *seenVal) { v.flags, v.content = 0, [16]byte{} }, seenStrings{}, false, nil},
+		{"a table without content hashes drops the entry's", false, func(*seenVal) {}, seenStrings{}, false,
+			func(v *seenVal) { v.flags, v.content = 0, [16]byte{} }},
+		{"a table without content hashes keeps a whole entry's", false, func(v *seenVal) { v.partition = 5 }, seenStrings{}, true, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSeenTable(4, c.sums)
+			v := packable(9)
+			c.val(&v)
+			id, other := tableID(1), tableID(0)
+			s.set(&other, packable(0), seenStrings{}) // a neighbour that must stay as it is
+			pos := s.set(&id, v, c.strs)
+			want := v
+			if c.want != nil {
+				c.want(&want)
+			}
+			got, gotStrs, ok := s.get(&id)
+			if !ok || got != want || gotStrs != c.strs {
+				t.Fatalf("got %+v %+v %v, want %+v %+v", got, gotStrs, ok, want, c.strs)
+			}
+			if side := s.at(pos).bits&packedSide != 0; side != c.wantSide || len(s.side) != map[bool]int{true: 1}[side] {
+				t.Fatalf("kept whole: %v (%d on the side), want %v", side, len(s.side), c.wantSide)
+			}
+			if got, _, ok := s.get(&[16]byte{}); ok || got != (seenVal{}) {
+				t.Fatal("a missing key gave an entry")
+			}
+			// Replaced by an ordinary entry, the whole one is dropped.
+			s.set(&id, packable(2), seenStrings{})
+			if got, gotStrs, _ := s.get(&id); got != packable(2) && c.sums || gotStrs != (seenStrings{}) || len(s.side) != 0 {
+				t.Fatalf("replaced: %+v %+v, %d on the side", got, gotStrs, len(s.side))
+			}
+			s.set(&id, v, c.strs)
+			s.delete(&id)
+			if _, _, ok := s.get(&id); ok || len(s.side) != 0 || s.len() != 1 {
+				t.Fatalf("deleted: found %v, %d on the side, %d keys", ok, len(s.side), s.len())
+			}
+			if got, _, ok := s.get(&other); !ok || got.firstAt != packable(0).firstAt {
+				t.Fatalf("the neighbour changed: %+v %v", got, ok)
+			}
+		})
+	}
+}
+
+func TestTheSeenTableReusesTheLastDeletedPosition(t *testing.T) {
+	s := newSeenTable(4, true)
+	for i := range 5 {
+		if pos := s.set(&[16]byte{byte(i)}, packable(int64(i)), seenStrings{}); pos != uint32(i) {
+			t.Fatalf("key %d at position %d", i, pos)
+		}
+	}
+	if pos := s.set(&[16]byte{3}, packable(30), seenStrings{}); pos != 3 {
+		t.Fatalf("a key set again moved to position %d", pos)
+	}
+	s.delete(&[16]byte{1})
+	s.delete(&[16]byte{3})
+	s.delete(&[16]byte{9}) // missing: nothing freed
+	for _, want := range []uint32{3, 1, 5} {
+		if pos := s.set(&[16]byte{byte(10 + want)}, packable(0), seenStrings{}); pos != want {
+			t.Fatalf("new key at position %d, want %d", pos, want)
+		}
+	}
+	if s.len() != 6 || s.used != 6 {
+		t.Fatalf("%d keys in %d positions, want 6 in 6", s.len(), s.used)
+	}
+	for pos, want := range []byte{0, 11, 2, 13, 4, 15} {
+		if id, ok := s.keyAt(uint32(pos)); !ok || id != ([16]byte{want}) {
+			t.Fatalf("position %d holds %v (%v), want key %d", pos, id[0], ok, want)
+		}
+	}
+	s.delete(&[16]byte{2})
+	if _, ok := s.keyAt(2); ok {
+		t.Fatal("a deleted key's position still holds it")
+	}
+}
+
+// The table against a map, through random sets and deletes over a few
+// thousand keys: the index grows, runs of slots collide and close up, and
+// positions and chunks are reused.
+func TestTheSeenTableAgreesWithAMap(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for _, keys := range []int{10, 3000} {
+		t.Run(fmt.Sprintf("over %d keys", keys), func(t *testing.T) {
+			s := newSeenTable(4, true)
+			model := map[[16]byte]seenVal{}
+			check := func(step int) {
+				if s.len() != len(model) {
+					t.Fatalf("step %d: %d keys, want %d", step, s.len(), len(model))
+				}
+				for i := range keys {
+					id := tableID(uint64(i))
+					got, _, ok := s.get(&id)
+					want, wantOK := model[id]
+					if ok != wantOK || got != want {
+						t.Fatalf("step %d: key %d: %+v %v, want %+v %v", step, i, got, ok, want, wantOK)
+					}
+				}
+				if s.live*4 > len(s.index)*3 || int(s.used) >= len(s.index) {
+					t.Fatalf("step %d: %d keys in %d positions in an index of %d", step, s.live, s.used, len(s.index))
+				}
+			}
+			for step := range 20 * keys {
+				id := tableID(uint64(rng.IntN(keys)))
+				if rng.IntN(3) == 0 {
+					s.delete(&id)
+					delete(model, id)
+				} else {
+					v := packable(int64(step))
+					if step%7 == 0 {
+						v.partition = 1 // kept whole
+					}
+					s.set(&id, v, seenStrings{})
+					model[id] = v
+				}
+				if step%(keys/2+1) == 0 {
+					check(step)
+				}
+			}
+			check(-1)
+			for id := range model {
+				s.delete(&id)
+			}
+			if s.len() != 0 || len(s.side) != 0 || len(s.free) != int(s.used) {
+				t.Fatalf("emptied: %d keys, %d on the side, %d of %d positions free", s.len(), len(s.side), len(s.free), s.used)
+			}
+			for i, v := range s.index {
+				if v != 0 {
+					t.Fatalf("emptied: slot %d still holds %x", i, v)
+				}
+			}
+		})
+	}
+}
+
+func TestAnIndexSlotCarriesItsKeysHashAboveThePosition(t *testing.T) {
+	s := newSeenTable(0, false)
+	id := tableID(42)
+	pos := s.set(&id, packable(0), seenStrings{})
+	slot, _, _ := s.find(&id)
+	if v, want := s.index[slot], uint32(hashID(&id))&^s.low()|(pos+1); v != want {
+		t.Fatalf("slot %x, want %x", v, want)
+	}
+	if slot != s.home(hashID(&id)) {
+		t.Fatalf("an only key sits at slot %d, not its home %d", slot, s.home(hashID(&id)))
+	}
+	// A slot whose tag disagrees is passed over without reading its entry:
+	// here its entry is the key's, so only the tag can tell them apart.
+	s.index[slot] ^= 1 << 31
+	if _, _, ok := s.find(&id); ok {
+		t.Fatal("a slot with another tag was taken for the key")
+	}
+}
+
+func TestAPositionItemKeepsItsTime(t *testing.T) {
+	for _, at := range []int64{0, 1, -1, 1_700_000_000_123, math.MaxInt64, math.MinInt64, 1 << 32, 1<<32 - 1} {
+		if it := newPosItem(at, 7); it.when() != at || it.pos != 7 {
+			t.Errorf("item of %d at position 7 gives back %d at %d", at, it.when(), it.pos)
+		}
+	}
+}
+
+func TestTheExpiryQueuePopsByTimeThenPosition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var q queue[posItem]
+	var want []posItem
+	for i := range 500 {
+		it := newPosItem(int64(rng.IntN(50))-25, uint32(i))
+		q.push(it)
+		want = append(want, it)
+	}
+	for len(q) > 0 {
+		it := q.pop()
+		for _, w := range want {
+			if w.before(it) {
+				t.Fatalf("popped %d@%d before %d@%d", it.when(), it.pos, w.when(), w.pos)
+			}
+		}
+		for i, w := range want {
+			if w == it {
+				want = append(want[:i], want[i+1:]...)
+				break
+			}
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("%d items never popped", len(want))
+	}
+	if q.due(math.MaxInt64) {
+		t.Fatal("an empty queue has an item due")
+	}
+	q.push(newPosItem(10, 0))
+	if q.due(9) || !q.due(10) {
+		t.Fatal("an item is due before its time, or not at it")
+	}
+}
