@@ -34,6 +34,8 @@ type replica struct {
 
 	ready atomic.Bool // caught up with the topics' ends as of Start
 
+	dec schemas.Decoder // apply's, from the one goroutine that consumes
+
 	mu      sync.RWMutex
 	seen    map[string]schemas.SeenEntry
 	devices map[string]map[string]schemas.Device // RecipientKey → device id → device
@@ -215,13 +217,13 @@ func (r *replica) putPreferences(key string, p *schemas.Preferences) { putKey(r,
 func applyRecord[T any, P interface {
 	*T
 	schemas.Record
-}](rec *kgo.Record, put func(key string, v *T)) error {
+}](dec *schemas.Decoder, rec *kgo.Record, put func(key string, v *T)) error {
 	if rec.Value == nil {
 		put(string(rec.Key), nil)
 		return nil
 	}
 	v := new(T)
-	if err := schemas.Decode(rec.Value, P(v)); err != nil {
+	if err := dec.Decode(rec.Value, P(v)); err != nil {
 		return err
 	}
 	put(string(rec.Key), v)
@@ -233,19 +235,19 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 	var err error
 	switch rec.Topic {
 	case r.seenT:
-		what, err = "seen entry", applyRecord(rec, func(key string, e *schemas.SeenEntry) { putKey(r, r.seen, key, e) })
+		what, err = "seen entry", applyRecord(&r.dec, rec, func(key string, e *schemas.SeenEntry) { putKey(r, r.seen, key, e) })
 	case r.devicesT:
-		what, err = "device", applyRecord(rec, r.putDevice)
+		what, err = "device", applyRecord(&r.dec, rec, r.putDevice)
 	case r.prefsT:
-		what, err = "preferences", applyRecord(rec, r.putPreferences)
+		what, err = "preferences", applyRecord(&r.dec, rec, r.putPreferences)
 	case r.routeT:
-		what, err = "route state", applyRecord(rec, func(key string, e *schemas.RouteEntry) { putKey(r, r.route, key, e) })
+		what, err = "route state", applyRecord(&r.dec, rec, func(key string, e *schemas.RouteEntry) { putKey(r, r.route, key, e) })
 	case r.segmentsT:
-		what, err = "segment", applyRecord(rec, r.putSegment)
+		what, err = "segment", applyRecord(&r.dec, rec, r.putSegment)
 	case r.webhooksT:
-		what, err = "webhook", applyRecord(rec, r.putWebhook)
+		what, err = "webhook", applyRecord(&r.dec, rec, r.putWebhook)
 	case r.feedT:
-		what, err = "feed item", applyRecord(rec, r.putFeed)
+		what, err = "feed item", applyRecord(&r.dec, rec, r.putFeed)
 	}
 	if err != nil {
 		log.Debug("replica: skip undecodable "+what, "err", err)

@@ -341,9 +341,10 @@ type trackerTopics struct{ requests, decisions, attempts, outcomes, receipts str
 // waiting for a decision is answered as soon as the decision is committed,
 // however much the read model still has to catch up.
 func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, log *slog.Logger) {
+	var dec schemas.Decoder
 	pollEach(ctx, cl, log, "live decisions", func(r *kgo.Record) {
 		var d schemas.Decision
-		if err := schemas.Decode(r.Value, &d); err != nil {
+		if err := dec.Decode(r.Value, &d); err != nil {
 			log.Debug("live decisions: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
 			return
 		}
@@ -371,39 +372,40 @@ func pollEach(ctx context.Context, cl *kgo.Client, log *slog.Logger, what string
 // consume reads requests, decisions, attempts and outcomes into the read
 // model until ctx ends.
 func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, log *slog.Logger) {
+	var dec schemas.Decoder
 	pollEach(ctx, cl, log, "read model", func(r *kgo.Record) {
 		switch r.Topic {
 		case tp.requests:
 			var req schemas.Request
-			if err := schemas.Decode(r.Value, &req); err != nil {
+			if err := dec.Decode(r.Value, &req); err != nil {
 				log.Debug("read model: skip undecodable request", "partition", r.Partition, "offset", r.Offset, "err", err)
 				return
 			}
 			t.addRequest(req, r.Timestamp.UnixMilli())
 		case tp.decisions:
 			var d schemas.Decision
-			if err := schemas.Decode(r.Value, &d); err != nil {
+			if err := dec.Decode(r.Value, &d); err != nil {
 				log.Debug("read model: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
 				return
 			}
 			t.addDecision(d, r.Offset < t.liveFrom[r.Partition])
 		case tp.attempts:
 			var a schemas.Attempt
-			if err := schemas.Decode(r.Value, &a); err != nil {
+			if err := dec.Decode(r.Value, &a); err != nil {
 				log.Debug("read model: skip undecodable attempt", "partition", r.Partition, "offset", r.Offset, "err", err)
 				return
 			}
 			t.addAttempt(a)
 		case tp.outcomes:
 			var o schemas.Outcome
-			if err := schemas.Decode(r.Value, &o); err != nil {
+			if err := dec.Decode(r.Value, &o); err != nil {
 				log.Debug("read model: skip undecodable outcome", "partition", r.Partition, "offset", r.Offset, "err", err)
 				return
 			}
 			t.addOutcome(o)
 		case tp.receipts:
 			var rc schemas.Receipt
-			if err := schemas.Decode(r.Value, &rc); err != nil {
+			if err := dec.Decode(r.Value, &rc); err != nil {
 				log.Debug("read model: skip undecodable receipt", "partition", r.Partition, "offset", r.Offset, "err", err)
 				return
 			}

@@ -400,3 +400,77 @@ func TestDecodeSharedReadsACanonicalRequestInPlace(t *testing.T) {
 		t.Fatalf("title %q does not point into the encoding", r.Title)
 	}
 }
+
+// TestDecoderReadsDecisionsAsDecodeDoes: a Decoder reads a decision with
+// the record and the success or failure Decode gives, whether it is
+// exactly what Encode writes (its fast path) or not, into a decision left
+// over from another; a decision read by Decode never points into the
+// caller's bytes, one read by DecodeShared from the canonical encoding
+// does.
+func TestDecoderReadsDecisionsAsDecodeDoes(t *testing.T) {
+	canonical, _ := schemas.Encode(&schemas.Decision{DecisionID: "dedupe/requests/1/2", Stage: "dedupe", Outcome: "duplicate",
+		RequestID: "r", Tenant: "acme", Type: "t", Recipient: "u", NotificationID: "n", OriginalAt: 3,
+		Deliveries: []schemas.DecisionDelivery{{DeliveryID: "d", Channel: "apns", DeviceID: "x", State: "queued", NotBefore: 4}},
+		At: 5, SourceTopic: "requests", SourcePartition: 1, SourceOffset: 2})
+	doc := string(canonical)
+	cases := []struct{ name, doc string }{
+		{"the canonical encoding", doc},
+		{"encoding/json's encoding", func() string {
+			b, _ := json.Marshal(&schemas.Decision{Schema: schemas.DecisionV1, Detail: "<&>"})
+			return string(b)
+		}()},
+		{"spaces between fields", strings.Replace(doc, `,"stage"`, `, "stage"`, 1)},
+		{"fields in another order", `{"stage":"dedupe","schema":"` + schemas.DecisionV1 + `"}`},
+		{"a field missing", strings.Replace(doc, `"tenant":"acme",`, ``, 1)},
+		{"an unknown field", strings.Replace(doc, `"stage"`, `"extra":{},"stage"`, 1)},
+		{"an escape where the encoder writes the character", strings.Replace(doc, `"acme"`, `"\u0061cme"`, 1)},
+		{"a number with a leading zero", strings.Replace(doc, `"at":5`, `"at":05`, 1)},
+		{"a raw line feed inside a string", strings.Replace(doc, `"acme"`, "\"ac\nme\"", 1)},
+		{"invalid UTF-8 inside a string", strings.Replace(doc, `"acme"`, "\"ac\xffme\"", 1)},
+		{"null deliveries", strings.Replace(doc, doc[strings.Index(doc, `[{`):strings.Index(doc, `}]`)+2], `null`, 1)},
+		{"a delivery field unknown", strings.Replace(doc, `"deliveryId"`, `"x":1,"deliveryId"`, 1)},
+		{"another record's schema", strings.Replace(doc, schemas.DecisionV1, schemas.RequestV1, 1)},
+		{"trailing data after the object", doc + `{}`},
+		{"a document cut short", doc[:len(doc)-1]},
+	}
+	for _, s := range awkward {
+		b, _ := schemas.Encode(generated(s)[1])
+		cases = append(cases, struct{ name, doc string }{"the encoding of a decision of " + strings.ToValidUTF8(s, "?"), string(b)})
+	}
+	var d schemas.Decoder
+	for _, c := range cases {
+		t.Run(c.name+" reads as Decode reads it", func(t *testing.T) {
+			var want schemas.Decision
+			wantErr := schemas.Decode([]byte(c.doc), &want)
+			for _, shared := range []bool{false, true} {
+				got := schemas.Decision{Detail: "left over", OriginalAt: 9, Deliveries: []schemas.DecisionDelivery{{}}}
+				b := []byte(c.doc)
+				var gotErr error
+				if shared {
+					gotErr = d.DecodeShared(b, &got)
+				} else {
+					gotErr = d.Decode(b, &got)
+					for i := range b {
+						b[i] = 'x'
+					}
+				}
+				if (gotErr == nil) != (wantErr == nil) {
+					t.Fatalf("shared %v: error %v, Decode: error %v", shared, gotErr, wantErr)
+				}
+				if wantErr == nil && !reflect.DeepEqual(got, want) {
+					t.Fatalf("shared %v: read %+v, Decode %+v", shared, got, want)
+				}
+			}
+		})
+	}
+	t.Run("the canonical encoding is read in place", func(t *testing.T) {
+		var got schemas.Decision
+		if err := d.DecodeShared(canonical, &got); err != nil {
+			t.Fatal(err)
+		}
+		i := bytes.Index(canonical, []byte(`"acme"`))
+		if got.Tenant != "acme" || unsafe.StringData(got.Tenant) != &canonical[i+1] {
+			t.Fatalf("tenant %q does not point into the encoding", got.Tenant)
+		}
+	})
+}

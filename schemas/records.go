@@ -240,39 +240,39 @@ const (
 //
 //easyjson:json
 type Decision struct {
-	Schema string `json:"schema"`
+	Schema string `json:"schema,nocopy"`
 	// DecisionID is unique per decision: stage, source partition and offset.
-	DecisionID string `json:"decisionId"`
-	Stage      string `json:"stage" jsonschema:"enum=dedupe,enum=route,enum=sink"`
-	Outcome    string `json:"outcome" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected"`
+	DecisionID string `json:"decisionId,nocopy"`
+	Stage      string `json:"stage,nocopy" jsonschema:"enum=dedupe,enum=route,enum=sink"`
+	Outcome    string `json:"outcome,nocopy" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected"`
 	// Detail explains a rejection or a conflict in words.
-	Detail         string `json:"detail,omitempty"`
-	RequestID      string `json:"requestId"`
-	Tenant         string `json:"tenant"`
-	Type           string `json:"type"`
-	Recipient      string `json:"recipient"`
-	NotificationID string `json:"notificationId"`
+	Detail         string `json:"detail,omitempty,nocopy"`
+	RequestID      string `json:"requestId,nocopy"`
+	Tenant         string `json:"tenant,nocopy"`
+	Type           string `json:"type,nocopy"`
+	Recipient      string `json:"recipient,nocopy"`
+	NotificationID string `json:"notificationId,nocopy"`
 	// OccurrenceID is the accepted record's (see Accepted), on the route
 	// stage's decisions; empty on the dedupe stage's and for a
 	// notification accepted before occurrences existed.
-	OccurrenceID   string `json:"occurrenceId,omitempty"`
-	DedupeKey      string `json:"dedupeKey,omitempty"`
-	IdempotencyKey string `json:"idempotencyKey,omitempty"`
-	Producer       string `json:"producer,omitempty"`
-	Channel        string `json:"channel,omitempty"`
+	OccurrenceID   string `json:"occurrenceId,omitempty,nocopy"`
+	DedupeKey      string `json:"dedupeKey,omitempty,nocopy"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty,nocopy"`
+	Producer       string `json:"producer,omitempty,nocopy"`
+	Channel        string `json:"channel,omitempty,nocopy"`
 	// The original request this one repeats (duplicate, replay, conflict).
-	OriginalRequestID      string `json:"originalRequestId,omitempty"`
-	OriginalNotificationID string `json:"originalNotificationId,omitempty"`
+	OriginalRequestID      string `json:"originalRequestId,omitempty,nocopy"`
+	OriginalNotificationID string `json:"originalNotificationId,omitempty,nocopy"`
 	OriginalAt             int64  `json:"originalAt,omitempty"`
 	// OriginalOutcome is the original's decision, returned on a replay.
-	OriginalOutcome string `json:"originalOutcome,omitempty"`
+	OriginalOutcome string `json:"originalOutcome,omitempty,nocopy"`
 	// Deliveries are the pushes and the feed item a route decision made
 	// (routed, deferred, no_target with a fallback), for callers waiting
 	// for it (Prefer: wait).
 	Deliveries []DecisionDelivery `json:"deliveries,omitempty"`
 	// At is the record time of the request the decision is about.
 	At              int64  `json:"at"`
-	SourceTopic     string `json:"sourceTopic"`
+	SourceTopic     string `json:"sourceTopic,nocopy"`
 	SourcePartition int32  `json:"sourcePartition"`
 	SourceOffset    int64  `json:"sourceOffset"`
 }
@@ -289,10 +289,10 @@ const (
 // DecisionDelivery is one delivery command a route decision emitted (or
 // deferred).
 type DecisionDelivery struct {
-	DeliveryID string `json:"deliveryId"`
-	Channel    string `json:"channel"`
-	DeviceID   string `json:"deviceId"`
-	State      string `json:"state" jsonschema:"enum=queued,enum=deferred"`
+	DeliveryID string `json:"deliveryId,nocopy"`
+	Channel    string `json:"channel,nocopy"`
+	DeviceID   string `json:"deviceId,nocopy"`
+	State      string `json:"state,nocopy" jsonschema:"enum=queued,enum=deferred"`
 	// NotBefore is when a deferred delivery goes (ms).
 	NotBefore int64 `json:"notBefore,omitempty"`
 }

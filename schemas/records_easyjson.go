@@ -674,103 +674,103 @@ func easyjsonAf922c28DecodeGithubComHeraldhqHeraldSchemas3(in *jlexer.Lexer, out
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Schema = string(in.String())
+				out.Schema = string(in.UnsafeString())
 			}
 		case "decisionId":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.DecisionID = string(in.String())
+				out.DecisionID = string(in.UnsafeString())
 			}
 		case "stage":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Stage = string(in.String())
+				out.Stage = string(in.UnsafeString())
 			}
 		case "outcome":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Outcome = string(in.String())
+				out.Outcome = string(in.UnsafeString())
 			}
 		case "detail":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Detail = string(in.String())
+				out.Detail = string(in.UnsafeString())
 			}
 		case "requestId":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.RequestID = string(in.String())
+				out.RequestID = string(in.UnsafeString())
 			}
 		case "tenant":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Tenant = string(in.String())
+				out.Tenant = string(in.UnsafeString())
 			}
 		case "type":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Type = string(in.String())
+				out.Type = string(in.UnsafeString())
 			}
 		case "recipient":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Recipient = string(in.String())
+				out.Recipient = string(in.UnsafeString())
 			}
 		case "notificationId":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.NotificationID = string(in.String())
+				out.NotificationID = string(in.UnsafeString())
 			}
 		case "occurrenceId":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.OccurrenceID = string(in.String())
+				out.OccurrenceID = string(in.UnsafeString())
 			}
 		case "dedupeKey":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.DedupeKey = string(in.String())
+				out.DedupeKey = string(in.UnsafeString())
 			}
 		case "idempotencyKey":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.IdempotencyKey = string(in.String())
+				out.IdempotencyKey = string(in.UnsafeString())
 			}
 		case "producer":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Producer = string(in.String())
+				out.Producer = string(in.UnsafeString())
 			}
 		case "channel":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Channel = string(in.String())
+				out.Channel = string(in.UnsafeString())
 			}
 		case "originalRequestId":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.OriginalRequestID = string(in.String())
+				out.OriginalRequestID = string(in.UnsafeString())
 			}
 		case "originalNotificationId":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.OriginalNotificationID = string(in.String())
+				out.OriginalNotificationID = string(in.UnsafeString())
 			}
 		case "originalAt":
 			if in.IsNull() {
@@ -782,7 +782,7 @@ func easyjsonAf922c28DecodeGithubComHeraldhqHeraldSchemas3(in *jlexer.Lexer, out
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.OriginalOutcome = string(in.String())
+				out.OriginalOutcome = string(in.UnsafeString())
 			}
 		case "deliveries":
 			if in.IsNull() {
@@ -817,7 +817,7 @@ func easyjsonAf922c28DecodeGithubComHeraldhqHeraldSchemas3(in *jlexer.Lexer, out
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.SourceTopic = string(in.String())
+				out.SourceTopic = string(in.UnsafeString())
 			}
 		case "sourcePartition":
 			if in.IsNull() {
@@ -1004,25 +1004,25 @@ func easyjsonAf922c28DecodeGithubComHeraldhqHeraldSchemas4(in *jlexer.Lexer, out
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.DeliveryID = string(in.String())
+				out.DeliveryID = string(in.UnsafeString())
 			}
 		case "channel":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.Channel = string(in.String())
+				out.Channel = string(in.UnsafeString())
 			}
 		case "deviceId":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.DeviceID = string(in.String())
+				out.DeviceID = string(in.UnsafeString())
 			}
 		case "state":
 			if in.IsNull() {
 				in.Skip()
 			} else {
-				out.State = string(in.String())
+				out.State = string(in.UnsafeString())
 			}
 		case "notBefore":
 			if in.IsNull() {

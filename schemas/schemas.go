@@ -136,8 +136,8 @@ func (e *Encoder) finish(dst []byte) ([]byte, error) {
 // Decode unmarshals b into r and checks that its "schema" field names r's
 // record and major version. On an error r may be partly filled: discard it.
 // Records with generated decoders (see "Codec" in the package doc) are
-// read without reflection; the strings of a Request or SeenEntry then
-// share one copy of b.
+// read without reflection; the strings of a Request, SeenEntry or
+// Decision then share one copy of b.
 func Decode(b []byte, r Record) error {
 	// The generated decoders read what encoding/json reads only from valid
 	// JSON in valid UTF-8 (encoding/json replaces invalid bytes in a
@@ -145,7 +145,7 @@ func Decode(b []byte, r Record) error {
 	// through encoding/json.
 	if u, ok := r.(easyjson.Unmarshaler); ok && utf8.Valid(b) && json.Valid(b) {
 		switch r.(type) {
-		case *Request, *SeenEntry:
+		case *Request, *SeenEntry, *Decision:
 			b = bytes.Clone(b) // their strings point into the copy, never into the caller's b
 		}
 		l := jlexer.Lexer{Data: b}
@@ -174,15 +174,16 @@ type Decoder struct {
 }
 
 // Decode is the package's Decode, faster for a record that is exactly
-// what Encode writes (see DecodeShared): the strings of a decoded Request
-// or SeenEntry share one copy of b, as with Decode.
+// what Encode writes (see DecodeShared): the strings of a decoded
+// Request, SeenEntry or Decision share one copy of b, as with Decode.
 func (d *Decoder) Decode(b []byte, r Record) error { return d.decode(b, r, true) }
 
 // DecodeShared is Decode for a caller that uses r only while b is
-// unchanged: the strings of a decoded Request or SeenEntry may point into
-// b instead of a copy. A Request or SeenEntry that is exactly what Encode
-// writes (every entry herald writes to herald.seen, every request the API
-// writes) is read by the generated decoder alone, without Decode's
+// unchanged: the strings of a decoded Request, SeenEntry or Decision may
+// point into b instead of a copy. A Request, SeenEntry or Decision that is
+// exactly what Encode writes (every entry herald writes to herald.seen,
+// every request the API writes, every decision) is read by the generated
+// decoder alone, without Decode's
 // validity passes over the whole document: the generated encoder writes
 // only valid JSON in valid UTF-8, so a document it reproduces byte for
 // byte from what the generated decoder read, with its raw JSON fields (a
@@ -194,33 +195,50 @@ func (d *Decoder) Decode(b []byte, r Record) error { return d.decode(b, r, true)
 func (d *Decoder) DecodeShared(b []byte, r Record) error { return d.decode(b, r, false) }
 
 func (d *Decoder) decode(b []byte, r Record, clone bool) error {
-	src := b
+	// Each case is written out, not generic: the generated decoder called
+	// through a type parameter moves the lexer to the heap.
 	switch e := r.(type) {
 	case *SeenEntry:
-		*e = SeenEntry{}
-		if clone {
-			src = bytes.Clone(b)
-		}
-		l := jlexer.Lexer{Data: src}
-		e.UnmarshalEasyJSON(&l)
-		if l.Error() == nil && e.Schema == SeenEntryV1 && d.encodes(e, b) {
+		*e = SeenEntry{} // the generated decoder leaves fields the document lacks as they are
+		l := lexer(b, clone)
+		if e.UnmarshalEasyJSON(&l); l.Error() == nil && e.canonical() && d.encodes(e, b) {
 			return nil
 		}
 		*e = SeenEntry{}
 	case *Request:
-		*e = Request{}
-		if clone {
-			src = bytes.Clone(b)
-		}
-		l := jlexer.Lexer{Data: src}
-		e.UnmarshalEasyJSON(&l)
-		if l.Error() == nil && e.Schema == RequestV1 && validRaw(e.Key) && validRaw(e.Payload) && d.encodes(e, b) {
+		*e = Request{} // the generated decoder leaves fields the document lacks as they are
+		l := lexer(b, clone)
+		if e.UnmarshalEasyJSON(&l); l.Error() == nil && e.canonical() && d.encodes(e, b) {
 			return nil
 		}
 		*e = Request{}
+	case *Decision:
+		*e = Decision{} // the generated decoder leaves fields the document lacks as they are
+		l := lexer(b, clone)
+		if e.UnmarshalEasyJSON(&l); l.Error() == nil && e.canonical() && d.encodes(e, b) {
+			return nil
+		}
+		*e = Decision{}
 	}
 	return Decode(b, r)
 }
+
+// lexer reads b, or a copy of it when clone.
+func lexer(b []byte, clone bool) jlexer.Lexer {
+	if clone {
+		b = bytes.Clone(b)
+	}
+	return jlexer.Lexer{Data: b}
+}
+
+// canonical reports whether a record read by the fast path names its own
+// schema and has valid raw JSON fields (see validRaw): a request's key
+// and payload; the others have none.
+func (r *Request) canonical() bool {
+	return r.Schema == RequestV1 && validRaw(r.Key) && validRaw(r.Payload)
+}
+func (e *SeenEntry) canonical() bool { return e.Schema == SeenEntryV1 }
+func (d *Decision) canonical() bool  { return d.Schema == DecisionV1 }
 
 // validRaw reports whether a raw JSON field read by a generated decoder
 // (which skips over it without checking it) is absent or valid JSON in
