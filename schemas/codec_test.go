@@ -411,7 +411,7 @@ func TestDecoderReadsDecisionsAsDecodeDoes(t *testing.T) {
 	canonical, _ := schemas.Encode(&schemas.Decision{DecisionID: "dedupe/requests/1/2", Stage: "dedupe", Outcome: "duplicate",
 		RequestID: "r", Tenant: "acme", Type: "t", Recipient: "u", NotificationID: "n", OriginalAt: 3,
 		Deliveries: []schemas.DecisionDelivery{{DeliveryID: "d", Channel: "apns", DeviceID: "x", State: "queued", NotBefore: 4}},
-		At: 5, SourceTopic: "requests", SourcePartition: 1, SourceOffset: 2})
+		At:         5, SourceTopic: "requests", SourcePartition: 1, SourceOffset: 2})
 	doc := string(canonical)
 	cases := []struct{ name, doc string }{
 		{"the canonical encoding", doc},
