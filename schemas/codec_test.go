@@ -361,28 +361,41 @@ func TestDecoderReadsRequestsAsDecodeDoes(t *testing.T) {
 	var d schemas.Decoder
 	for _, c := range cases {
 		t.Run(c.name+" reads as Decode reads it", func(t *testing.T) {
-			var want schemas.Request
-			wantErr := schemas.Decode([]byte(c.doc), &want)
-			for _, shared := range []bool{false, true} {
-				got := schemas.Request{Title: "left over"}
-				b := []byte(c.doc)
-				var gotErr error
-				if shared {
-					gotErr = d.DecodeShared(b, &got)
-				} else {
-					gotErr = d.Decode(b, &got)
-					for i := range b {
-						b[i] = 'x'
-					}
-				}
-				if (gotErr == nil) != (wantErr == nil) {
-					t.Fatalf("shared %v: error %v, Decode: error %v", shared, gotErr, wantErr)
-				}
-				if wantErr == nil && !reflect.DeepEqual(got, want) {
-					t.Fatalf("shared %v: read %+v, Decode %+v", shared, got, want)
-				}
-			}
+			decodesAsDecode(t, &d, c.doc, func() *schemas.Request { return &schemas.Request{Title: "left over"} })
 		})
+	}
+}
+
+// decodesAsDecode checks that d reads doc, with Decode and DecodeShared,
+// into a record left over from another (made by leftOver), as the
+// package's Decode reads it into a fresh one: the same record, or an
+// error for both; and that Decode's record does not point into doc's
+// bytes (they are overwritten before the comparison).
+func decodesAsDecode[T any, P interface {
+	*T
+	schemas.Record
+}](t *testing.T, d *schemas.Decoder, doc string, leftOver func() P) {
+	t.Helper()
+	want := P(new(T))
+	wantErr := schemas.Decode([]byte(doc), want)
+	for _, shared := range []bool{false, true} {
+		got := leftOver()
+		b := []byte(doc)
+		var gotErr error
+		if shared {
+			gotErr = d.DecodeShared(b, got)
+		} else {
+			gotErr = d.Decode(b, got)
+			for i := range b {
+				b[i] = 'x'
+			}
+		}
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("shared %v: error %v, Decode: error %v", shared, gotErr, wantErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("shared %v: read %+v, Decode %+v", shared, got, want)
+		}
 	}
 }
 
@@ -440,27 +453,9 @@ func TestDecoderReadsDecisionsAsDecodeDoes(t *testing.T) {
 	var d schemas.Decoder
 	for _, c := range cases {
 		t.Run(c.name+" reads as Decode reads it", func(t *testing.T) {
-			var want schemas.Decision
-			wantErr := schemas.Decode([]byte(c.doc), &want)
-			for _, shared := range []bool{false, true} {
-				got := schemas.Decision{Detail: "left over", OriginalAt: 9, Deliveries: []schemas.DecisionDelivery{{}}}
-				b := []byte(c.doc)
-				var gotErr error
-				if shared {
-					gotErr = d.DecodeShared(b, &got)
-				} else {
-					gotErr = d.Decode(b, &got)
-					for i := range b {
-						b[i] = 'x'
-					}
-				}
-				if (gotErr == nil) != (wantErr == nil) {
-					t.Fatalf("shared %v: error %v, Decode: error %v", shared, gotErr, wantErr)
-				}
-				if wantErr == nil && !reflect.DeepEqual(got, want) {
-					t.Fatalf("shared %v: read %+v, Decode %+v", shared, got, want)
-				}
-			}
+			decodesAsDecode(t, &d, c.doc, func() *schemas.Decision {
+				return &schemas.Decision{Detail: "left over", OriginalAt: 9, Deliveries: []schemas.DecisionDelivery{{}}}
+			})
 		})
 	}
 	t.Run("the canonical encoding is read in place", func(t *testing.T) {
