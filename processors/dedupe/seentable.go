@@ -33,7 +33,7 @@ import (
 // 10.7 bytes of index, and the 12-byte expiry item the Task queues.
 
 const (
-	chunkBits = 10
+	chunkBits = 12
 	chunkLen  = 1 << chunkBits
 	minBits   = 3 // the smallest index: 8 slots
 )
