@@ -14,6 +14,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/heraldhq/herald/sdk"
 )
 
@@ -69,8 +71,22 @@ type frame struct {
 	wantKey bool
 }
 
-// checkJSON walks b token by token; see readJSON.
+// checkJSON checks b as readJSON describes, for a body already known to be
+// valid UTF-8. Most bodies pass jsontext's I-JSON check (RFC 7493: one
+// valid value, no duplicate member names, no lone surrogate escapes,
+// nothing after it but spaces) in one pass without allocating; a body that
+// fails it is walked by checkJSONTokens, which names what is wrong and
+// where. The fast check is sound only if everything it accepts the walk
+// accepts too: a differential test and a fuzz target hold it to that.
 func checkJSON(b []byte) *problem {
+	if jsontext.Value(b).IsValid() {
+		return nil
+	}
+	return checkJSONTokens(b)
+}
+
+// checkJSONTokens walks b token by token; see readJSON.
+func checkJSONTokens(b []byte) *problem {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var stack []*frame
