@@ -46,6 +46,9 @@ const (
 	packedSide    = 1 << 4 // the entry is kept whole in side
 )
 
+// Every outcome code fits packedOutcome (a compile error otherwise).
+const _ = packedOutcome - outcomeOther
+
 // limits of the packed fields.
 const (
 	maxFirstAt = 1<<48 - 1
@@ -177,7 +180,9 @@ func (s *seenTable) set(id *[16]byte, v seenVal, strs seenStrings) uint32 {
 func (s *seenTable) write(pos uint32, id *[16]byte, v seenVal, strs seenStrings) {
 	p := s.at(pos)
 	window := v.expiresAt - v.firstAt
-	if v.flags&flagStrings != 0 || v.partition != s.partition || v.outcome > outcomeOther ||
+	// The outcome codes (outcomeAccepted, outcomeDuplicate, outcomeOther)
+	// fit packedOutcome's two bits.
+	if v.flags&flagStrings != 0 || v.partition != s.partition ||
 		v.firstAt < 0 || v.firstAt > maxFirstAt || window < 0 || window > maxWindow || v.offset < 0 || v.offset > maxOffset {
 		*p = packed{id: *id, bits: packedLive | packedSide}
 		s.side[*id] = sideEntry{val: v, strs: strs}

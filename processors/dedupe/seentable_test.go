@@ -195,8 +195,8 @@ func TestAnIndexSlotCarriesItsKeysHashAboveThePosition(t *testing.T) {
 	if v, want := s.index[slot], uint32(hashID(&id))&^s.low()|(pos+1); v != want {
 		t.Fatalf("slot %x, want %x", v, want)
 	}
-	if slot != s.home(hashID(&id)) {
-		t.Fatalf("an only key sits at slot %d, not its home %d", slot, s.home(hashID(&id)))
+	if home := hashID(&id) >> (64 - minBits); slot != home {
+		t.Fatalf("an only key sits at slot %d, not its home %d (the top %d bits of its hash)", slot, home, minBits)
 	}
 	// A slot whose tag disagrees is passed over without reading its entry:
 	// here its entry is the key's, so only the tag can tell them apart.
@@ -246,5 +246,28 @@ func TestTheExpiryQueuePopsByTimeThenPosition(t *testing.T) {
 	q.push(newPosItem(10, 0))
 	if q.due(9) || !q.due(10) {
 		t.Fatal("an item is due before its time, or not at it")
+	}
+}
+
+func TestTheIndexDoublesOnlyWhenAKeyWouldFillItPastThreeQuarters(t *testing.T) {
+	s := newSeenTable(4, false)
+	for i := range 6 { // 6 of 8 slots: three quarters exactly
+		s.set(&[16]byte{byte(i)}, packable(0), seenStrings{})
+	}
+	if len(s.index) != 8 {
+		t.Fatalf("6 keys in an index of %d slots, want 8", len(s.index))
+	}
+	s.set(&[16]byte{5}, packable(1), seenStrings{}) // a key set again takes no slot
+	if len(s.index) != 8 {
+		t.Fatalf("a key set again grew the index to %d slots", len(s.index))
+	}
+	s.set(&[16]byte{6}, packable(0), seenStrings{})
+	if len(s.index) != 16 || s.bits != 4 {
+		t.Fatalf("7 keys in an index of %d slots (%d bits), want 16 (4)", len(s.index), s.bits)
+	}
+	for i := range 7 {
+		if _, _, ok := s.get(&[16]byte{byte(i)}); !ok {
+			t.Fatalf("key %d lost when the index grew", i)
+		}
 	}
 }
