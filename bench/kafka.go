@@ -414,15 +414,19 @@ func countDecisions(ctx context.Context, cat *topics.Catalog, s *Stream, o Kafka
 // markers still on the way, and reading to the last stable offset would
 // miss it.
 func readCommitted(ctx context.Context, topic string, o KafkaOptions, f func(*kgo.Record) error) error {
-	lister, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(o.Brokers...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	}, o.ClientOpts...)...)
 	if err != nil {
-		return fmt.Errorf("bench: kafka: offsets client: %w", err)
+		return fmt.Errorf("bench: kafka: reader of %s: %w", topic, err)
 	}
-	defer lister.Close()
+	defer cl.Close()
 	want := map[int32]int64{}
 	starts := map[int32]kgo.Offset{}
 	for p := range o.Partitions {
-		end, err := stage.SettledEnd(ctx, lister, topic, p, slog.New(slog.DiscardHandler)) // its log line speaks of a restore
+		end, err := stage.SettledEnd(ctx, cl, topic, p, slog.New(slog.DiscardHandler)) // its log line speaks of a restore
 		if err != nil {
 			return fmt.Errorf("bench: kafka: end of %s/%d: %w", topic, p, err)
 		}
@@ -434,16 +438,9 @@ func readCommitted(ctx context.Context, topic string, o KafkaOptions, f func(*kg
 	if len(want) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(o.Brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	}, o.ClientOpts...)...)
-	if err != nil {
-		return fmt.Errorf("bench: kafka: reader of %s: %w", topic, err)
-	}
-	defer cl.Close()
+	// The ends are listed first: the reader consumes only the partitions
+	// that have records, from their start.
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts})
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {

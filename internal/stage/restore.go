@@ -46,7 +46,7 @@ var restoreIdlePoll = 10 * time.Second
 func restore(ctx context.Context, cl *kgo.Client, changelogs []string, p int32, t Task, log *slog.Logger, extra []kgo.Opt) (restored, error) {
 	ends := map[string]int64{}
 	for _, topic := range changelogs {
-		end, err := settledEnd(ctx, cl, topic, p, log)
+		end, err := SettledEnd(ctx, cl, topic, p, log)
 		if err != nil {
 			return restored{}, err
 		}
@@ -64,7 +64,7 @@ func restore(ctx context.Context, cl *kgo.Client, changelogs []string, p int32, 
 	return readUntil(ctx, cl, ends, p, t, log, extra)
 }
 
-// settledEnd waits until every transaction open on topic/p when it is
+// SettledEnd waits until every transaction open on topic/p when it is
 // called has ended, and returns the partition's last stable offset then.
 //
 // Kafka writes a transaction's markers to each of its partitions
@@ -75,7 +75,7 @@ func restore(ctx context.Context, cl *kgo.Client, changelogs []string, p int32, 
 // last transaction. Waiting until the last stable offset reaches the high
 // watermark taken now covers that transaction. The wait is bounded by the
 // transaction timeout of whoever holds a transaction open.
-func settledEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, log *slog.Logger) (int64, error) {
+func SettledEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, log *slog.Logger) (int64, error) {
 	hwm, err := listOffset(ctx, cl, topic, p, 0, -1)
 	if err != nil {
 		return 0, err
@@ -100,7 +100,7 @@ func settledEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, log 
 	}
 }
 
-// settlePoll spaces the offset listings of settledEnd (no jitter needed:
+// settlePoll spaces the offset listings of SettledEnd (no jitter needed:
 // its ceiling is used as a plain growing interval).
 var settlePoll = backoff.Policy{Min: 10 * time.Millisecond, Max: 500 * time.Millisecond}
 
@@ -110,7 +110,7 @@ var settlePoll = backoff.Policy{Min: 10 * time.Millisecond, Max: 500 * time.Mill
 // partition ends with a transaction marker: the end is reached when a
 // record at or past end-1 has been seen, never guessed from idle polls.
 // Records at or past end-1 are always present: end is a high watermark
-// (settledEnd), the log's last offset, which is in the active segment that
+// (SettledEnd), the log's last offset, which is in the active segment that
 // compaction never cleans; retention can delete it only by moving the log
 // start past it, which an idle poll checks.
 func readUntil(ctx context.Context, group *kgo.Client, ends map[string]int64, p int32, t Task, log *slog.Logger, extra []kgo.Opt) (restored, error) {
@@ -223,7 +223,7 @@ func isCommitMarker(rec *kgo.Record) bool {
 // awaitStableOffsets blocks until no transaction holds a pending offset
 // commit for the group's input partition p, and returns the committed
 // offset (-1 when the group has none). Every transaction that commits
-// input offsets also writes its changelog records; settledEnd then waits
+// input offsets also writes its changelog records; SettledEnd then waits
 // for those records' markers.
 func awaitStableOffsets(ctx context.Context, cl *kgo.Client, group, topic string, p int32) (int64, error) {
 	offset := int64(-1)
@@ -329,14 +329,4 @@ func listOffsets(ctx context.Context, cl *kgo.Client, topic string, isolation in
 		}
 	}
 	return offs, nil
-}
-
-// SettledEnd is partition p of topic's last stable offset once every
-// transaction open on it when SettledEnd is called has ended (settledEnd):
-// a read_committed reader that reads up to it sees every transaction that
-// had committed before the call. The last stable offset alone can stop
-// short of one: its markers are written after EndTxn returns. log says
-// when it waits.
-func SettledEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, log *slog.Logger) (int64, error) {
-	return settledEnd(ctx, cl, topic, p, log)
 }
