@@ -117,4 +117,8 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
-tool github.com/mailru/easyjson/easyjson
+tool (
+	github.com/mailru/easyjson/easyjson
+	github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto
+	google.golang.org/protobuf/cmd/protoc-gen-go
+)

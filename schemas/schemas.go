@@ -134,11 +134,17 @@ func (e *Encoder) finish(dst []byte) ([]byte, error) {
 }
 
 // Decode unmarshals b into r and checks that its "schema" field names r's
-// record and major version. On an error r may be partly filled: discard it.
+// record and major version. A SeenEntry is read from either version of
+// herald.seen: a JSON object (herald.seen/v1) or herald.seen/v2 (see
+// SeenEntryV2), its Schema field naming the one read. On an error r may
+// be partly filled: discard it.
 // Records with generated decoders (see "Codec" in the package doc) are
 // read without reflection; the strings of a Request, SeenEntry or
 // Decision then share one copy of b.
 func Decode(b []byte, r Record) error {
+	if e, ok := r.(*SeenEntry); ok && !SeenIsJSON(b) {
+		return decodeSeenV2(b, e)
+	}
 	// The generated decoders read what encoding/json reads only from valid
 	// JSON in valid UTF-8 (encoding/json replaces invalid bytes in a
 	// string with U+FFFD; they would keep them): anything else goes
@@ -199,6 +205,9 @@ func (d *Decoder) decode(b []byte, r Record, clone bool) error {
 	// through a type parameter moves the lexer to the heap.
 	switch e := r.(type) {
 	case *SeenEntry:
+		if !SeenIsJSON(b) {
+			return decodeSeenV2(b, e)
+		}
 		*e = SeenEntry{} // the generated decoder leaves fields the document lacks as they are
 		l := lexer(b, clone)
 		if e.UnmarshalEasyJSON(&l); l.Error() == nil && e.canonical() && d.encodes(e, b) {

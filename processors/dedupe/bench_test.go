@@ -60,7 +60,8 @@ func BenchmarkStageOnKafka(b *testing.B) {
 }
 
 // BenchmarkRestore measures restoring one partition's seen-set from the
-// changelog on the real broker: 200k entries.
+// changelog on the real broker: 200k entries, in herald.seen/v2 (or
+// HERALD_BENCH_SEEN_FORMAT=v1: JSON).
 //
 //	HERALD_TEST_KAFKA_BROKERS=127.0.0.1:39092 go test -run '^$' -bench Restore -benchtime 1x ./processors/dedupe
 func BenchmarkRestore(b *testing.B) {
@@ -68,7 +69,7 @@ func BenchmarkRestore(b *testing.B) {
 	const n = 200_000
 	cat := testenv.Catalog(b, brokers, 1)
 	cl := testenv.Client(b, brokers, kgo.RecordPartitioner(cat.Partitioner()), kgo.ProducerLinger(10*time.Millisecond))
-	recs := seenRecords(cat.Name(topics.Seen), n)
+	recs := seenRecords(cat.Name(topics.Seen), n, benchSeenFormat(b))
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		b.Fatal(err)
 	}
@@ -91,7 +92,8 @@ func BenchmarkRestore(b *testing.B) {
 // by default) herald.seen entries on the real broker, each partition read
 // read_committed into its own Task by stage.RestorePartition, with
 // parallel partitions at a time (the stage's RestoreParallelism: 4 by
-// default; 12 is every assigned partition at once). keys/s is the
+// default; 12 is every assigned partition at once), in herald.seen/v2 (or
+// HERALD_BENCH_SEEN_FORMAT=v1: JSON). keys/s is the
 // instance's rate: every key over the wall time of the whole restore.
 //
 //	HERALD_TEST_KAFKA_BROKERS=127.0.0.1:39092 HERALD_BENCH_RESTORE_KEYS=1000000 go test -run '^$' -bench RestoreInstance -benchtime 1x -timeout 30m ./processors/dedupe
@@ -110,7 +112,7 @@ func BenchmarkRestoreInstance(b *testing.B) {
 	cl := testenv.Client(b, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(10*time.Millisecond),
 		kgo.MaxBufferedRecords(100_000))
 	for p := range int32(partitions) {
-		recs := seenRecords(cat.Name(topics.Seen), perPartition)
+		recs := seenRecords(cat.Name(topics.Seen), perPartition, benchSeenFormat(b))
 		for _, r := range recs {
 			r.Partition = p
 		}

@@ -78,6 +78,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/schemas/seenpb"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -231,6 +232,22 @@ func (c *change) entry(req *schemas.Request, scope, content string) schemas.Seen
 		Schema: schemas.SeenEntryV1, Kind: c.key.schemaKind(), Scope: scope, NotificationID: req.NotificationID, RequestID: req.RequestID,
 		ContentHash: content, Outcome: outcomeOf(c.val, c.strs), FirstAt: c.val.firstAt, ExpiresAt: c.val.expiresAt,
 		SourcePartition: c.val.partition, SourceOffset: c.val.offset,
+	}
+}
+
+// entryV2 fills m with the herald.seen/v2 record of c (fx's change); m's
+// bytes point into c and fx until m is marshalled.
+func (c *change) entryV2(m *seenpb.SeenEntry, fx *effects) {
+	*m = seenpb.SeenEntry{Kind: c.key.protoKind(), Scope: c.key.id[:], NotificationId: c.val.notification[:],
+		Outcome: outcomeOf(c.val, c.strs), FirstAt: c.val.firstAt, ExpiresAt: c.val.expiresAt,
+		SourcePartition: c.val.partition, SourceOffset: c.val.offset}
+	if c.strs.request != "" {
+		m.RequestIdText = c.strs.request
+	} else {
+		m.RequestId = c.val.request[:]
+	}
+	if fx.hasSum {
+		m.ContentHash = fx.sum[:]
 	}
 }
 

@@ -77,6 +77,7 @@ func schemaHeaders(name string) []kgo.RecordHeader {
 var (
 	decisionHeaders = schemaHeaders(schemas.DecisionV1)
 	seenHeaders     = schemaHeaders(schemas.SeenEntryV1)
+	seenV2Headers   = schemaHeaders(schemas.SeenEntryV2)
 	acceptedHeaders = schemaHeaders(schemas.AcceptedV1)
 )
 
@@ -92,7 +93,13 @@ func (s *slab) recordKey(topic string, key []byte, v schemas.Record, headers []k
 	if err != nil {
 		return nil, err
 	}
+	return s.recordOf(topic, key, b, headers, at), nil
+}
+
+// recordOf returns a slab record of value under key on topic, stamped at;
+// key is claimed already, value a slice reserve returned, appended to.
+func (s *slab) recordOf(topic string, key, value []byte, headers []kgo.RecordHeader, at int64) *kgo.Record {
 	r := s.newRecord()
-	r.Topic, r.Key, r.Value, r.Timestamp, r.Headers = topic, key, s.bytes(b), msTime(at), headers
-	return r, nil
+	r.Topic, r.Key, r.Value, r.Timestamp, r.Headers = topic, key, s.bytes(value), msTime(at), headers
+	return r
 }

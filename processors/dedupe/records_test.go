@@ -64,27 +64,35 @@ func TestAnAcceptedRequestEmitsItsDecisionItsSeenEntriesAndItsNotification(t *te
 			t.Fatalf("decision %+v", got)
 		}
 	})
-	t.Run("seen entries go to the input partition, scoped and timed by the policy", func(t *testing.T) {
-		want := []struct {
-			kind    schemas.SeenKind
-			scope   string
-			expires int64
-		}{{schemas.SeenDedupe, dedupeScope, 11_000}, {schemas.SeenIdempotency, idemScope, 15_000}}
-		for i, w := range want {
-			s := recs[1+i]
-			var e schemas.SeenEntry
-			if err := schemas.Decode(s.Value, &e); err != nil {
-				t.Fatal(err)
+	jsonTask := NewTask(p, testTopics, 3)
+	jsonTask.SeenJSON = true
+	jsonRecs := process(t, jsonTask, r, 7, at)
+	for _, format := range []struct {
+		schema string
+		recs   []*kgo.Record
+	}{{schemas.SeenEntryV2, recs}, {schemas.SeenEntryV1, jsonRecs}} {
+		t.Run("seen entries in "+format.schema+" go to the input partition, scoped and timed by the policy", func(t *testing.T) {
+			want := []struct {
+				kind    schemas.SeenKind
+				scope   string
+				expires int64
+			}{{schemas.SeenDedupe, dedupeScope, 11_000}, {schemas.SeenIdempotency, idemScope, 15_000}}
+			for i, w := range want {
+				s := format.recs[1+i]
+				var e schemas.SeenEntry
+				if err := schemas.Decode(s.Value, &e); err != nil {
+					t.Fatal(err)
+				}
+				if s.Topic != "seen" || s.Partition != 3 || string(s.Key) != schemas.SeenKey(w.kind, w.scope) || header(s) != format.schema || e.Schema != format.schema {
+					t.Fatalf("seen record %s/%d key %s header %q schema %q", s.Topic, s.Partition, s.Key, header(s), e.Schema)
+				}
+				if e.Kind != w.kind || e.Scope != w.scope || e.FirstAt != 10_000 || e.ExpiresAt != w.expires || e.SourcePartition != 3 || e.SourceOffset != 7 ||
+					e.ContentHash != r.ContentHash() || e.Outcome != schemas.DecisionAccepted || e.RequestID != r.RequestID || e.NotificationID != r.NotificationID {
+					t.Fatalf("seen entry %+v, want kind %s scope %s expiring at %d", e, w.kind, w.scope, w.expires)
+				}
 			}
-			if s.Topic != "seen" || s.Partition != 3 || string(s.Key) != schemas.SeenKey(w.kind, w.scope) || header(s) != schemas.SeenEntryV1 {
-				t.Fatalf("seen record %s/%d key %s header %q", s.Topic, s.Partition, s.Key, header(s))
-			}
-			if e.Kind != w.kind || e.Scope != w.scope || e.FirstAt != 10_000 || e.ExpiresAt != w.expires || e.SourcePartition != 3 || e.SourceOffset != 7 ||
-				e.ContentHash != r.ContentHash() || e.Outcome != schemas.DecisionAccepted || e.RequestID != r.RequestID || e.NotificationID != r.NotificationID {
-				t.Fatalf("seen entry %+v, want kind %s scope %s expiring at %d", e, w.kind, w.scope, w.expires)
-			}
-		}
-	})
+		})
+	}
 	t.Run("the notification goes to the route stage keyed by recipient", func(t *testing.T) {
 		a := recs[3]
 		var got schemas.Accepted

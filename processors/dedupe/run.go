@@ -16,6 +16,12 @@ type Options struct {
 	stage.Instance
 	Catalog *topics.Catalog
 	Policy  Policy
+	// SeenJSON writes herald.seen entries as JSON (herald.seen/v1) instead
+	// of Protocol Buffers (herald.seen/v2). The stage reads both whatever
+	// this says; it is for a rolling upgrade from a herald that reads only
+	// JSON, until no instance of one runs (see "Seen entries" in package
+	// schemas).
+	SeenJSON bool
 }
 
 // TopicsOf returns the dedupe stage's topics in a catalog.
@@ -49,6 +55,7 @@ func New(o Options) (*stage.Runner, error) {
 	cfg.NewTask = func(p int32) stage.Task {
 		task := NewTask(o.Policy, t, p)
 		task.decisions = decisions.Tally()
+		task.SeenJSON = o.SeenJSON
 		return task
 	}
 	cfg.Partitioner = o.Catalog.Partitioner()

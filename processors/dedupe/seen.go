@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/schemas/seenpb"
 )
 
 // The seen-set in memory. herald.seen holds schemas.SeenEntry records in
@@ -78,6 +79,13 @@ func (k seenKey) schemaKind() schemas.SeenKind {
 	return schemas.SeenDedupe
 }
 
+func (k seenKey) protoKind() seenpb.Kind {
+	if k.kind == kindIdem {
+		return seenpb.Kind_KIND_IDEMPOTENCY
+	}
+	return seenpb.Kind_KIND_DEDUPE
+}
+
 // appendKey appends the key's herald.seen form, "idem/<id>" or
 // "dedupe/<id>".
 func (k seenKey) appendKey(b []byte) []byte {
@@ -137,6 +145,31 @@ func valOf(e *schemas.SeenEntry) (v seenVal, s seenStrings) {
 		copy(v.content[:], sum[:])
 		v.flags |= flagContent
 	}
+	return flagged(v, s)
+}
+
+// valOfV2 converts a herald.seen/v2 entry that schemas.CheckSeenV2
+// accepted to its memory form.
+func valOfV2(m *seenpb.SeenEntry) (v seenVal, s seenStrings) {
+	v = seenVal{notification: [16]byte(m.NotificationId), firstAt: m.FirstAt, expiresAt: m.ExpiresAt,
+		offset: m.SourceOffset, partition: m.SourcePartition, outcome: outcomeCode(m.Outcome)}
+	if len(m.RequestId) == len(v.request) {
+		v.request = [16]byte(m.RequestId)
+	} else {
+		s.request = strings.Clone(m.RequestIdText)
+	}
+	if v.outcome == outcomeOther {
+		s.outcome = strings.Clone(m.Outcome)
+	}
+	if len(m.ContentHash) == sha256.Size {
+		copy(v.content[:], m.ContentHash)
+		v.flags |= flagContent
+	}
+	return flagged(v, s)
+}
+
+// flagged is v with flagStrings set when s holds a field.
+func flagged(v seenVal, s seenStrings) (seenVal, seenStrings) {
 	if s != (seenStrings{}) {
 		v.flags |= flagStrings
 	}

@@ -3,6 +3,7 @@ package dedupe
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,18 @@ func TestRestoredEntriesKeepFieldsThatHaveNoFixedForm(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			task := restored(t, p, []*kgo.Record{seenRecord(t, c.entry)})
+			if v2, err := schemas.AppendSeenV2(nil, &c.entry); err == nil {
+				// The same entry in herald.seen/v2, where it has that form,
+				// answers the same.
+				rec := seenRecord(t, c.entry)
+				rec.Value = v2
+				d1 := decisionOf(t, process(t, task, r, 9, taskBase.Add(time.Second)))
+				d2 := decisionOf(t, process(t, restored(t, p, []*kgo.Record{rec}), r, 9, taskBase.Add(time.Second)))
+				if !reflect.DeepEqual(d1, d2) {
+					t.Fatalf("restored from herald.seen/v2: %+v, from JSON: %+v", d2, d1)
+				}
+				task = restored(t, p, []*kgo.Record{rec})
+			}
 			d := decisionOf(t, process(t, task, r, 9, taskBase.Add(time.Second)))
 			if d.Outcome != c.outcome || d.OriginalRequestID != c.original.OriginalRequestID ||
 				d.OriginalNotificationID != c.original.OriginalNotificationID || d.OriginalOutcome != c.original.OriginalOutcome ||
@@ -102,6 +115,66 @@ func TestRestoredEntriesKeepFieldsThatHaveNoFixedForm(t *testing.T) {
 				t.Fatalf("Decide answered %+v, the task %+v", res.Decision, d)
 			}
 		})
+	}
+}
+
+// A changelog written as JSON (herald.seen/v1, --seen-format json) and
+// one written as herald.seen/v2 restore the same seen-set.
+func TestBothSeenFormatsRestoreTheSameSeenSet(t *testing.T) {
+	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 120_000}
+	reqs, _ := crashWorkload(rand.New(rand.NewPCG(3, 4)))
+	reqs = reqs[:2000]
+	reqs[7].RequestID = "call #7, not a herald id"
+	reqs[7].IdempotencyKey = "evt_7"
+	sends := make([]sent, len(reqs))
+	for i, r := range reqs {
+		sends[i] = sent{r, time.Duration(i) * 100 * time.Millisecond} // 200 s: some keys expire
+	}
+	logs := map[bool][]*kgo.Record{}
+	for _, seenJSON := range []bool{false, true} {
+		task := NewTask(p, testTopics, 0)
+		task.SeenJSON = seenJSON
+		for i := 0; i < len(sends); i += 100 {
+			x := feed(t, task, int64(i), sends[i:i+100])
+			task.Commit()
+			logs[seenJSON] = append(logs[seenJSON], x.seen...)
+		}
+	}
+	if len(logs[false]) != len(logs[true]) {
+		t.Fatalf("%d herald.seen/v2 records, %d JSON ones", len(logs[false]), len(logs[true]))
+	}
+	texts := 0
+	for i, r := range logs[false] {
+		if string(r.Key) != string(logs[true][i].Key) || (r.Value == nil) != (logs[true][i].Value == nil) {
+			t.Fatalf("record %d: key %s, JSON's %s", i, r.Key, logs[true][i].Key)
+		}
+		var e schemas.SeenEntry
+		if r.Value != nil {
+			if schemas.SeenIsJSON(r.Value) || !schemas.SeenIsJSON(logs[true][i].Value) {
+				t.Fatalf("record %d: not one of each format", i)
+			}
+			if err := schemas.Decode(r.Value, &e); err != nil {
+				t.Fatal(err)
+			}
+			if e.RequestID == reqs[7].RequestID {
+				texts++
+			}
+		}
+	}
+	if texts == 0 {
+		t.Fatal("no entry kept the request id that is not a herald id")
+	}
+	v2, v1 := restored(t, p, logs[false]), restored(t, p, logs[true])
+	if v2.Len() != v1.Len() || v2.Len() == 0 {
+		t.Fatalf("restored %d keys from herald.seen/v2, %d from JSON", v2.Len(), v1.Len())
+	}
+	for _, r := range logs[false] {
+		k, _ := parseSeenKey(r.Key)
+		val2, s2, ok2 := v2.get(k)
+		val1, s1, ok1 := v1.get(k)
+		if val2 != val1 || s2 != s1 || ok2 != ok1 {
+			t.Fatalf("key %s: from herald.seen/v2 %+v %+v %v, from JSON %+v %+v %v", r.Key, val2, s2, ok2, val1, s1, ok1)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/schemas/seenpb"
 )
 
 // Topics names the topics the stage reads and writes.
@@ -38,14 +39,19 @@ type Task struct {
 
 	// decisions counts the transaction's decisions (nil: not counted).
 	decisions *metrics.Tally
+	// SeenJSON: write herald.seen entries as JSON (herald.seen/v1), not
+	// herald.seen/v2 (see Options.SeenJSON). Restore reads both.
+	SeenJSON bool
 
-	out   slab
-	dec   schemas.Decoder   // for Restore
-	entry schemas.SeenEntry // Restore's, kept here so it does not escape
-	fx    effects
-	req   schemas.Request
-	draft struct { // records being encoded, kept here so they do not escape
+	out    slab
+	dec    schemas.Decoder   // for Restore
+	entry  schemas.SeenEntry // Restore's, kept here so it does not escape
+	fx     effects
+	req    schemas.Request
+	seenV2 seenpb.SeenEntry // Restore's herald.seen/v2 entry, its fields pointing into the record
+	draft  struct {         // records being encoded, kept here so they do not escape
 		seen     schemas.SeenEntry
+		seenV2   seenpb.SeenEntry
 		accepted schemas.Accepted
 	}
 }
@@ -98,19 +104,42 @@ func (t *Task) Restore(r *kgo.Record) error {
 		}
 		return nil
 	}
-	e := &t.entry // its strings point into r.Value: valOf copies what it keeps
-	if err := t.dec.DecodeShared(r.Value, e); err != nil {
+	v, s, err := t.restoreVal(r.Value)
+	if err != nil {
 		return fmt.Errorf("dedupe: restore seen-set key %q: %w", r.Key, err)
 	}
 	if !ok {
 		return nil
 	}
-	v, s := valOf(e)
 	pos := t.table(k.kind).set(&k.id, v, s)
 	t.queued[k.kind-1].push(newPosItem(v.expiresAt, pos))
 	t.streamTime = max(t.streamTime, v.firstAt)
 	t.pendingStreamTime = t.streamTime
 	return nil
+}
+
+// restoreVal reads a herald.seen value of either version (see
+// schemas.SeenIsJSON) into its memory form: a herald.seen/v2 entry by
+// the generated decoder alone, its bytes read in place.
+func (t *Task) restoreVal(b []byte) (seenVal, seenStrings, error) {
+	if schemas.SeenIsJSON(b) {
+		e := &t.entry // its strings point into b: valOf copies what it keeps
+		if err := t.dec.DecodeShared(b, e); err != nil {
+			return seenVal{}, seenStrings{}, err
+		}
+		v, s := valOf(e)
+		return v, s, nil
+	}
+	m := &t.seenV2
+	m.Reset() // the generated decoder merges into what m holds
+	if err := m.UnmarshalVTUnsafe(b); err != nil {
+		return seenVal{}, seenStrings{}, fmt.Errorf("decode %s: %w", schemas.SeenEntryV2, err)
+	}
+	if err := schemas.CheckSeenV2(m); err != nil {
+		return seenVal{}, seenStrings{}, err
+	}
+	v, s := valOfV2(m)
+	return v, s, nil
 }
 
 // get implements seenStore: the open transaction's changes over the
@@ -174,17 +203,25 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 		return err
 	}
 	content := ""
-	if fx.hasSum {
+	if fx.hasSum && t.SeenJSON {
 		content = t.out.text(hex.AppendEncode(t.out.reserve(textRoom), fx.sum[:]))
 	}
 	for i := range fx.n {
 		c := &fx.changes[i]
 		key := c.key.appendKey(t.out.reserve(textRoom))
-		scope := t.out.text(key[len(key)-32:])
-		t.draft.seen = c.entry(req, scope, content)
-		r, err := t.out.recordKey(t.topics.Seen, key, &t.draft.seen, seenHeaders, at)
-		if err != nil {
-			return err
+		var r *kgo.Record
+		if t.SeenJSON {
+			scope := t.out.text(key[len(key)-32:])
+			t.draft.seen = c.entry(req, scope, content)
+			var err error
+			if r, err = t.out.recordKey(t.topics.Seen, key, &t.draft.seen, seenHeaders, at); err != nil {
+				return err
+			}
+		} else {
+			key = t.out.bytes(key) // claimed before the value is reserved after it
+			c.entryV2(&t.draft.seenV2, fx)
+			v := schemas.AppendSeenProto(t.out.reserve(valueRoom), &t.draft.seenV2)
+			r = t.out.recordOf(t.topics.Seen, key, v, seenV2Headers, at)
 		}
 		r.Partition = t.partition
 		out.Emit(r)

@@ -3,6 +3,7 @@ package dedupe
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // BenchmarkTaskProcess measures the stage's per-record work without Kafka:
 // decode, decide, encode the decision, seen-set changes and accepted record.
 // As in the stage, records are emitted into one stage.Out per transaction
-// of 1,000 requests, committed at its end.
+// of 1,000 requests, committed at its end; seen entries in either format.
 //
 //	go test -run '^$' -bench TaskProcess -benchmem ./processors/dedupe
 func BenchmarkTaskProcess(b *testing.B) {
@@ -25,55 +26,91 @@ func BenchmarkTaskProcess(b *testing.B) {
 		v, _ := schemas.Encode(r)
 		recs[i] = &kgo.Record{Topic: "requests", Value: v, Offset: int64(i), Timestamp: time.UnixMilli(int64(i))}
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	task := NewTask(DefaultPolicy(), testTopics, 0)
-	out := new(stage.Out)
-	for i := 0; i < b.N; i++ {
-		if i%len(recs) == 0 {
-			task = NewTask(DefaultPolicy(), testTopics, 0)
-		}
-		if err := task.Process(recs[i%len(recs)], out); err != nil {
-			b.Fatal(err)
-		}
-		if i%1000 == 999 {
-			task.Commit()
-			out = new(stage.Out)
-		}
+	for _, format := range []string{schemas.SeenEntryV2, schemas.SeenEntryV1} {
+		b.Run("seen="+format, func(b *testing.B) {
+			b.ReportAllocs()
+			newTask := func() *Task {
+				t := NewTask(DefaultPolicy(), testTopics, 0)
+				t.SeenJSON = format == schemas.SeenEntryV1
+				return t
+			}
+			task := newTask()
+			out := new(stage.Out)
+			for i := 0; i < b.N; i++ {
+				if i%len(recs) == 0 {
+					task = newTask()
+				}
+				if err := task.Process(recs[i%len(recs)], out); err != nil {
+					b.Fatal(err)
+				}
+				if i%1000 == 999 {
+					task.Commit()
+					out = new(stage.Out)
+				}
+			}
+		})
 	}
 }
 
 // BenchmarkTaskRestore measures Task.Restore alone, without Kafka: one
-// herald.seen record (as the stage writes it) read into the seen-set per
-// op, 100,000 distinct keys per task.
+// herald.seen record (as the stage writes it, in either format) read into
+// the seen-set per op, 100,000 distinct keys per task.
 //
 //	go test -run '^$' -bench TaskRestore -benchmem ./processors/dedupe
 func BenchmarkTaskRestore(b *testing.B) {
 	const n = 100_000
-	recs := seenRecords("seen", n)
-	b.ReportAllocs()
-	b.ResetTimer()
-	var task *Task
-	for i := 0; i < b.N; i++ {
-		if i%n == 0 {
-			task = NewTask(DefaultPolicy(), testTopics, 0)
-		}
-		if err := task.Restore(recs[i%n]); err != nil {
-			b.Fatal(err)
-		}
+	for _, format := range []string{schemas.SeenEntryV2, schemas.SeenEntryV1} {
+		b.Run("format="+format, func(b *testing.B) {
+			recs := seenRecords("seen", n, format)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var task *Task
+			for i := 0; i < b.N; i++ {
+				if i%n == 0 {
+					task = NewTask(DefaultPolicy(), testTopics, 0)
+				}
+				if err := task.Restore(recs[i%n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
 // seenRecords is n herald.seen records of distinct dedupe keys, encoded
-// as the stage encodes them.
-func seenRecords(topic string, n int) []*kgo.Record {
+// as the stage encodes them in format (schemas.SeenEntryV1 or V2).
+func seenRecords(topic string, n int, format string) []*kgo.Record {
 	recs := make([]*kgo.Record, n)
 	for i := range n {
 		e := schemas.SeenEntry{Kind: schemas.SeenDedupe, Scope: fmt.Sprintf("%032x", i), NotificationID: fmt.Sprintf("%032x", i),
 			RequestID: fmt.Sprintf("%032x", i), ContentHash: fmt.Sprintf("%064x", i), Outcome: schemas.DecisionAccepted,
 			FirstAt: int64(i), ExpiresAt: int64(i) + 3600_000, SourceOffset: int64(i)}
-		v, _ := schemas.Encode(&e)
-		recs[i] = &kgo.Record{Topic: topic, Key: []byte(schemas.SeenKey(e.Kind, e.Scope)), Value: v}
+		var v []byte
+		var err error
+		if format == schemas.SeenEntryV2 {
+			v, err = schemas.AppendSeenV2(nil, &e)
+		} else {
+			v, err = schemas.Encode(&e)
+		}
+		if err != nil {
+			panic(err)
+		}
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(schemas.SeenKey(e.Kind, e.Scope)), Value: v,
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(format)}}}
 	}
 	return recs
+}
+
+// benchSeenFormat is the herald.seen format of the restore benchmarks on
+// Kafka: HERALD_BENCH_SEEN_FORMAT, "v1" (JSON) or "v2" (the default).
+func benchSeenFormat(b *testing.B) string {
+	switch f := os.Getenv("HERALD_BENCH_SEEN_FORMAT"); f {
+	case "", "v2":
+		return schemas.SeenEntryV2
+	case "v1":
+		return schemas.SeenEntryV1
+	default:
+		b.Fatalf("HERALD_BENCH_SEEN_FORMAT=%q: want v1 or v2", f)
+		return ""
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,9 +258,12 @@ func TestRestoreAppliesTombstonesAndKeepsTheLatestEntry(t *testing.T) {
 		}
 	})
 	t.Run("a record that is not a seen entry fails the restore", func(t *testing.T) {
-		task := NewTask(p, testTopics, 0)
-		if err := task.Restore(&kgo.Record{Key: []byte("dedupe:x"), Value: []byte("{")}); err == nil {
-			t.Fatal("restore accepted a corrupt record")
+		for _, v := range [][]byte{[]byte("{"), {0x12, 0x10, 1}, {0x08, 0x05}, {0x08, 0x02}} { // JSON, truncated, unknown kind, no scope
+			task := NewTask(p, testTopics, 0)
+			key := x.seen[0].Key
+			if err := task.Restore(&kgo.Record{Key: key, Value: v}); err == nil || !strings.Contains(err.Error(), string(key)) {
+				t.Fatalf("restore of % x: %v, want an error naming the key", v, err)
+			}
 		}
 	})
 	t.Run("restored entries expire on the stream time that follows", func(t *testing.T) {
