@@ -19,6 +19,13 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	sf.register(fs, "dedupe", "herald-dedupe", "the seen-set", "re-decides the whole retained input against the restored seen-set")
 	var of opsFlags
 	of.register(fs)
+	seenFormat := fs.String("seen-format", "v2", "how the stage writes herald.seen entries: v2 (Protocol Buffers, schemas/seenpb/seen.proto) or v1 (JSON, for a rolling upgrade from a herald that reads only JSON); both are read either way")
+	addCheck(fs, func() error {
+		if *seenFormat != "v1" && *seenFormat != "v2" {
+			return badField("seen-format", "must be v1 or v2, got %q", *seenFormat)
+		}
+		return nil
+	})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -37,6 +44,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 		Instance: sf.runtime(seeds, kopts),
 		Catalog:  kf.catalog(),
 		Policy:   policy,
+		SeenJSON: *seenFormat == "v1",
 	})
 	if err != nil {
 		return err

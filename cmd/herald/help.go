@@ -28,6 +28,7 @@ var examples = map[string]string{
 	"emulate fcm":     "herald emulate fcm --addr 127.0.0.1:4010 --credentials-out /tmp/fcm-emulator.json",
 	"emulate webhook": "HERALD_SECRET=whsec_... herald emulate webhook --addr 127.0.0.1:4020 --reset-rate 0.05",
 	"emulate webpush": "herald emulate webpush --addr 127.0.0.1:4030 --slow-rate 0.01",
+	"decode seen":     "kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen",
 	"id":              "herald id --type invoice.paid --recipient user-42 --key '{\"invoice\":\"inv_2201\"}'",
 	"migrate":         "herald migrate --clickhouse-addr clickhouse:9000 --database herald --ttl-days 90",
 	"probe":           "herald probe http://127.0.0.1:9464/readyz",
