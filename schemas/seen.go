@@ -50,16 +50,13 @@ func decodeSeenV2(b []byte, e *SeenEntry) error {
 	}
 	*e = SeenEntry{Schema: SeenEntryV2, Kind: SeenIdempotency, Scope: hex.EncodeToString(m.Scope),
 		NotificationID: hex.EncodeToString(m.NotificationId), RequestID: m.RequestIdText,
-		Outcome: m.Outcome, FirstAt: m.FirstAt, ExpiresAt: m.ExpiresAt,
+		ContentHash: hex.EncodeToString(m.ContentHash), Outcome: m.Outcome, FirstAt: m.FirstAt, ExpiresAt: m.ExpiresAt,
 		SourcePartition: m.SourcePartition, SourceOffset: m.SourceOffset}
 	if m.Kind == seenpb.Kind_KIND_DEDUPE {
 		e.Kind = SeenDedupe
 	}
 	if len(m.RequestId) > 0 {
 		e.RequestID = hex.EncodeToString(m.RequestId)
-	}
-	if len(m.ContentHash) > 0 {
-		e.ContentHash = hex.EncodeToString(m.ContentHash)
 	}
 	return nil
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/heraldhq/herald/schemas/seenpb"
 )
 
-// The seen-set in memory. herald.seen holds schemas.SeenEntry records in
-// JSON under keys "idem/<id>" and "dedupe/<id>"; in memory a key is its
+// The seen-set in memory. herald.seen holds seen entries (herald.seen/v2,
+// Protocol Buffers, or JSON from earlier versions) under keys "idem/<id>" and "dedupe/<id>"; in memory a key is its
 // kind and the 16 bytes its id spells (seenKey), and an entry the fixed,
 // pointer-free seenVal (packed further in the committed tables, see
 // seentable.go), so the garbage collector never scans the seen-set and a
