@@ -17,7 +17,7 @@ import (
 // rebalance and offset-reset settings.
 type stageFlags struct {
 	instance, group, reset                 string
-	batch                                  int
+	batch, restoreParallelism              int
 	interval, txnTimeout, rebalanceTimeout time.Duration
 }
 
@@ -33,7 +33,9 @@ func (s *stageFlags) register(fs *flag.FlagSet, stageName, group, stateName, rep
 	fs.DurationVar(&s.txnTimeout, "transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
 	fs.DurationVar(&s.rebalanceTimeout, "rebalance-timeout", time.Minute,
 		"how long the group waits for members to rejoin a rebalance; partitions restore inside it, so set it above the longest restore: "+
-			"records in the largest "+stateName+" partition ÷ the records_per_s logged by \"partition restored\" × ⌈partitions per instance ÷ 4⌉ (4 restore at once)")
+			"records in the largest "+stateName+" partition ÷ the records_per_s logged by \"partition restored\" × ⌈partitions per instance ÷ --restore-parallelism⌉")
+	fs.IntVar(&s.restoreParallelism, "restore-parallelism", 4,
+		"how many assigned partitions restore "+stateName+" at once; as many as an instance is assigned restores fastest when its memory allows (BENCHMARKS.md)")
 	fs.StringVar(&s.reset, "reset-offsets", "",
 		"where a partition with no committed group offset starts: empty refuses to start when "+stateName+" already holds state "+
 			"(the group's offsets were lost, e.g. expired after offsets.retention.minutes with no member, and a replay would decide "+
@@ -46,6 +48,9 @@ func (s *stageFlags) check() error {
 	var errs []error
 	if s.instance == "" {
 		errs = append(errs, badField("instance-id", "is empty"))
+	}
+	if s.restoreParallelism < 1 {
+		errs = append(errs, badField("restore-parallelism", "must be at least 1, got %d", s.restoreParallelism))
 	}
 	if err := stage.CheckResetOffsets(s.reset); err != nil {
 		errs = append(errs, badField("reset-offsets", "%v", err))
@@ -61,5 +66,5 @@ func (s *stageFlags) check() error {
 func (s *stageFlags) runtime(brokers []string, opts []kgo.Opt) stage.Instance {
 	return stage.Instance{Brokers: brokers, ClientOpts: opts, Group: s.group, InstanceID: s.instance,
 		MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout,
-		RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset}
+		RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset, RestoreParallelism: s.restoreParallelism}
 }

@@ -30,3 +30,28 @@ func TestStageCommandsTakeOnlyAnExplicitOffsetReset(t *testing.T) {
 		}
 	}
 }
+
+func TestStageCommandsRestoreAtLeastOnePartitionAtATime(t *testing.T) {
+	for _, command := range []string{"dedupe", "route"} {
+		for _, n := range []string{"0", "-3"} {
+			t.Run(command+": --restore-parallelism "+n+" is refused", func(t *testing.T) {
+				var out, errb bytes.Buffer
+				code := run(t.Context(), []string{command, "--brokers", "127.0.0.1:1", "--restore-parallelism", n}, &out, &errb)
+				if code != 2 || !strings.Contains(errb.String(), "--restore-parallelism must be at least 1, got "+n) {
+					t.Fatalf("exit %d, stderr %q; want 2 and a message naming --restore-parallelism", code, errb.String())
+				}
+			})
+		}
+	}
+	t.Run("the flag reaches the stage runtime", func(t *testing.T) {
+		fs := newFlagSet("dedupe")
+		var sf stageFlags
+		sf.register(fs, "dedupe", "herald-dedupe", "the seen-set", "replays")
+		if err := parseFlags(fs, []string{"--instance-id", "d-0", "--restore-parallelism", "12"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := sf.runtime(nil, nil).Config("dedupe").RestoreParallelism; got != 12 {
+			t.Fatalf("RestoreParallelism %d, want 12", got)
+		}
+	})
+}

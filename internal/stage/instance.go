@@ -34,6 +34,8 @@ type Instance struct {
 	SessionTimeout     time.Duration
 	RebalanceTimeout   time.Duration
 	ResetOffsets       string
+	// RestoreParallelism is Config's: how many partitions restore at once.
+	RestoreParallelism int
 	ClientOpts         []kgo.Opt
 	Logger             *slog.Logger
 	// Metrics receives the stage's metrics (metrics.Default when nil).
@@ -56,6 +58,7 @@ func (i Instance) Config(name string) Config {
 		SessionTimeout:     i.SessionTimeout,
 		RebalanceTimeout:   i.RebalanceTimeout,
 		ResetOffsets:       i.ResetOffsets,
+		RestoreParallelism: i.RestoreParallelism,
 		ClientOpts:         i.ClientOpts,
 		Logger:             i.Logger,
 		Metrics:            i.Metrics,

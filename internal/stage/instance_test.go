@@ -8,7 +8,7 @@ import (
 func TestAnInstanceConfiguresTheRuntimeAsItsOptionsSay(t *testing.T) {
 	i := Instance{Brokers: []string{"b:9092"}, Group: "herald-x", InstanceID: "i1", MaxBatchRecords: 7,
 		BatchInterval: time.Second, TransactionTimeout: 2 * time.Second, SessionTimeout: 3 * time.Second,
-		RebalanceTimeout: 4 * time.Second, ResetOffsets: ResetLatest}
+		RebalanceTimeout: 4 * time.Second, ResetOffsets: ResetLatest, RestoreParallelism: 12}
 	c := i.Config("x")
 	cases := []struct {
 		name      string
@@ -25,6 +25,7 @@ func TestAnInstanceConfiguresTheRuntimeAsItsOptionsSay(t *testing.T) {
 		{"the session timeout is the instance's", c.SessionTimeout, 3 * time.Second},
 		{"the rebalance timeout is the instance's", c.RebalanceTimeout, 4 * time.Second},
 		{"the offset reset is the instance's", c.ResetOffsets, ResetLatest},
+		{"the restore parallelism is the instance's", c.RestoreParallelism, 12},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
