@@ -66,18 +66,24 @@ func decodeSeenV2(b []byte, e *SeenEntry) error {
 // the request id as 16 bytes or as text, one of them; a content hash of
 // 32 bytes or none.
 func CheckSeenV2(m *seenpb.SeenEntry) error {
-	switch {
-	case m.Kind != seenpb.Kind_KIND_IDEMPOTENCY && m.Kind != seenpb.Kind_KIND_DEDUPE:
+	// One if a rule, not a tagless switch: the mutation tool sees the
+	// conditions of a switch's cases as never run.
+	if m.Kind != seenpb.Kind_KIND_IDEMPOTENCY && m.Kind != seenpb.Kind_KIND_DEDUPE {
 		return fmt.Errorf("%w: kind %d", ErrSeenV2, m.Kind)
-	case len(m.Scope) != idBytes:
+	}
+	if len(m.Scope) != idBytes {
 		return fmt.Errorf("%w: scope has %d bytes, want %d", ErrSeenV2, len(m.Scope), idBytes)
-	case len(m.NotificationId) != idBytes:
+	}
+	if len(m.NotificationId) != idBytes {
 		return fmt.Errorf("%w: notification_id has %d bytes, want %d", ErrSeenV2, len(m.NotificationId), idBytes)
-	case len(m.RequestId) != idBytes && !(len(m.RequestId) == 0 && m.RequestIdText != ""):
+	}
+	if len(m.RequestId) != idBytes && !(len(m.RequestId) == 0 && m.RequestIdText != "") {
 		return fmt.Errorf("%w: request_id has %d bytes and request_id_text %d: want %d bytes or text", ErrSeenV2, len(m.RequestId), len(m.RequestIdText), idBytes)
-	case len(m.RequestId) == idBytes && m.RequestIdText != "":
+	}
+	if len(m.RequestId) == idBytes && m.RequestIdText != "" {
 		return fmt.Errorf("%w: both request_id and request_id_text are set", ErrSeenV2)
-	case len(m.ContentHash) != 0 && len(m.ContentHash) != contentHashBytes:
+	}
+	if len(m.ContentHash) != 0 && len(m.ContentHash) != contentHashBytes {
 		return fmt.Errorf("%w: content_hash has %d bytes, want %d or none", ErrSeenV2, len(m.ContentHash), contentHashBytes)
 	}
 	return nil
