@@ -92,14 +92,20 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 
 	var mu sync.Mutex
 	running := map[string]*instance{}
+	// Starts alternate between writing herald.seen/v2 and JSON entries
+	// (--seen-format), so partitions move between instances writing either
+	// and every restore reads a changelog of both, as in a rolling upgrade.
+	starts := 0
 	start := func(id string) {
+		format := []string{"v2", "v1"}[starts%2]
+		starts++
 		logf, err := os.OpenFile(filepath.Join(logDir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bin, "dedupe", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
 			"--partitions", fmt.Sprint(partitions), "--replication", "1", "--instance-id", id, "--group", group,
-			"--batch-interval", "50ms", "--transaction-timeout", "10s")
+			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--seen-format", format)
 		cmd.Env = append(os.Environ(), "HERALD_LOG_LEVEL=warn")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
@@ -228,4 +234,14 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	if dups != 0 || missing != 0 || len(accepted) != len(wantIDs) {
 		t.Fatalf("accepted: %d distinct, %d duplicated, %d missing; want %d exactly once", len(accepted), dups, missing, len(wantIDs))
 	}
+	formats := map[string]int{}
+	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Seen)) {
+		if r.Value != nil {
+			formats[header(r)]++
+		}
+	}
+	if formats[schemas.SeenEntryV1] == 0 || formats[schemas.SeenEntryV2] == 0 || len(formats) != 2 {
+		t.Fatalf("herald.seen entries by schema %v: want both versions, and only them", formats)
+	}
+	t.Logf("herald.seen entries by schema: %v", formats)
 }
