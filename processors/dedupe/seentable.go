@@ -113,10 +113,14 @@ func (s *seenTable) low() uint32 { return uint32(1<<s.bits - 1) }
 
 func (s *seenTable) home(h uint64) uint64 { return h >> (64 - s.bits) }
 
+// slotValue is the index slot of the entry at pos whose id hashes to h:
+// the position plus one (zero is an empty slot) and, above it, the hash's
+// tag bits.
+func (s *seenTable) slotValue(h uint64, pos uint32) uint32 { return uint32(h)&^s.low() | (pos + 1) }
+
 // find returns the slot of id and its position, or the empty slot where
-// it would go.
-func (s *seenTable) find(id *[16]byte) (slot uint64, pos uint32, ok bool) {
-	h := hashID(id)
+// it would go; h is hashID(id).
+func (s *seenTable) find(id *[16]byte, h uint64) (slot uint64, pos uint32, ok bool) {
 	low := s.low()
 	tag := uint32(h) &^ low
 	mask := uint64(len(s.index) - 1)
@@ -133,7 +137,7 @@ func (s *seenTable) find(id *[16]byte) (slot uint64, pos uint32, ok bool) {
 
 // get returns the entry under id.
 func (s *seenTable) get(id *[16]byte) (seenVal, seenStrings, bool) {
-	_, pos, ok := s.find(id)
+	_, pos, ok := s.find(id, hashID(id))
 	if !ok {
 		return seenVal{}, seenStrings{}, false
 	}
@@ -160,14 +164,15 @@ func (s *seenTable) entry(pos uint32) (seenVal, seenStrings) {
 
 // set sets the entry under id and returns its position.
 func (s *seenTable) set(id *[16]byte, v seenVal, strs seenStrings) uint32 {
-	slot, pos, ok := s.find(id)
+	h := hashID(id)
+	slot, pos, ok := s.find(id, h)
 	if !ok {
 		if (s.live+1)*4 > len(s.index)*3 {
 			s.grow()
-			slot, _, _ = s.find(id)
+			slot, _, _ = s.find(id, h)
 		}
 		pos = s.alloc()
-		s.index[slot] = uint32(hashID(id))&^s.low() | (pos + 1)
+		s.index[slot] = s.slotValue(h, pos)
 		s.live++
 	} else if s.at(pos).bits&packedSide != 0 {
 		delete(s.side, *id)
@@ -218,7 +223,7 @@ func (s *seenTable) alloc() uint32 {
 
 // delete removes the entry under id, if any.
 func (s *seenTable) delete(id *[16]byte) {
-	slot, pos, ok := s.find(id)
+	slot, pos, ok := s.find(id, hashID(id))
 	if !ok {
 		return
 	}
@@ -249,7 +254,6 @@ func (s *seenTable) delete(id *[16]byte) {
 func (s *seenTable) grow() {
 	s.bits++
 	s.index = make([]uint32, 1<<s.bits)
-	low := s.low()
 	mask := uint64(len(s.index) - 1)
 	for pos := range s.used {
 		p := s.at(pos)
@@ -261,7 +265,7 @@ func (s *seenTable) grow() {
 		for s.index[slot] != 0 {
 			slot = (slot + 1) & mask
 		}
-		s.index[slot] = uint32(h)&^low | (pos + 1)
+		s.index[slot] = s.slotValue(h, pos)
 	}
 }
 

@@ -191,7 +191,7 @@ func TestAnIndexSlotCarriesItsKeysHashAboveThePosition(t *testing.T) {
 	s := newSeenTable(0, false)
 	id := tableID(42)
 	pos := s.set(&id, packable(0), seenStrings{})
-	slot, _, _ := s.find(&id)
+	slot, _, _ := s.find(&id, hashID(&id))
 	if v, want := s.index[slot], uint32(hashID(&id))&^s.low()|(pos+1); v != want {
 		t.Fatalf("slot %x, want %x", v, want)
 	}
@@ -201,7 +201,7 @@ func TestAnIndexSlotCarriesItsKeysHashAboveThePosition(t *testing.T) {
 	// A slot whose tag disagrees is passed over without reading its entry:
 	// here its entry is the key's, so only the tag can tell them apart.
 	s.index[slot] ^= 1 << 31
-	if _, _, ok := s.find(&id); ok {
+	if _, _, ok := s.find(&id, hashID(&id)); ok {
 		t.Fatal("a slot with another tag was taken for the key")
 	}
 }
