@@ -69,7 +69,7 @@ func BenchmarkRestore(b *testing.B) {
 	const n = 200_000
 	cat := testenv.Catalog(b, brokers, 1)
 	cl := testenv.Client(b, brokers, kgo.RecordPartitioner(cat.Partitioner()), kgo.ProducerLinger(10*time.Millisecond))
-	recs := seenRecords(cat.Name(topics.Seen), n, benchSeenFormat(b))
+	recs := seenRecords(cat.Name(topics.Seen), 0, n, benchSeenFormat(b))
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		b.Fatal(err)
 	}
@@ -112,10 +112,7 @@ func BenchmarkRestoreInstance(b *testing.B) {
 	cl := testenv.Client(b, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(10*time.Millisecond),
 		kgo.MaxBufferedRecords(100_000))
 	for p := range int32(partitions) {
-		recs := seenRecords(cat.Name(topics.Seen), perPartition, benchSeenFormat(b))
-		for _, r := range recs {
-			r.Partition = p
-		}
+		recs := seenRecords(cat.Name(topics.Seen), p, perPartition, benchSeenFormat(b))
 		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 			b.Fatal(err)
 		}

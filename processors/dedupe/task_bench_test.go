@@ -61,7 +61,7 @@ func BenchmarkTaskRestore(b *testing.B) {
 	const n = 100_000
 	for _, format := range []string{schemas.SeenEntryV2, schemas.SeenEntryV1} {
 		b.Run("format="+format, func(b *testing.B) {
-			recs := seenRecords("seen", n, format)
+			recs := seenRecords("seen", 0, n, format)
 			b.ReportAllocs()
 			b.ResetTimer()
 			var task *Task
@@ -77,14 +77,17 @@ func BenchmarkTaskRestore(b *testing.B) {
 	}
 }
 
-// seenRecords is n herald.seen records of distinct dedupe keys, encoded
-// as the stage encodes them in format (schemas.SeenEntryV1 or V2).
-func seenRecords(topic string, n int, format string) []*kgo.Record {
+// seenRecords is n herald.seen records of distinct dedupe keys for
+// partition, encoded as the stage encodes them in format
+// (schemas.SeenEntryV1 or V2). Their SourcePartition is partition, as in
+// the stage's changelog: an entry from another partition is kept on the
+// seen-set's side map, the slow path.
+func seenRecords(topic string, partition int32, n int, format string) []*kgo.Record {
 	recs := make([]*kgo.Record, n)
 	for i := range n {
 		e := schemas.SeenEntry{Kind: schemas.SeenDedupe, Scope: fmt.Sprintf("%032x", i), NotificationID: fmt.Sprintf("%032x", i),
 			RequestID: fmt.Sprintf("%032x", i), ContentHash: fmt.Sprintf("%064x", i), Outcome: schemas.DecisionAccepted,
-			FirstAt: int64(i), ExpiresAt: int64(i) + 3600_000, SourceOffset: int64(i)}
+			FirstAt: int64(i), ExpiresAt: int64(i) + 3600_000, SourcePartition: partition, SourceOffset: int64(i)}
 		var v []byte
 		var err error
 		if format == schemas.SeenEntryV2 {
@@ -95,7 +98,7 @@ func seenRecords(topic string, n int, format string) []*kgo.Record {
 		if err != nil {
 			panic(err)
 		}
-		recs[i] = &kgo.Record{Topic: topic, Key: []byte(schemas.SeenKey(e.Kind, e.Scope)), Value: v,
+		recs[i] = &kgo.Record{Topic: topic, Partition: partition, Key: []byte(schemas.SeenKey(e.Kind, e.Scope)), Value: v,
 			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(format)}}}
 	}
 	return recs
