@@ -206,3 +206,23 @@ func TestAppendSeenProtoDoesNotAllocateWhenDstHasRoom(t *testing.T) {
 		t.Fatalf("AppendSeenProto wrote % x, proto.Marshal % x", got, want)
 	}
 }
+
+func TestADecodedHeraldSeenV2EntryDoesNotPointIntoTheCallersBytes(t *testing.T) {
+	want := seenV2()
+	want.RequestID = "call #1, kept as text"
+	b, err := schemas.AppendSeenV2(nil, &want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got schemas.SeenEntry
+	if err := schemas.Decode(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 'x'
+	}
+	want.Schema = schemas.SeenEntryV2
+	if got != want {
+		t.Fatalf("after the input was overwritten: %+v, want %+v", got, want)
+	}
+}
