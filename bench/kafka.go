@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,7 +45,19 @@ type KafkaOptions struct {
 	// BatchInterval is the longest a transaction collects records (the
 	// stage's --batch-interval).
 	BatchInterval time.Duration
-	Policy        dedupe.Policy
+	// Ceiling adds, for each codec and transaction size, a run of a bare
+	// exactly-once copy loop on the same topics (copyOnKafka): what the
+	// broker carries with no stage work, beside what the stage decides.
+	Ceiling bool
+	// SegmentBytes, when positive, is set as segment.bytes on every topic
+	// of each run. herald's catalog leaves segment.bytes to the broker,
+	// whose default is 1 GiB; herald's test broker (scripts/kafka) rolls
+	// segments at 1 MiB so that tests see compaction, and on it a run
+	// measures the broker rolling segments and its log cleaner compacting
+	// herald.seen again and again (55 % of the broker's samples in a JFR
+	// profile) more than the stage. Zero keeps the broker's default.
+	SegmentBytes int64
+	Policy       dedupe.Policy
 	// Timeout bounds each run: setup, producing, deciding, counting.
 	Timeout    time.Duration
 	ClientOpts []kgo.Opt
@@ -123,21 +136,30 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 		}
 		oc := o
 		oc.ClientOpts = append(slices.Clip(o.ClientOpts), compress)
+		var runs []run
 		for _, k := range instances {
 			for _, txn := range o.TxnRecords {
-				if txn < 1 {
-					return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", txn)
-				}
-				row, took, err := kafkaRun(ctx, adm, s, values, run{txn: txn, codec: codec, instances: k}, oc)
-				if took > 0 {
-					produce = append(produce, took)
-				}
-				if row.Backend != "" {
-					rows = append(rows, row) // shown even when its counts are wrong
-				}
-				if err != nil {
-					return rows, err
-				}
+				runs = append(runs, run{txn: txn, codec: codec, instances: k})
+			}
+		}
+		if o.Ceiling {
+			for _, txn := range o.TxnRecords {
+				runs = append(runs, run{txn: txn, codec: codec, instances: 1, ceiling: true})
+			}
+		}
+		for _, rn := range runs {
+			if rn.txn < 1 {
+				return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", rn.txn)
+			}
+			row, took, err := kafkaRun(ctx, adm, s, values, rn, oc)
+			if took > 0 {
+				produce = append(produce, took)
+			}
+			if row.Backend != "" {
+				rows = append(rows, row) // shown even when its counts are wrong
+			}
+			if err != nil {
+				return rows, err
 			}
 		}
 	}
@@ -156,11 +178,13 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 }
 
 // run is what one run measures: the most records per transaction, the
-// producers' codec and how many stage instances share the stream.
+// producers' codec and how many stage instances share the stream (or the
+// copy loop instead).
 type run struct {
 	txn       int
 	codec     string
 	instances int
+	ceiling   bool // the bare copy loop instead of the stage
 }
 
 // kafkaRun is one run on a fresh topic set; it returns the row and how long
@@ -199,6 +223,9 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	if err := waitTopicsReady(ctx, adm, cat); err != nil {
 		return row, 0, err
 	}
+	if err := setSegmentBytes(ctx, adm, cat, o.SegmentBytes); err != nil {
+		return row, 0, err
+	}
 
 	produced, err = produceStream(ctx, cat, values, s, o)
 	if err != nil {
@@ -206,6 +233,10 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	}
 	log.Info("stream produced", "records", len(values), "elapsed", produced.Round(time.Millisecond))
 
+	if rn.ceiling {
+		row, err = copyOnKafka(ctx, cat, group, len(values), rn, o, log)
+		return row, produced, err
+	}
 	row, err = decideOnKafka(ctx, adm, cat, group, len(values), rn, o, log)
 	if err != nil {
 		return row, produced, err
@@ -508,6 +539,29 @@ func waitTopicsReady(ctx context.Context, adm *kadm.Client, cat *topics.Catalog)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// setSegmentBytes sets segment.bytes on every topic of cat; n ≤ 0 leaves
+// the broker's default.
+func setSegmentBytes(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	v := strconv.FormatInt(n, 10)
+	var names []string
+	for _, t := range cat.Topics() {
+		names = append(names, t.Name)
+	}
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "segment.bytes", Value: &v}}, names...)
+	if err != nil {
+		return fmt.Errorf("bench: kafka: set segment.bytes: %w", err)
+	}
+	for _, r := range resp {
+		if r.Err != nil {
+			err = errors.Join(err, fmt.Errorf("bench: kafka: set segment.bytes of %s: %w", r.Name, r.Err))
+		}
+	}
+	return err
 }
 
 // deleteTopics deletes every topic of cat that exists.

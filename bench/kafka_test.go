@@ -9,9 +9,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/topics"
 )
 
 func TestHeraldBackendOnTheRealBroker(t *testing.T) {
@@ -21,24 +23,29 @@ func TestHeraldBackendOnTheRealBroker(t *testing.T) {
 	defer cancel()
 	rows, err := RunKafka(ctx, s, KafkaOptions{
 		Brokers: brokers, Partitions: 3, Replication: 1, TxnRecords: []int{500}, Compression: []string{"none", "zstd"}, Instances: []int{1, 2},
-		BatchInterval: 100 * time.Millisecond, Policy: dedupe.DefaultPolicy(), Timeout: 3 * time.Minute,
+		BatchInterval: 100 * time.Millisecond, Policy: dedupe.DefaultPolicy(), Timeout: 3 * time.Minute, Ceiling: true, SegmentBytes: 1 << 30,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("one produce row and one row per codec, instance count and transaction size", func(t *testing.T) {
-		if len(rows) != 5 || rows[0].Decides() {
+	t.Run("one produce row, one row per codec, instance count and transaction size, and a copy loop row per codec and size", func(t *testing.T) {
+		if len(rows) != 7 || rows[0].Decides() {
 			t.Fatalf("rows %+v", rows)
 		}
 		want := []struct {
 			variant   string
 			instances int
-		}{{"txn ≤ 500, none", 1}, {"txn ≤ 500, none", 2}, {"txn ≤ 500, zstd", 1}, {"txn ≤ 500, zstd", 2}}
+			copyLoop  bool
+		}{
+			{"txn ≤ 500, none", 1, false}, {"txn ≤ 500, none", 2, false}, {"txn ≤ 500, none", 1, true},
+			{"txn ≤ 500, zstd", 1, false}, {"txn ≤ 500, zstd", 2, false}, {"txn ≤ 500, zstd", 1, true},
+		}
 		for i, w := range want {
 			r := rows[i+1]
 			shared := strings.Contains(r.Note, "2 instances in one process")
-			if !r.Decides() || !strings.HasSuffix(r.Variant, w.variant) || shared != (w.instances == 2) {
-				t.Errorf("row %d: %q / %q, want a decision row %q by %d instance(s)", i+1, r.Variant, r.Note, w.variant, w.instances)
+			isCopy := strings.HasPrefix(r.Variant, "exactly-once copy loop (ceiling)")
+			if r.Decides() == w.copyLoop || isCopy != w.copyLoop || !strings.HasSuffix(r.Variant, w.variant) || shared != (w.instances == 2) || r.Records != 5000 {
+				t.Errorf("row %d: %q / %q (%d records), want %q by %d instance(s), copy loop %v", i+1, r.Variant, r.Note, r.Records, w.variant, w.instances, w.copyLoop)
 			}
 		}
 	})
@@ -47,6 +54,9 @@ func TestHeraldBackendOnTheRealBroker(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range rows[1:] {
+			if !r.Decides() {
+				continue // the copy loop: it checks its own copies
+			}
 			if r.Accepted != 3500 || r.Decisions != 5000 {
 				t.Errorf("%s: %d accepted, %d decisions; want 3500 and 5000", r.Variant, r.Accepted, r.Decisions)
 			}
@@ -87,5 +97,55 @@ func TestHeraldBackendFailsWhenTheBrokerIsUnreachable(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("a run against a closed port succeeded")
+	}
+}
+
+func TestSegmentBytesIsSetOnEveryTopicOfARun(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx := testenv.Guarded(t)
+	adm := kadm.NewClient(testenv.Client(t, brokers))
+	cat := topics.New(topics.Options{Prefix: "herald-bench-test-" + randomHex(4) + ".", Partitions: 1, Replication: 1})
+	if _, err := cat.Create(ctx, adm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = deleteTopics(context.Background(), adm, cat) })
+	for _, tc := range []struct {
+		name string
+		set  int64
+		want string
+	}{
+		{"zero leaves the broker's default", 0, ""},
+		{"a positive size is set on every topic", 1 << 30, "1073741824"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := setSegmentBytes(ctx, adm, cat, tc.set); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tp := range cat.Topics() {
+				names = append(names, tp.Name)
+			}
+			rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rcs) != len(names) {
+				t.Fatalf("configs of %d topics, want %d", len(rcs), len(names))
+			}
+			for _, rc := range rcs {
+				if rc.Err != nil {
+					t.Fatalf("%s: %v", rc.Name, rc.Err)
+				}
+				var got, source string
+				for _, c := range rc.Configs {
+					if c.Key == "segment.bytes" && c.Source == kmsg.ConfigSourceDynamicTopicConfig {
+						got, source = c.MaybeValue(), c.Source.String()
+					}
+				}
+				if got != tc.want {
+					t.Errorf("%s: segment.bytes set on the topic is %q (%s), want %q", rc.Name, got, source, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -36,6 +36,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	interval := fs.Duration("batch-interval", 100*time.Millisecond, "longest a stage transaction collects records")
 	partitions := fs.Int("partitions", 4, "partitions of every benchmark topic")
 	replication := fs.Int("replication", 1, "replication factor of every benchmark topic")
+	ceiling := fs.Bool("ceiling", false, "also run a bare exactly-once copy loop (no herald code) on the same topics for each codec and --txn-records value: what the broker carries, beside what the stage decides")
+	segmentBytes := fs.Int64("segment-bytes", 1<<30, "segment.bytes of every benchmark topic: Kafka's default, 1 GiB, whatever the broker's (herald's test broker rolls at 1 MiB); 0 keeps the broker's")
 	window := fs.Duration("window", time.Hour, "dedupe window (the stage's default window and Redis's PX); must outlast the run")
 	clientBatch := fs.Int("client-batch", 1000, "statements per pgx.Batch, rows per PostgreSQL unnest statement and commands per Redis pipeline in the batched variants")
 	conns := fs.Int("conns", 1, "PostgreSQL and Redis connections, each sending its share of the stream (split by dedupe scope)")
@@ -66,6 +68,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		if *partitions < 1 || *replication < 1 {
 			return fmt.Errorf("%w: --partitions and --replication must be positive", errUsage)
 		}
+		if *segmentBytes < 0 {
+			return fmt.Errorf("%w: --segment-bytes must not be negative", errUsage)
+		}
 		codecs := benchSplit(*compression)
 		for _, c := range codecs {
 			if _, err := kafkacompress.Codec(c); err != nil {
@@ -76,7 +81,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		policy.DefaultWindowMs = window.Milliseconds()
 		cfg.Kafka = &bench.KafkaOptions{
 			Brokers: seeds, Partitions: int32(*partitions), Replication: int16(*replication),
-			TxnRecords: sizes, Compression: codecs, Instances: counts, BatchInterval: *interval, Policy: policy, Timeout: *timeout,
+			TxnRecords: sizes, Compression: codecs, Instances: counts, BatchInterval: *interval, SegmentBytes: *segmentBytes, Ceiling: *ceiling, Policy: policy, Timeout: *timeout,
 		}
 	}
 	if *postgres != "" {

@@ -16,7 +16,7 @@ func TestBenchOnTheRealBrokerPrintsARowPerRunAndItsProfile(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "cpu.prof")
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"bench", "--brokers", strings.Join(brokers, ","), "--requests", "2000", "--txn-records", "500",
-		"--compression", "none,lz4", "--instances", "1,2", "--partitions", "2", "--cpuprofile", prof}, &out, &errOut)
+		"--compression", "none,lz4", "--instances", "1,2", "--partitions", "2", "--ceiling", "--cpuprofile", prof}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("herald bench exited %d: %s", code, errOut.String())
 	}
@@ -28,6 +28,9 @@ func TestBenchOnTheRealBrokerPrintsARowPerRunAndItsProfile(t *testing.T) {
 	if n := strings.Count(out.String(), "dedupe stage, exactly-once"); n != 4 {
 		t.Errorf("%d stage rows, want 4 (2 codecs × 2 instance counts):\n%s", n, out.String())
 	}
+	if n := strings.Count(out.String(), "exactly-once copy loop (ceiling), txn ≤ 500"); n != 2 {
+		t.Errorf("%d copy loop rows, want 2 (--ceiling: one per codec):\n%s", n, out.String())
+	}
 	b, err := os.ReadFile(prof)
 	if err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
 		t.Fatalf("the CPU profile (%d bytes, %v) is not a gzipped profile", len(b), err)
@@ -38,6 +41,7 @@ func TestBenchRefusesAnUnknownCodecAndABadInstanceCount(t *testing.T) {
 	for _, tc := range []struct{ name, flag, value, want string }{
 		{"an unknown codec is named with the choices", "--compression", "lz5", `--compression: compression "lz5" is not one of none, gzip, snappy, lz4, zstd`},
 		{"a zero instance count is refused", "--instances", "0", `--instances: "0" is not a positive integer`},
+		{"a negative segment size is refused", "--segment-bytes", "-1", "--segment-bytes must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

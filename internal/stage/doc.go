@@ -42,6 +42,12 @@
 //     a lone record is committed at once, however long BatchInterval (which
 //     only bounds how long an idle poll waits, so timers fire at least that
 //     often).
+//   - A transaction begins with its batch's first 1,000 outputs, which go to
+//     the producer while the rest of the batch is processed (its
+//     goroutines encode, compress and send them on the other core). A task
+//     that fails after that aborts the transaction at once, so no
+//     read_committed reader of the outputs waits for its timeout
+//     (transient_test.go, on kfake and the real broker).
 //   - An input record whose output can never be written (MESSAGE_TOO_LARGE,
 //     INVALID_RECORD and the like) is written to DeadLetterTopic as a
 //     DeadLetter (reason and position, not the payload) in a transaction

@@ -619,3 +619,64 @@ func TestARetriableProduceErrorIsRetriedAfterABackoffUntilItClears(t *testing.T)
 		}
 	})
 }
+
+// awaitNoOpenTransaction waits until no transaction is open on the output
+// topic (its last stable offsets reach its ends) and fails the test if
+// one still is after testenv.Guard: a guard for the markers Kafka writes
+// after EndTxn returns, not a timed assertion.
+func (r *rig) awaitNoOpenTransaction() {
+	r.t.Helper()
+	ctx := testenv.Guarded(r.t)
+	cl := testenv.Client(r.t, r.brokers, r.opts...)
+	parts := make([]int32, r.partitions)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	deadline := time.Now().Add(testenv.Guard())
+	for {
+		stable, err := stage.LastStableOffsets(ctx, cl, r.out, parts...)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, r.out)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		open := false
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err != nil || stable[o.Partition] != o.Offset {
+				open = true
+			}
+		})
+		if !open {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("a transaction is still open on %s: last stable offsets %v below the ends", r.out, stable)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitUncommittedOutput waits until the output topic holds a record,
+// committed or not (its high watermark moved), and fails the test if none
+// comes within testenv.Guard.
+func (r *rig) awaitUncommittedOutput() {
+	r.t.Helper()
+	ctx := testenv.Guarded(r.t)
+	adm := kadm.NewClient(testenv.Client(r.t, r.brokers, r.opts...))
+	for deadline := time.Now().Add(testenv.Guard()); ; time.Sleep(10 * time.Millisecond) {
+		ends, err := adm.ListEndOffsets(ctx, r.out)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		var n int64
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no output reached %s", r.out)
+		}
+	}
+}

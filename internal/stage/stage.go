@@ -609,10 +609,13 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TransactionTimeout)
 	defer cancel()
 
-	// Tasks run before the transaction begins: they only fill out.
+	// Tasks fill out; every produceChunk outputs the transaction begins
+	// (once) and the outputs so far go to the producer, which sends them
+	// while the next inputs are processed.
 	r.mu.Lock()
 	revocations := r.revocations
 	var out Out
+	sent := r.newSending(ctx)
 	for _, rec := range batch {
 		t, ok := r.tasks[rec.Partition]
 		if !ok { // revoked between poll and now: cannot happen with blocked rebalances
@@ -626,10 +629,17 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		if err := t.Process(rec, &out); err != nil {
 			r.mu.Unlock()
 			err = fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
+			sent.abandon()
 			if IsTransient(err) {
-				return false, 0, err // no transaction is open: the session restarts and drops the tasks
+				return false, 0, err // the session restarts and drops the tasks
 			}
 			return false, 0, fatal(err)
+		}
+		if out.Len()-sent.n >= produceChunk {
+			if err := sent.send(&out, out.Len()); err != nil {
+				r.mu.Unlock()
+				return false, 0, err
+			}
 		}
 	}
 	ticksFrom := out.Len()
@@ -642,22 +652,13 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	if len(batch) == 0 && out.Len() == 0 {
 		return false, 0, nil // idle: no transaction at all
 	}
-	if err := r.sess.Begin(); err != nil {
-		return false, 0, fmt.Errorf("stage %s: begin transaction: %w", r.cfg.Name, err)
-	}
-
-	var errMu sync.Mutex
-	errs := make([]error, out.Len())
-	for i, rec := range out.records {
-		r.sess.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			errMu.Lock()
-			errs[i] = err
-			errMu.Unlock()
-		})
+	if err := sent.send(&out, out.Len()); err != nil {
+		return false, 0, err
 	}
 	if err := r.sess.Client().Flush(ctx); err != nil {
 		return false, 0, fmt.Errorf("stage %s: flush: %w", r.cfg.Name, err)
 	}
+	errMu, errs := &sent.mu, sent.errs
 	errMu.Lock()
 	var produceErr error
 	var poisoned []int // outputs that can never be written
@@ -730,6 +731,68 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	r.log.Warn("transaction aborted after a produce error; retrying after a backoff",
 		"err", produceErr, "retry", r.retries, "backoff", d.Round(time.Millisecond))
 	return false, d, nil
+}
+
+// produceChunk is how many outputs a transaction collects before handing
+// them to the producer while its batch is still being processed: large
+// enough for full produce batches, small enough that the producer's
+// goroutines encode, compress and send one chunk while the task fills the
+// next.
+var produceChunk = 1000
+
+// sending hands one transaction's outputs to the producer, beginning the
+// transaction with the first of them, and collects each output's produce
+// error by its index in Out.
+type sending struct {
+	r     *Runner
+	ctx   context.Context
+	began bool
+	n     int // outputs handed to the producer
+	mu    sync.Mutex
+	errs  []error // by index in Out; written by the producer's callbacks
+}
+
+func (r *Runner) newSending(ctx context.Context) *sending { return &sending{r: r, ctx: ctx} }
+
+// send begins the transaction if it has not begun and produces
+// out.records[s.n:upto].
+func (s *sending) send(out *Out, upto int) error {
+	if upto <= s.n {
+		return nil
+	}
+	if !s.began {
+		if err := s.r.sess.Begin(); err != nil {
+			return fmt.Errorf("stage %s: begin transaction: %w", s.r.cfg.Name, err)
+		}
+		s.began = true
+	}
+	s.mu.Lock()
+	s.errs = append(s.errs, make([]error, upto-len(s.errs))...)
+	s.mu.Unlock()
+	for i := s.n; i < upto; i++ {
+		s.r.sess.Produce(s.ctx, out.records[i], func(_ *kgo.Record, err error) {
+			s.mu.Lock()
+			s.errs[i] = err
+			s.mu.Unlock()
+		})
+	}
+	s.n = upto
+	return nil
+}
+
+// abandon aborts the transaction if it began (a task failed while its
+// batch was being processed): the session's abort drops the buffered
+// outputs and rewinds the input. Its error is not reported: the caller
+// ends the session with the task's error, and a transaction that could
+// not be aborted here is aborted when the next session's producer
+// initializes with the same transactional id.
+func (s *sending) abandon() {
+	if !s.began {
+		return
+	}
+	if _, err := s.r.sess.End(s.ctx, kgo.TryAbort); err != nil {
+		s.r.log.Warn("aborting the transaction of a failed batch", "err", err)
+	}
 }
 
 // end ends the open transaction. One that consumed no input (only ticks,
