@@ -680,3 +680,51 @@ func (r *rig) awaitUncommittedOutput() {
 		}
 	}
 }
+
+// silent is a counter that emits nothing for keys starting with "quiet".
+type silent struct{ *counter }
+
+func (s silent) Process(r *kgo.Record, out *stage.Out) error {
+	if strings.HasPrefix(string(r.Key), "quiet") {
+		return nil
+	}
+	return s.counter.Process(r, out)
+}
+
+// TestABatchWhoseInputsEmitNothingStillCommitsTheirOffsets: a transaction
+// begins with its outputs; a batch that has none still commits its input
+// offsets, in a transaction of offsets alone, and the stage goes on.
+func TestABatchWhoseInputsEmitNothingStillCommitsTheirOffsets(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		r.produce(0, "quiet1", "quiet2")
+		cfg := r.config()
+		newCounter := cfg.NewTask
+		cfg.NewTask = func(p int32) stage.Task { return silent{newCounter(p).(*counter)} }
+		s := r.start(cfg)
+
+		ctx := testenv.Guarded(t)
+		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
+		for deadline := time.Now().Add(testenv.Guard()); ; time.Sleep(20 * time.Millisecond) {
+			offs, err := adm.FetchOffsets(ctx, r.group)
+			if err == nil {
+				if o, ok := offs.Lookup(r.in, 0); ok && o.Err == nil && o.At == 2 {
+					break
+				}
+			}
+			select {
+			case err := <-s.done:
+				s.done <- err
+				t.Fatalf("the stage stopped before committing the silent batch's offsets: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the group's offset of %s/0 never reached 2 (the end of two inputs that emit nothing): %v", r.in, offs)
+			}
+		}
+		r.produce(0, "a")
+		if got := r.awaitOut(s, 1); !equal(got, []string{"a=1"}) {
+			t.Fatalf("committed outputs %v after the silent batch, want [a=1]", got)
+		}
+	})
+}

@@ -754,12 +754,10 @@ type sending struct {
 
 func (r *Runner) newSending(ctx context.Context) *sending { return &sending{r: r, ctx: ctx} }
 
-// send begins the transaction if it has not begun and produces
-// out.records[s.n:upto].
+// send begins the transaction if it has not begun (also with nothing to
+// produce: a batch whose inputs emit nothing still commits their offsets
+// in a transaction) and produces out.records[s.n:upto].
 func (s *sending) send(out *Out, upto int) error {
-	if upto <= s.n {
-		return nil
-	}
 	if !s.began {
 		if err := s.r.sess.Begin(); err != nil {
 			return fmt.Errorf("stage %s: begin transaction: %w", s.r.cfg.Name, err)

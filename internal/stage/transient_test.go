@@ -50,7 +50,9 @@ func TestATaskErrorStopsTheStageUnlessItIsTransient(t *testing.T) {
 		chunk int // outputs handed to the producer at a time; 0 keeps the runtime's
 	}{
 		{name: "while the batch's outputs are only pending"},
-		{name: "after the batch's first outputs went into its transaction", chunk: 1},
+		// The counter emits two outputs per record: the first record's
+		// two are handed over before the second record fails.
+		{name: "after the batch's first outputs went into its transaction", chunk: 2},
 	} {
 		for _, tc := range []struct {
 			name      string
