@@ -5,7 +5,12 @@
 //   - herald's dedupe stage on a Kafka cluster, exactly-once transactions on
 //     (processors/dedupe, in process, on a fresh uniquely named topic set), timed
 //     from the moment the stage owns its partitions until every input offset is
-//     committed, once per transaction size;
+//     committed, once per transaction size; its topics get Kafka's default
+//     segment size (1 GiB, KafkaOptions.SegmentBytes) whatever the broker's,
+//     since a test broker's small segments measure its log cleaner;
+//   - optionally (KafkaOptions.Ceiling, `--ceiling`) a bare exactly-once copy
+//     loop on the same topics, no herald code: what the broker carries,
+//     beside what the stage decides;
 //   - the seed design: a PostgreSQL `sends` table with a unique key on the
 //     dedupe scope and `insert … on conflict do nothing returning id`, one
 //     statement per round trip and in pgx batches (one implicit transaction per
