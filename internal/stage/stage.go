@@ -620,6 +620,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		t, ok := r.tasks[rec.Partition]
 		if !ok { // revoked between poll and now: cannot happen with blocked rebalances
 			r.mu.Unlock()
+			sent.abandon()
 			return false, 0, fatal(fmt.Errorf("stage %s: record for unowned partition %d", r.cfg.Name, rec.Partition))
 		}
 		if reason, ok := r.poison[position{rec.Partition, rec.Offset}]; ok {
