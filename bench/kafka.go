@@ -507,10 +507,7 @@ func readCommitted(ctx context.Context, topic string, o KafkaOptions, f func(*kg
 // waitTopicsReady polls metadata until every topic of cat has all its
 // partitions, each with a leader.
 func waitTopicsReady(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
-	var names []string
-	for _, t := range cat.Topics() {
-		names = append(names, t.Name)
-	}
+	names := topicNames(cat)
 	for {
 		details, err := adm.ListTopics(ctx, names...)
 		var missing []string
@@ -548,10 +545,7 @@ func setSegmentBytes(ctx context.Context, adm *kadm.Client, cat *topics.Catalog,
 		return nil
 	}
 	v := strconv.FormatInt(n, 10)
-	var names []string
-	for _, t := range cat.Topics() {
-		names = append(names, t.Name)
-	}
+	names := topicNames(cat)
 	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "segment.bytes", Value: &v}}, names...)
 	if err != nil {
 		return fmt.Errorf("bench: kafka: set segment.bytes: %w", err)
@@ -564,12 +558,18 @@ func setSegmentBytes(ctx context.Context, adm *kadm.Client, cat *topics.Catalog,
 	return err
 }
 
-// deleteTopics deletes every topic of cat that exists.
-func deleteTopics(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
+// topicNames lists the names of cat's topics.
+func topicNames(cat *topics.Catalog) []string {
 	var names []string
 	for _, t := range cat.Topics() {
 		names = append(names, t.Name)
 	}
+	return names
+}
+
+// deleteTopics deletes every topic of cat that exists.
+func deleteTopics(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
+	names := topicNames(cat)
 	resp, err := adm.DeleteTopics(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("bench: kafka: delete topics %s*: %w", cat.Options().Prefix, err)

@@ -121,10 +121,7 @@ func TestSegmentBytesIsSetOnEveryTopicOfARun(t *testing.T) {
 			if err := setSegmentBytes(ctx, adm, cat, tc.set); err != nil {
 				t.Fatal(err)
 			}
-			var names []string
-			for _, tp := range cat.Topics() {
-				names = append(names, tp.Name)
-			}
+			names := topicNames(cat)
 			rcs, err := adm.DescribeTopicConfigs(ctx, names...)
 			if err != nil {
 				t.Fatal(err)
