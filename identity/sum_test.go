@@ -77,3 +77,43 @@ func BenchmarkDedupeID(b *testing.B) {
 		_ = DedupeID("acme", "invoice.paid", "u_8831", "order-1234")
 	}
 }
+
+func TestParseIDAcceptsExactlyTheLowerCaseHexDigitsAtEveryPosition(t *testing.T) {
+	const base = "52f364d9288c640b306b566e509104bd"
+	for pos := range IDLen {
+		for c := range 256 {
+			id := base[:pos] + string([]byte{byte(c)}) + base[pos+1:]
+			want := strings.IndexByte("0123456789abcdef", byte(c)) >= 0
+			sum, ok := ParseID(id)
+			if ok != want || Valid(id) != want {
+				t.Fatalf("byte %q at %d: ParseID ok = %v, Valid = %v, want %v", byte(c), pos, ok, Valid(id), want)
+			}
+			if ok {
+				if got := hex.EncodeToString(sum[:]); got != id {
+					t.Fatalf("ParseID(%q) = %s", id, got)
+				}
+			} else if sum != [IDLen / 2]byte{} {
+				t.Fatalf("ParseID(%q) refused it but returned %x, want zero bytes", id, sum)
+			}
+		}
+	}
+}
+
+// BenchmarkParseID reads ids of random digits, as notification and request
+// ids are.
+//
+//	go test -run '^$' -bench ParseID -benchmem ./identity
+func BenchmarkParseID(b *testing.B) {
+	ids := make([]string, 1024)
+	for i := range ids {
+		ids[i] = DedupeID("acme", "t", "r", strings.Repeat("k", i))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, ok := ParseID(ids[i%len(ids)]); !ok {
+			b.Fatal("refused a valid id")
+		}
+		i++
+	}
+}

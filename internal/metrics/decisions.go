@@ -1,6 +1,9 @@
 package metrics
 
-import "sync"
+import (
+	"strings"
+	"sync"
+)
 
 // DecisionLimit is how many distinct tenants, and how many distinct
 // notification types, herald_decisions_total labels per process before
@@ -23,7 +26,13 @@ func NewDecisions(reg *Registry, stage string) *Decisions {
 	return &Decisions{reg: reg, stage: stage, tenants: NewLimit(DecisionLimit), types: NewLimit(DecisionLimit)}
 }
 
+// add counts n decisions of k. The strings of k are copied before the
+// registry or the limits keep them: a task may pass strings that point
+// into the input record they were read from (the dedupe task decodes
+// requests in place), and keeping one would keep that record's whole fetch
+// buffer alive for the life of the process.
 func (d *Decisions) add(k decisionKey, n int64) {
+	k = decisionKey{strings.Clone(k.tenant), strings.Clone(k.typ), strings.Clone(k.outcome)}
 	d.reg.Counter("herald_decisions_total", "decisions of committed transactions, by stage, tenant, type and outcome (tenants and types beyond the first 50 each are \"other\")",
 		"stage", d.stage, "tenant", d.tenants.Value(k.tenant), "type", d.types.Value(k.typ), "outcome", k.outcome).Add(n)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"testing"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -156,5 +157,26 @@ func TestLagIsTheDistanceFromTheLastRecordToTheStableEnd(t *testing.T) {
 	lag.Forget("req", 0)
 	if _, ok := scrape(t, r).Value("herald_consumer_lag_records", "consumer", "dedupe", "topic", "req", "partition", "0"); ok {
 		t.Error("a forgotten partition's lag is still served")
+	}
+}
+
+func TestDecisionsKeepCopiesOfTheStringsTheyAreGiven(t *testing.T) {
+	r := metrics.NewRegistry()
+	tally := metrics.NewDecisions(r, "dedupe").Tally()
+	buf := []byte("acme" + "invoice.paid" + "accepted") // stands for a record's value, decoded in place
+	in := func(from, to int) string { return unsafe.String(&buf[from], to-from) }
+	tally.Add(in(0, 4), in(4, 16), in(16, 24))
+	tally.Commit()
+	for i := range buf {
+		buf[i] = 'x' // the record's buffer reused or freed
+	}
+	fams := scrape(t, r)
+	if got, ok := fams.Value("herald_decisions_total", "stage", "dedupe", "tenant", "acme", "type", "invoice.paid", "outcome", "accepted"); !ok || got != 1 {
+		t.Fatalf("herald_decisions_total{acme, invoice.paid, accepted} = %v (present %v), want 1: the series' labels changed with the caller's bytes", got, ok)
+	}
+	tally.Add("acme", "invoice.paid", "accepted")
+	tally.Commit()
+	if got, _ := scrape(t, r).Value("herald_decisions_total", "stage", "dedupe", "tenant", "acme", "type", "invoice.paid", "outcome", "accepted"); got != 2 {
+		t.Fatalf("a second decision of the same tenant and type made another series: count %v, want 2", got)
 	}
 }

@@ -165,7 +165,12 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	src := Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	req := &t.req
 	*req = schemas.Request{}
-	if err := t.dec.Decode(r.Value, req); err != nil {
+	// The request is read in place: its strings point into r.Value, which
+	// nobody changes. What outlives Process is copied where it is kept (a
+	// request id that is not an id in the seen-set, see effects.add; the
+	// decision counts' labels, see metrics.Decisions); everything else is
+	// encoded into the slab before Process returns.
+	if err := t.dec.DecodeShared(r.Value, req); err != nil {
 		*req = schemas.Request{NotificationID: string(r.Key)}
 		d := rejected(*req, at, src, err.Error())
 		return t.emitDecision(&d, at, out)

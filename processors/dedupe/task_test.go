@@ -324,3 +324,46 @@ func TestTheCanonicalIDDeduplicatesPerTenant(t *testing.T) {
 		})
 	}
 }
+
+func TestWhatTheSeenSetKeepsOfARequestOutlivesTheRecordItWasReadFrom(t *testing.T) {
+	// The task reads requests in place (their strings point into the
+	// record's value); a request id that is not an id is kept as text, so
+	// it must be a copy: the record's buffer is dropped or reused once the
+	// transaction ends.
+	for _, commit := range []bool{false, true} {
+		name := "within the transaction"
+		if commit {
+			name = "after the transaction commits"
+		}
+		t.Run("a duplicate names its original's request id "+name, func(t *testing.T) {
+			first := req("paid", "inv_1", "")
+			first.RequestID = "call #1 from the billing service"
+			retry := req("paid", "inv_1", "")
+			task := NewTask(DefaultPolicy(), testTopics, 0)
+			var out stage.Out
+			b, _ := schemas.Encode(first)
+			rec := &kgo.Record{Topic: "requests", Value: b, Timestamp: taskBase}
+			if err := task.Process(rec, &out); err != nil {
+				t.Fatal(err)
+			}
+			if commit {
+				task.Commit()
+			}
+			for i := range b {
+				b[i] = 'x'
+			}
+			b, _ = schemas.Encode(retry)
+			out = stage.Out{}
+			if err := task.Process(&kgo.Record{Topic: "requests", Value: b, Offset: 1, Timestamp: taskBase.Add(time.Second)}, &out); err != nil {
+				t.Fatal(err)
+			}
+			var d schemas.Decision
+			if err := schemas.Decode(outRecords(&out)[0].Value, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Outcome != schemas.DecisionDuplicate || d.OriginalRequestID != first.RequestID {
+				t.Fatalf("retry decided %s naming request %q, want duplicate naming %q", d.Outcome, d.OriginalRequestID, first.RequestID)
+			}
+		})
+	}
+}
