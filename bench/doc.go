@@ -19,7 +19,11 @@
 //     pipelined.
 //
 // Every backend must accept exactly the stream's distinct notifications; Run
-// checks each count and fails loudly on a disagreement. Results are rows of a
+// checks each count and fails loudly on a disagreement. With Config.Rounds
+// (`--rounds`) every backend is measured that many times, in turn, and each
+// row is the median round with the range of all of them: on a shared host
+// one run of the same stage has measured anywhere from 52k to 89k
+// requests/s (BENCHMARKS.md), more than most changes being measured. Results are rows of a
 // plain aligned table or of a Markdown table for BENCHMARKS.md.
 //
 // What each number includes is spelled out on [Row] and on each backend's

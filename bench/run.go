@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,15 +18,26 @@ type Config struct {
 	Postgres *PostgresOptions
 	Redis    *RedisOptions
 	Logger   *slog.Logger
-	// Progress, if set, is called with the backends measured and the
-	// backends to measure, after each one.
+	// Rounds is how many times every backend is measured: round 1 measures
+	// each in turn, then round 2 again each in turn, and so on, so a host
+	// whose speed drifts (a shared machine, a neighbour on the same
+	// hypervisor) slows every backend alike instead of the one measured at
+	// the wrong moment. Each row then is the median round (see
+	// Summarize). Zero means one round.
+	Rounds int
+	// Progress, if set, is called with the backend runs done and the
+	// backend runs to do (backends × rounds), after each one.
 	Progress func(done, total int64)
 }
 
 // Report is what Run measured.
 type Report struct {
 	Stream *Stream
-	Rows   []Row
+	// Rows is one row per backend and variant: with more than one round,
+	// the median round's (see Summarize).
+	Rows []Row
+	// Rounds is every round's rows, in the order measured.
+	Rounds [][]Row
 	// LoadBefore and LoadAfter are the host's one-minute load average
 	// before the first backend and after the last (see Host).
 	LoadBefore, LoadAfter string
@@ -79,22 +91,61 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		}
 		backends = append(backends, backend{RedisBackend, func() ([]Row, error) { return RunRedis(ctx, s, *o) }})
 	}
-	for i, b := range backends {
-		log.Info("measuring", "backend", b.name)
-		rows, err := b.run()
-		if cfg.Progress != nil && err == nil {
-			cfg.Progress(int64(i+1), int64(len(backends)))
-		}
-		for _, r := range rows {
-			if r.Backend != "" {
-				rep.Rows = append(rep.Rows, r)
+	rounds := max(cfg.Rounds, 1)
+	var all []Row
+	defer func() { rep.Rows = Summarize(rep.Rounds) }()
+	for round := range rounds {
+		rep.Rounds = append(rep.Rounds, nil)
+		for i, b := range backends {
+			log.Info("measuring", "backend", b.name, "round", round+1, "rounds", rounds)
+			rows, err := b.run()
+			if cfg.Progress != nil && err == nil {
+				cfg.Progress(int64(round*len(backends)+i+1), int64(rounds*len(backends)))
+			}
+			for _, r := range rows {
+				if r.Backend != "" {
+					rep.Rounds[round] = append(rep.Rounds[round], r)
+					all = append(all, r)
+				}
+			}
+			if err != nil {
+				return rep, err
 			}
 		}
-		if err != nil {
-			return rep, err
-		}
 	}
-	return rep, CheckAccepted(s, rep.Rows)
+	return rep, CheckAccepted(s, all)
+}
+
+// Summarize folds rounds of rows into one row per measurement: every
+// round measures the same backends in the same order, so the i-th row of
+// each round is one measurement repeated. Its row is that of the median
+// round by elapsed time (of an even count, the slower of the two middle
+// rounds), whose note then says how many rounds ran and the range of their
+// records/s. A measurement made in one round only (a single round, or a
+// round cut short by an error) is returned as it is.
+func Summarize(rounds [][]Row) []Row {
+	var out []Row
+	for i := 0; ; i++ {
+		var rs []Row
+		for _, rows := range rounds {
+			if i < len(rows) {
+				rs = append(rs, rows[i])
+			}
+		}
+		switch len(rs) {
+		case 0:
+			return out
+		case 1:
+			out = append(out, rs[0])
+			continue
+		}
+		slices.SortStableFunc(rs, func(a, b Row) int { return cmp.Compare(a.Elapsed, b.Elapsed) })
+		m := rs[len(rs)/2]
+		fastest, slowest := rs[0], rs[len(rs)-1]
+		m.Note = fmt.Sprintf("median of %d rounds, %.0f–%.0f records/s; %s", len(rs),
+			slowest.PerSecond(slowest.Records), fastest.PerSecond(fastest.Records), m.Note)
+		out = append(out, m)
+	}
 }
 
 // CheckAccepted returns an error naming every deciding row whose accepted

@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/schemas"
 )
@@ -84,6 +86,37 @@ func TestShard(t *testing.T) {
 						first[r.NotificationID] = r.CreatedAt
 					}
 				}
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	row := func(backend string, seconds float64, note string) Row {
+		return Row{Backend: backend, Variant: "v", Records: 1000, Accepted: 700, Decisions: 1000, Elapsed: time.Duration(seconds * float64(time.Second)), Note: note}
+	}
+	for _, tc := range []struct {
+		name   string
+		rounds [][]Row
+		want   []Row
+	}{
+		{"one round's rows are returned as they are",
+			[][]Row{{row("a", 1, "x"), row("b", 2, "y")}},
+			[]Row{row("a", 1, "x"), row("b", 2, "y")}},
+		{"of three rounds each measurement is its median round, with the range of all three",
+			[][]Row{{row("a", 1, "r1"), row("b", 4, "r1")}, {row("a", 2, "r2"), row("b", 5, "r2")}, {row("a", 4, "r3"), row("b", 2, "r3")}},
+			[]Row{row("a", 2, "median of 3 rounds, 250–1000 records/s; r2"), row("b", 4, "median of 3 rounds, 200–500 records/s; r1")}},
+		{"of two rounds the slower one is reported",
+			[][]Row{{row("a", 1, "fast")}, {row("a", 2, "slow")}},
+			[]Row{row("a", 2, "median of 2 rounds, 500–1000 records/s; slow")}},
+		{"a measurement a failed round did not reach keeps the rounds that made it",
+			[][]Row{{row("a", 1, "r1"), row("b", 1, "r1")}, {row("a", 3, "r2")}},
+			[]Row{row("a", 3, "median of 2 rounds, 333–1000 records/s; r2"), row("b", 1, "r1")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Summarize(tc.rounds)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("Summarize:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}

@@ -44,11 +44,15 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "longest one stage run may take")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for BENCHMARKS.md) instead of a plain one")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every backend's client side and herald's stage, which runs in this process) to this file, for go tool pprof")
+	rounds := fs.Int("rounds", 1, "measure every backend this many times, in turn (round 1 measures each, then round 2...), and report the median round with the range: a shared host's speed drifts between runs")
 	progress := fs.Bool("progress", false, "draw a progress bar (backends measured) on stderr even when it is not a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg := bench.Config{Stream: d}
+	cfg := bench.Config{Stream: d, Rounds: *rounds}
+	if *rounds < 1 {
+		return fmt.Errorf("%w: --rounds must be positive", errUsage)
+	}
 	cfg.Stream.Requests, cfg.Stream.RepeatRatio, cfg.Stream.Seed = *requests, *ratio, *seed
 	if *requests < 1 || *ratio < 0 || *ratio >= 1 {
 		return fmt.Errorf("%w: --requests must be positive and --repeat-ratio in [0, 1)", errUsage)
@@ -105,7 +109,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	bar := newProgress("bench", "backends", *progress)
+	bar := newProgress("bench", "backend runs", *progress)
 	cfg.Progress = bar.Update
 	rep, err := bench.Run(ctx, cfg)
 	bar.Finish()

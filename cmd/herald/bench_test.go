@@ -12,11 +12,12 @@ import (
 )
 
 func TestBenchOnTheRealBrokerPrintsARowPerRunAndItsProfile(t *testing.T) {
+	// Two rounds: each row is the median of the two, said in its note.
 	brokers := testenv.Kafka(t)
 	prof := filepath.Join(t.TempDir(), "cpu.prof")
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"bench", "--brokers", strings.Join(brokers, ","), "--requests", "2000", "--txn-records", "500",
-		"--compression", "none,lz4", "--instances", "1,2", "--partitions", "2", "--ceiling", "--cpuprofile", prof}, &out, &errOut)
+		"--compression", "none,lz4", "--instances", "1,2", "--partitions", "2", "--ceiling", "--cpuprofile", prof, "--rounds", "2"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("herald bench exited %d: %s", code, errOut.String())
 	}
@@ -31,6 +32,11 @@ func TestBenchOnTheRealBrokerPrintsARowPerRunAndItsProfile(t *testing.T) {
 	if n := strings.Count(out.String(), "exactly-once copy loop (ceiling), txn ≤ 500"); n != 2 {
 		t.Errorf("%d copy loop rows, want 2 (--ceiling: one per codec):\n%s", n, out.String())
 	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if strings.HasPrefix(line, "herald/") && !strings.Contains(line, "median of 2 rounds, ") {
+			t.Errorf("a row is not the median of the two rounds: %s", line)
+		}
+	}
 	b, err := os.ReadFile(prof)
 	if err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
 		t.Fatalf("the CPU profile (%d bytes, %v) is not a gzipped profile", len(b), err)
@@ -42,6 +48,7 @@ func TestBenchRefusesAnUnknownCodecAndABadInstanceCount(t *testing.T) {
 		{"an unknown codec is named with the choices", "--compression", "lz5", `--compression: compression "lz5" is not one of none, gzip, snappy, lz4, zstd`},
 		{"a zero instance count is refused", "--instances", "0", `--instances: "0" is not a positive integer`},
 		{"a negative segment size is refused", "--segment-bytes", "-1", "--segment-bytes must not be negative"},
+		{"zero rounds are refused", "--rounds", "0", "--rounds must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
