@@ -170,7 +170,7 @@ type seenStore interface {
 	// get returns the live or expired entry under k, if any.
 	get(k seenKey) (seenVal, seenStrings, bool)
 	// hexString returns id in hex.
-	hexString(id *[16]byte) string
+	hexString(id [16]byte) string
 	// decisionID returns the id of the decision about the request at src.
 	decisionID(src Source) string
 }
@@ -187,7 +187,7 @@ func (l lookupStore) get(k seenKey) (seenVal, seenStrings, bool) {
 	return v, s, true
 }
 
-func (lookupStore) hexString(id *[16]byte) string { return hex.EncodeToString(id[:]) }
+func (lookupStore) hexString(id [16]byte) string { return hex.EncodeToString(id[:]) }
 
 func (lookupStore) decisionID(src Source) string { return string(appendDecisionID(nil, src)) }
 
@@ -297,12 +297,12 @@ func (p Policy) decide(req *schemas.Request, at int64, src Source, st seenStore,
 		if s.request != "" {
 			d.OriginalRequestID = s.request
 		} else {
-			d.OriginalRequestID = st.hexString(&v.request)
+			d.OriginalRequestID = st.hexString(v.request)
 		}
 		if s.notification != "" {
 			d.OriginalNotificationID = s.notification
 		} else {
-			d.OriginalNotificationID = st.hexString(&v.notification)
+			d.OriginalNotificationID = st.hexString(v.notification)
 		}
 		d.OriginalAt = v.firstAt
 		d.OriginalOutcome = outcomeOf(v, s)

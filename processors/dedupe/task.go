@@ -151,7 +151,7 @@ func (t *Task) get(k seenKey) (seenVal, seenStrings, bool) {
 	return t.table(k.kind).get(&k.id)
 }
 
-func (t *Task) hexString(id *[16]byte) string {
+func (t *Task) hexString(id [16]byte) string {
 	return t.out.text(hex.AppendEncode(t.out.reserve(textRoom), id[:]))
 }
 
