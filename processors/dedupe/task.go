@@ -166,10 +166,12 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	req := &t.req
 	*req = schemas.Request{}
 	// The request is read in place: its strings point into r.Value, which
-	// nobody changes. What outlives Process is copied where it is kept (a
-	// request id that is not an id in the seen-set, see effects.add; the
-	// decision counts' labels, see metrics.Decisions); everything else is
-	// encoded into the slab before Process returns.
+	// nobody changes. Assumed of franz-go: without a user buffer pool
+	// (kgo.WithPools; herald sets none) each fetched batch's records get a
+	// buffer of their own, never reused. What outlives Process is copied
+	// where it is kept (a request id that is not an id in the seen-set, see
+	// effects.add; the decision counts' labels, see metrics.Decisions);
+	// everything else is encoded into the slab before Process returns.
 	if err := t.dec.DecodeShared(r.Value, req); err != nil {
 		*req = schemas.Request{NotificationID: string(r.Key)}
 		d := rejected(*req, at, src, err.Error())
