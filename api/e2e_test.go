@@ -768,7 +768,11 @@ func TestTheTimelineShowsAttemptsAndOutcomesOnTheRealBroker(t *testing.T) {
 
 	var got sdk.NotificationRecord
 	p.eventually(t, "the timeline shows the outcome and both committed attempts", func() bool {
-		got = decode[sdk.NotificationRecord](t, p.call(t, "GET", "/v1/notifications/"+id, keyA, ""))
+		a := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
+		if a.status != 200 {
+			return false // the read model has not read the request yet (it is eventually consistent)
+		}
+		got = decode[sdk.NotificationRecord](t, a)
 		attempts := slices.DeleteFunc(slices.Clone(got.Timeline), func(e sdk.TimelineEvent) bool { return e.Kind != sdk.EventAttempt })
 		return len(attempts) >= 2 && slices.ContainsFunc(got.Timeline, func(e sdk.TimelineEvent) bool { return e.Kind == sdk.EventOutcome })
 	})

@@ -161,7 +161,11 @@ func TestReceiptsOnTheRealBroker(t *testing.T) {
 	t.Run("the timeline shows displayed and opened once each, apart from the provider's acceptance", func(t *testing.T) {
 		var receipts []string
 		p.eventually(t, "the timeline shows the receipts", func() bool {
-			got := decode[sdk.NotificationRecord](t, p.call(t, "GET", "/v1/notifications/"+id, keyA, ""))
+			a := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
+			if a.status != 200 {
+				return false // the read model has not read the request yet (it is eventually consistent)
+			}
+			got := decode[sdk.NotificationRecord](t, a)
 			receipts = nil
 			for _, e := range got.Timeline {
 				if e.Kind == sdk.EventReceipt {
