@@ -194,7 +194,9 @@ func ParseID(id string) (sum [IDLen / 2]byte, ok bool) {
 	}
 	var bad byte
 	for i := range sum {
-		hi, lo := hexValue[id[2*i]], hexValue[id[2*i+1]]
+		// A byte that is not a digit is 0 in the table, so 0xff here:
+		// above 0xf, it marks the id bad.
+		hi, lo := hexDigit[id[2*i]]-1, hexDigit[id[2*i+1]]-1
 		bad |= hi | lo
 		sum[i] = hi<<4 | lo
 	}
@@ -204,25 +206,12 @@ func ParseID(id string) (sum [IDLen / 2]byte, ok bool) {
 	return sum, true
 }
 
-// hexValue is the value of each lower-case hex digit, and notHex for every
-// other byte.
-var hexValue = func() (t [256]byte) {
-	for c := range t {
-		switch {
-		case '0' <= c && c <= '9':
-			t[c] = byte(c - '0')
-		case 'a' <= c && c <= 'f':
-			t[c] = byte(c - 'a' + 10)
-		default:
-			t[c] = notHex
-		}
-	}
-	return t
-}()
-
-// notHex marks a byte that is not a lower-case hex digit in hexValue: any
-// value above 0xf would do.
-const notHex = 0xff
+// hexDigit is one more than the value of each lower-case hex digit, and 0
+// for every other byte.
+var hexDigit = [256]byte{
+	'0': 1, '1': 2, '2': 3, '3': 4, '4': 5, '5': 6, '6': 7, '7': 8, '8': 9, '9': 10,
+	'a': 11, 'b': 12, 'c': 13, 'd': 14, 'e': 15, 'f': 16,
+}
 
 // IdempotencyID returns the notification id of a call that carries only an
 // idempotencyKey: like [DedupeID] with the tag "herald/idempotency/v1".
