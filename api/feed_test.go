@@ -49,7 +49,12 @@ func TestTheFeedOnTheRealBroker(t *testing.T) {
 		}
 		return decode[FeedPage](t, a)
 	}
-	p.eventually(t, "the feed holds the five items", func() bool { pg := get(keyA, "?limit=100"); return len(pg.Items) == 5 })
+	// The two tenants' items are on different partitions of herald.feed,
+	// which the sink and the API may reach at different times: wait for
+	// both.
+	p.eventually(t, "ta's feed holds the five items and tb's its one", func() bool {
+		return len(get(keyA, "?limit=100").Items) == 5 && len(get(keyB, "").Items) == 1
+	})
 
 	t.Run("the feed pages newest first with the unread count", func(t *testing.T) {
 		first := get(keyA, "?limit=2")
