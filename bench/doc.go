@@ -23,8 +23,9 @@
 // (`--rounds`) every backend is measured that many times, in turn, and each
 // row is the median round with the range of all of them: on a shared host
 // one run of the same stage has measured anywhere from 52k to 89k
-// requests/s (BENCHMARKS.md), more than most changes being measured. Results are rows of a
-// plain aligned table or of a Markdown table for BENCHMARKS.md.
+// requests/s (BENCHMARKS.md), more than most changes being measured.
+// Results are rows of a plain aligned table or of a Markdown table for
+// BENCHMARKS.md.
 //
 // What each number includes is spelled out on [Row] and on each backend's
 // options; the short of it: herald's rows include everything the stage does

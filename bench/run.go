@@ -92,7 +92,6 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		backends = append(backends, backend{RedisBackend, func() ([]Row, error) { return RunRedis(ctx, s, *o) }})
 	}
 	rounds := max(cfg.Rounds, 1)
-	var all []Row
 	defer func() { rep.Rows = Summarize(rep.Rounds) }()
 	for round := range rounds {
 		rep.Rounds = append(rep.Rounds, nil)
@@ -105,7 +104,6 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			for _, r := range rows {
 				if r.Backend != "" {
 					rep.Rounds[round] = append(rep.Rounds[round], r)
-					all = append(all, r)
 				}
 			}
 			if err != nil {
@@ -113,7 +111,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			}
 		}
 	}
-	return rep, CheckAccepted(s, all)
+	return rep, CheckAccepted(s, slices.Concat(rep.Rounds...))
 }
 
 // Summarize folds rounds of rows into one row per measurement: every
