@@ -144,6 +144,18 @@ func (p *pipeline) call(t *testing.T, method, path, key, body string, hdr ...str
 	return answer{resp.StatusCode, resp.Header, b}
 }
 
+// record reads notification id as the tenant of key sees it; false when
+// the answer is not 200, as while the read model (eventually consistent)
+// has not read the notification yet.
+func (p *pipeline) record(t *testing.T, id, key string) (sdk.NotificationRecord, bool) {
+	t.Helper()
+	a := p.call(t, "GET", "/v1/notifications/"+id, key, "")
+	if a.status != 200 {
+		return sdk.NotificationRecord{}, false
+	}
+	return decode[sdk.NotificationRecord](t, a), true
+}
+
 func decode[T any](t *testing.T, a answer) T {
 	t.Helper()
 	var v T
@@ -365,8 +377,8 @@ func TestTheAPIOnTheRealBroker(t *testing.T) {
 		// The read model sees the request before the stage's decision: wait
 		// for the decision, then check the record.
 		p.eventually(t, "the owner reads its decided notification", func() bool {
-			r := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
-			return r.status == 200 && decode[sdk.NotificationRecord](t, r).Status != sdk.StatusPending
+			rec, ok := p.record(t, id, keyA)
+			return ok && rec.Status != sdk.StatusPending
 		})
 		rec := decode[sdk.NotificationRecord](t, p.call(t, "GET", "/v1/notifications/"+id, keyA, ""))
 		if rec.Status != schemas.DecisionAccepted || rec.Title != "t" || len(rec.Timeline) < 2 {
@@ -768,11 +780,10 @@ func TestTheTimelineShowsAttemptsAndOutcomesOnTheRealBroker(t *testing.T) {
 
 	var got sdk.NotificationRecord
 	p.eventually(t, "the timeline shows the outcome and both committed attempts", func() bool {
-		a := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
-		if a.status != 200 {
-			return false // the read model has not read the request yet (it is eventually consistent)
+		var ok bool
+		if got, ok = p.record(t, id, keyA); !ok {
+			return false
 		}
-		got = decode[sdk.NotificationRecord](t, a)
 		attempts := slices.DeleteFunc(slices.Clone(got.Timeline), func(e sdk.TimelineEvent) bool { return e.Kind != sdk.EventAttempt })
 		return len(attempts) >= 2 && slices.ContainsFunc(got.Timeline, func(e sdk.TimelineEvent) bool { return e.Kind == sdk.EventOutcome })
 	})

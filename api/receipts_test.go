@@ -161,11 +161,10 @@ func TestReceiptsOnTheRealBroker(t *testing.T) {
 	t.Run("the timeline shows displayed and opened once each, apart from the provider's acceptance", func(t *testing.T) {
 		var receipts []string
 		p.eventually(t, "the timeline shows the receipts", func() bool {
-			a := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
-			if a.status != 200 {
-				return false // the read model has not read the request yet (it is eventually consistent)
+			got, ok := p.record(t, id, keyA)
+			if !ok {
+				return false
 			}
-			got := decode[sdk.NotificationRecord](t, a)
 			receipts = nil
 			for _, e := range got.Timeline {
 				if e.Kind == sdk.EventReceipt {

@@ -126,12 +126,12 @@ func TestARestartedAPIAnswersReplaysAndConflictsAtOnce(t *testing.T) {
 		id := orig.Notifications[0].ID
 		want := []string{"accepted", "idempotency_conflict", "idempotent_replay"}
 		p.eventually(t, "the read model shows every decision of "+id, func() bool {
-			a := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
-			if a.status != 200 {
+			rec, ok := p.record(t, id, keyA)
+			if !ok {
 				return false
 			}
 			var got []string
-			for _, e := range decode[sdk.NotificationRecord](t, a).Timeline {
+			for _, e := range rec.Timeline {
 				if e.Kind == sdk.EventDecision {
 					got = append(got, e.Outcome)
 				}
