@@ -283,12 +283,13 @@ func (s *Server) requests(snd *send, p principal, now time.Time) ([]schemas.Requ
 // notification id.
 func (s *Server) requestRecord(rq schemas.Request, targetDevice string, now time.Time) (*kgo.Record, error) {
 	rq.TargetDevice = targetDevice
+	rq.Schema = s.cfg.RequestFormat.RequestSchema()
 	b, err := schemas.Encode(rq)
 	if err != nil {
 		return nil, err
 	}
 	return &kgo.Record{Topic: s.requestsT, Key: []byte(rq.NotificationID), Value: b, Timestamp: now,
-		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.RequestV1)}}}, nil
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(rq.Schema)}}}, nil
 }
 
 func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p principal) {

@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/dedupe"
 	routestage "github.com/heraldhq/herald/processors/route"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks/webhook"
 	"github.com/heraldhq/herald/topics"
 )
@@ -94,6 +95,12 @@ type Config struct {
 	// Resolver looks up webhook endpoint hosts (net.DefaultResolver when
 	// nil).
 	Resolver webhook.Resolver
+	// RequestFormat is how sends are written to herald.requests:
+	// schemas.FormatBinary (the zero value: herald.request/v2, Protocol
+	// Buffers) or schemas.FormatJSON (herald.request/v1, for a rolling
+	// upgrade while a dedupe stage of an earlier herald, which reads only
+	// JSON, still runs).
+	RequestFormat schemas.Format
 	// ClientOpts are added to every Kafka client (e.g. kfake workarounds).
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger

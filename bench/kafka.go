@@ -58,10 +58,23 @@ type KafkaOptions struct {
 	// profile) more than the stage. Zero keeps the broker's default.
 	SegmentBytes int64
 	Policy       dedupe.Policy
+	// Formats lists the record formats to measure, each with every
+	// TxnRecords value: the stream's requests and the stage's decisions
+	// and accepted notifications are written in it. Empty measures
+	// schemas.FormatBinary (v2), the default of herald's writers.
+	Formats []schemas.Format
 	// Timeout bounds each run: setup, producing, deciding, counting.
 	Timeout    time.Duration
 	ClientOpts []kgo.Opt
 	Logger     *slog.Logger
+}
+
+// formats is Formats, or v2 alone when it is empty.
+func (o *KafkaOptions) formats() []schemas.Format {
+	if len(o.Formats) == 0 {
+		return []schemas.Format{schemas.FormatBinary}
+	}
+	return o.Formats
 }
 
 // KafkaBackend is the name of herald's rows.
@@ -99,13 +112,14 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	values := make([][]byte, len(s.Requests))
-	for i, r := range s.Requests {
-		v, err := schemas.Encode(r)
+	formats := o.formats()
+	values := map[schemas.Format][][]byte{}
+	for _, f := range formats {
+		v, err := encodeRequests(s, f)
 		if err != nil {
-			return nil, fmt.Errorf("bench: kafka: encode request %d: %w", i, err)
+			return nil, fmt.Errorf("bench: kafka: %w", err)
 		}
-		values[i] = v
+		values[f] = v
 	}
 	adminCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
 	if err != nil {
@@ -137,21 +151,23 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 		oc := o
 		oc.ClientOpts = append(slices.Clip(o.ClientOpts), compress)
 		var runs []run
-		for _, k := range instances {
-			for _, txn := range o.TxnRecords {
-				runs = append(runs, run{txn: txn, codec: codec, instances: k})
+		for _, f := range formats {
+			for _, k := range instances {
+				for _, txn := range o.TxnRecords {
+					runs = append(runs, run{txn: txn, codec: codec, instances: k, format: f})
+				}
 			}
 		}
 		if o.Ceiling {
 			for _, txn := range o.TxnRecords {
-				runs = append(runs, run{txn: txn, codec: codec, instances: 1, ceiling: true})
+				runs = append(runs, run{txn: txn, codec: codec, instances: 1, format: formats[0], ceiling: true})
 			}
 		}
 		for _, rn := range runs {
 			if rn.txn < 1 {
 				return rows, fmt.Errorf("bench: kafka: transaction size must be positive, got %d", rn.txn)
 			}
-			row, took, err := kafkaRun(ctx, adm, s, values, rn, oc)
+			row, took, err := kafkaRun(ctx, adm, s, values[rn.format], rn, oc)
 			if took > 0 {
 				produce = append(produce, took)
 			}
@@ -178,12 +194,13 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 }
 
 // run is what one run measures: the most records per transaction, the
-// producers' codec and how many stage instances share the stream (or the
-// copy loop instead).
+// producers' codec, the records' format and how many stage instances
+// share the stream (or the copy loop instead).
 type run struct {
 	txn       int
 	codec     string
 	instances int
+	format    schemas.Format
 	ceiling   bool // the bare copy loop instead of the stage
 }
 
@@ -227,7 +244,7 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 		return row, 0, err
 	}
 
-	produced, err = produceStream(ctx, cat, values, s, o)
+	produced, err = produceStream(ctx, cat, values, s, rn.format, o)
 	if err != nil {
 		return row, produced, err
 	}
@@ -245,6 +262,20 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	return row, produced, err
 }
 
+// encodeRequests encodes every request of s in format f.
+func encodeRequests(s *Stream, f schemas.Format) ([][]byte, error) {
+	values := make([][]byte, len(s.Requests))
+	for i, r := range s.Requests {
+		r.Schema = f.RequestSchema()
+		v, err := schemas.Encode(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode request %d: %w", i, err)
+		}
+		values[i] = v
+	}
+	return values, nil
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b) // never fails (crypto/rand)
@@ -254,7 +285,7 @@ func randomHex(n int) string {
 // produceStream writes every request to the requests topic, keyed by
 // notification id, with the producer's own clock as record time, and
 // returns how long it took.
-func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s *Stream, o KafkaOptions) (time.Duration, error) {
+func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s *Stream, f schemas.Format, o KafkaOptions) (time.Duration, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.RecordPartitioner(cat.Partitioner()),
@@ -265,7 +296,7 @@ func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s 
 	}
 	defer cl.Close()
 	topic := cat.Name(topics.Requests)
-	header := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.Request{}.SchemaName())}}
+	header := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(f.RequestSchema())}}
 	recs := make([]*kgo.Record, len(values))
 	for i, v := range values {
 		recs[i] = &kgo.Record{Topic: topic, Key: []byte(s.Requests[i].NotificationID), Value: v, Headers: header}
@@ -292,8 +323,9 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	for i, id := range ids {
 		runners[i], err = dedupe.New(dedupe.Options{
 			Instance: stage.Instance{Brokers: o.Brokers, Group: group, InstanceID: id, MaxBatchRecords: rn.txn, BatchInterval: o.BatchInterval, ClientOpts: o.ClientOpts, Logger: stageLogger(ctx, log)},
-			Catalog:  cat,
-			Policy:   o.Policy,
+			Catalog:      cat,
+			Policy:       o.Policy,
+			RecordFormat: rn.format,
 		})
 		if err != nil {
 			return Row{}, fmt.Errorf("bench: kafka: %w", err)
@@ -390,7 +422,7 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	log.Info("stream decided", "elapsed", elapsed.Round(time.Millisecond), "transactions", txns, "aborted", aborts)
 	return Row{
 		Backend: KafkaBackend,
-		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d, %s", rn.txn, rn.codec),
+		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d, %s, records %s", rn.txn, rn.codec, rn.format),
 		Records: n,
 		Elapsed: elapsed,
 		Note:    note,

@@ -74,8 +74,15 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		}
 		// The decision work alone first, at the largest transaction size.
 		backends = append(backends, backend{TaskBackend, func() ([]Row, error) {
-			row, err := RunTask(s, o.Policy, o.Partitions, slices.Max(append([]int{1}, o.TxnRecords...)))
-			return []Row{row}, err
+			var rows []Row
+			for _, f := range o.formats() {
+				row, err := RunTask(s, o.Policy, o.Partitions, slices.Max(append([]int{1}, o.TxnRecords...)), f)
+				if err != nil {
+					return rows, err
+				}
+				rows = append(rows, row)
+			}
+			return rows, nil
 		}})
 		backends = append(backends, backend{KafkaBackend, func() ([]Row, error) { return RunKafka(ctx, s, *o) }})
 	}

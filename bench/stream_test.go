@@ -187,12 +187,14 @@ func TestRunTask(t *testing.T) {
 		name       string
 		partitions int32
 		txn        int
+		format     schemas.Format
 	}{
-		{"one partition committing after every request accepts the distinct notifications", 1, 1},
-		{"four partitions committing every 1000 requests accept the distinct notifications", 4, 1000},
+		{"one partition committing after every request accepts the distinct notifications", 1, 1, schemas.FormatBinary},
+		{"four partitions committing every 1000 requests accept the distinct notifications", 4, 1000, schemas.FormatBinary},
+		{"four partitions reading and writing JSON records accept the distinct notifications", 4, 1000, schemas.FormatJSON},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			row, err := RunTask(s, dedupe.DefaultPolicy(), tc.partitions, tc.txn)
+			row, err := RunTask(s, dedupe.DefaultPolicy(), tc.partitions, tc.txn, tc.format)
 			if err != nil {
 				t.Fatal(err)
 			}

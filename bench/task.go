@@ -22,7 +22,8 @@ const TaskBackend = "herald/task"
 // (decoding, both seen-set scopes, encoding every output record) without
 // Kafka. It bounds what the stage could do if broker round trips were
 // free, and shows how much of a herald/kafka row is CPU in the stage.
-func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int) (Row, error) {
+// Requests, decisions and accepted notifications are in format f.
+func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schemas.Format) (Row, error) {
 	if partitions < 1 || txn < 1 {
 		return Row{}, fmt.Errorf("bench: task: partitions (%d) and transaction size (%d) must be positive", partitions, txn)
 	}
@@ -30,11 +31,12 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int) (Row, e
 	recs := make([]*kgo.Record, len(s.Requests))
 	offsets := make([]int64, partitions)
 	now := time.Now()
+	values, err := encodeRequests(s, f)
+	if err != nil {
+		return Row{}, fmt.Errorf("bench: task: %w", err)
+	}
 	for i, r := range s.Requests {
-		v, err := schemas.Encode(r)
-		if err != nil {
-			return Row{}, fmt.Errorf("bench: task: encode request %d: %w", i, err)
-		}
+		v := values[i]
 		h := fnv.New32a()
 		h.Write([]byte(r.NotificationID))
 		p := int32(h.Sum32() % uint32(partitions))
@@ -44,6 +46,7 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int) (Row, e
 	tasks := make([]*dedupe.Task, partitions)
 	for p := range tasks {
 		tasks[p] = dedupe.NewTask(policy, tp, int32(p))
+		tasks[p].RecordFormat = f
 	}
 
 	accepted, decisions, outputs := 0, 0, 0
@@ -71,7 +74,7 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int) (Row, e
 	elapsed := time.Since(start)
 	return Row{
 		Backend:   TaskBackend,
-		Variant:   fmt.Sprintf("dedupe tasks only, no Kafka, batches of %d", txn),
+		Variant:   fmt.Sprintf("dedupe tasks only, no Kafka, batches of %d, records %s", txn, f),
 		Records:   len(recs),
 		Accepted:  accepted,
 		Decisions: decisions,

@@ -43,7 +43,7 @@
 // re-encoding to prove it canonical, then parsing hex ids), a v2 entry
 // about 0.45 µs, and a v2 record is about a third of the size. Decode (and
 // a Decoder) read a SeenEntry of either version, told apart by the first
-// byte ('{' starts JSON and never a v2 value; see SeenIsJSON); the header
+// byte ('{' starts JSON and never a v2 value; see IsJSON); the header
 // names the version too. Stages of earlier versions read only JSON, so the
 // stage writes herald.seen/v1 on request (herald dedupe --seen-format v1)
 // for a rolling upgrade. `herald decode seen` prints a value as JSON, and

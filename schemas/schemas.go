@@ -72,6 +72,9 @@ type Encoder struct {
 
 // Append is Encode appending the encoding to dst.
 func (e *Encoder) Append(dst []byte, r Record) ([]byte, error) {
+	if out, ok := appendBinary(dst, r); ok {
+		return out, nil
+	}
 	// A pointer's empty Schema field is set in place, so the output needs no
 	// second copy; a value is spliced below.
 	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer {
@@ -142,8 +145,13 @@ func (e *Encoder) finish(dst []byte) ([]byte, error) {
 // read without reflection; the strings of a Request, SeenEntry or
 // Decision then share one copy of b.
 func Decode(b []byte, r Record) error {
-	if e, ok := r.(*SeenEntry); ok && !SeenIsJSON(b) {
-		return decodeSeenV2(b, e)
+	if !IsJSON(b) {
+		if e, ok := r.(*SeenEntry); ok {
+			return decodeSeenV2(b, e)
+		}
+		if ok, err := decodeBinary(b, r, true); ok {
+			return err
+		}
 	}
 	// The generated decoders read what encoding/json reads only from valid
 	// JSON in valid UTF-8 (encoding/json replaces invalid bytes in a
@@ -201,11 +209,16 @@ func (d *Decoder) Decode(b []byte, r Record) error { return d.decode(b, r, true)
 func (d *Decoder) DecodeShared(b []byte, r Record) error { return d.decode(b, r, false) }
 
 func (d *Decoder) decode(b []byte, r Record, clone bool) error {
+	if !IsJSON(b) {
+		if ok, err := decodeBinary(b, r, clone); ok {
+			return err
+		}
+	}
 	// Each case is written out, not generic: the generated decoder called
 	// through a type parameter moves the lexer to the heap.
 	switch e := r.(type) {
 	case *SeenEntry:
-		if !SeenIsJSON(b) {
+		if !IsJSON(b) {
 			return decodeSeenV2(b, e)
 		}
 		*e = SeenEntry{} // the generated decoder leaves fields the document lacks as they are

@@ -23,11 +23,11 @@ const SeenEntryV2 = "herald.seen/v2"
 // kind).
 var ErrSeenV2 = errors.New("schemas: invalid herald.seen/v2 entry")
 
-// SeenIsJSON reports whether a herald.seen value is a JSON object
+// IsJSON reports whether a herald.seen value is a JSON object
 // (herald.seen/v1): its first byte other than JSON white space is '{',
 // which never starts a herald.seen/v2 value (0x7b would be field 15 with
 // the group wire type, which the schema has no use for).
-func SeenIsJSON(b []byte) bool {
+func IsJSON(b []byte) bool {
 	for _, c := range b {
 		switch c {
 		case ' ', '\t', '\n', '\r':

@@ -46,7 +46,7 @@ func TestSeenEntriesRoundTripThroughHeraldSeenV2(t *testing.T) {
 				t.Fatalf("AppendSeenV2 overwrote what it appends to: %q", b[:6])
 			}
 			b = b[6:]
-			if schemas.SeenIsJSON(b) {
+			if schemas.IsJSON(b) {
 				t.Fatalf("a herald.seen/v2 value reads as JSON: % x", b)
 			}
 			want.Schema = schemas.SeenEntryV2
@@ -160,7 +160,7 @@ func TestDecodeRefusesHeraldSeenV2EntriesThatBreakTheSchema(t *testing.T) {
 	})
 }
 
-func TestSeenIsJSONTellsTheVersionsApartByTheirFirstByte(t *testing.T) {
+func TestIsJSONTellsTheVersionsApartByTheirFirstByte(t *testing.T) {
 	v2, err := schemas.AppendSeenV2(nil, func() *schemas.SeenEntry { e := seenV2(); return &e }())
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +182,8 @@ func TestSeenIsJSONTellsTheVersionsApartByTheirFirstByte(t *testing.T) {
 		{"nothing", nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := schemas.SeenIsJSON(c.b); got != c.json {
-				t.Fatalf("SeenIsJSON(%q) = %v", c.b, got)
+			if got := schemas.IsJSON(c.b); got != c.json {
+				t.Fatalf("IsJSON(%q) = %v", c.b, got)
 			}
 		})
 	}

@@ -28,11 +28,17 @@ type ProducerConfig struct {
 	// may have written some of its recipients' records, and retrying it
 	// with the same dedupe or idempotency key is safe.
 	TransactionalID string
+	// Format is how requests are written: schemas.FormatBinary (the zero
+	// value: herald.request/v2, Protocol Buffers) or schemas.FormatJSON
+	// (herald.request/v1, while a dedupe stage of an earlier herald, which
+	// reads only JSON, still runs). Upgrade herald before its producers.
+	Format schemas.Format
 	// ClientOpts are added to the franz-go client.
 	ClientOpts []kgo.Opt
 }
 
-// Producer writes herald.request/v1 records straight to the requests topic,
+// Producer writes herald.request records (v2 unless ProducerConfig.Format
+// says v1) straight to the requests topic,
 // keyed by notification id, with acks=all and the idempotent producer.
 type Producer struct {
 	cfg      ProducerConfig
@@ -88,12 +94,13 @@ func (p *Producer) Send(ctx context.Context, n Notification) ([]schemas.Request,
 	}
 	recs := make([]*kgo.Record, len(reqs))
 	for i, rq := range reqs {
+		rq.Schema = p.cfg.Format.RequestSchema()
 		b, err := schemas.Encode(rq)
 		if err != nil {
 			return nil, err
 		}
 		recs[i] = &kgo.Record{Topic: p.requests, Key: []byte(rq.NotificationID), Value: b, Timestamp: now,
-			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.RequestV1)}}}
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(rq.Schema)}}}
 	}
 	if p.cfg.TransactionalID == "" {
 		if err := p.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/ops"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk/web"
 )
 
@@ -37,6 +38,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	rf.register(fs)
 	var of opsFlags
 	of.register(fs)
+	requestFormat := formatFlag(fs, "request-format", "how sends are written to herald.requests: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a dedupe stage of an earlier herald, which reads only JSON, still runs)")
 	waitRoute := fs.Bool("wait-for-route", true, "a send with Prefer: wait also waits for the route stage's decisions and answers deliveries[] (false where no route stage runs)")
 	host, _ := os.Hostname()
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
@@ -86,10 +88,11 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	defer closeDash()
 	srv, err := api.New(api.Config{
 		Brokers: seeds, ClientOpts: kopts, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
-		Policy:       policy,
-		RoutePolicy:  routePolicy,
-		WaitForRoute: *waitRoute,
-		MaxBodyBytes: *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
+		Policy:        policy,
+		RoutePolicy:   routePolicy,
+		WaitForRoute:  *waitRoute,
+		RequestFormat: schemas.Format(*requestFormat),
+		MaxBodyBytes:  *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
 		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow, VAPIDPublicKey: wf.public,
 		Dashboard: dash, AllowPrivateWebhooks: *allowPrivate,
 	})

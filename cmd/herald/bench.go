@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/bench"
 	"github.com/heraldhq/herald/internal/kafkacompress"
 	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/schemas"
 )
 
 // runBench implements `herald bench`: the dedupe decision throughput of
@@ -33,6 +34,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	txn := fs.String("txn-records", "100,1000,5000", "most records per transaction of the dedupe stage, comma separated: one run each")
 	instances := fs.String("instances", "1", "stage instances (one group, in this process) deciding the stream, comma separated: one run each with every --txn-records value")
 	compression := fs.String("compression", kafkacompress.Default, "codecs of the stage's and the stream's producers, comma separated ("+strings.Join(kafkacompress.Names, ", ")+"): one run each with every --txn-records value")
+	formats := fs.String("formats", string(schemas.FormatBinary), "formats of the stream's requests and of the stage's decisions and accepted notifications, comma separated (v2: Protocol Buffers, v1: JSON): one run each with every --txn-records value, and one tasks-only row each")
 	interval := fs.Duration("batch-interval", 100*time.Millisecond, "longest a stage transaction collects records")
 	partitions := fs.Int("partitions", 4, "partitions of every benchmark topic")
 	replication := fs.Int("replication", 1, "replication factor of every benchmark topic")
@@ -81,11 +83,20 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 				return fmt.Errorf("%w: --compression: %v", errUsage, err)
 			}
 		}
+		var fmts []schemas.Format
+		for _, name := range benchSplit(*formats) {
+			f, err := schemas.ParseFormat(name)
+			if err != nil {
+				return fmt.Errorf("%w: --formats: %v", errUsage, err)
+			}
+			fmts = append(fmts, f)
+		}
 		policy := dedupe.DefaultPolicy()
 		policy.DefaultWindowMs = window.Milliseconds()
 		cfg.Kafka = &bench.KafkaOptions{
 			Brokers: seeds, Partitions: int32(*partitions), Replication: int16(*replication),
 			TxnRecords: sizes, Compression: codecs, Instances: counts, BatchInterval: *interval, SegmentBytes: *segmentBytes, Ceiling: *ceiling, Policy: policy, Timeout: *timeout,
+			Formats: fmts,
 		}
 	}
 	if *postgres != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -49,9 +50,56 @@ func TestDecodeSeenPrintsEitherVersionAsJSON(t *testing.T) {
 	}
 }
 
+func TestDecodePrintsEitherVersionOfTheStagesRecordsAsJSON(t *testing.T) {
+	records := []schemas.Record{
+		&schemas.Request{RequestID: "call #1", Tenant: "acme", Type: "invoice.paid", Recipient: "u1", NotificationID: "fedcba9876543210fedcba9876543210",
+			Title: "Paid", Payload: json.RawMessage(`{"amount":12}`), Channels: []string{"apns"}, CreatedAt: 1_764_500_000_000},
+		&schemas.Decision{DecisionID: "dedupe/herald.requests/2/41", Stage: "dedupe", Outcome: schemas.DecisionAccepted, RequestID: "call #1",
+			NotificationID: "fedcba9876543210fedcba9876543210", At: 1_764_500_000_000, SourcePartition: 2, SourceOffset: 41},
+		&schemas.Accepted{NotificationID: "fedcba9876543210fedcba9876543210", Title: "Paid", Payload: json.RawMessage(`{"amount":12}`), AcceptedAt: 1_764_500_000_000},
+	}
+	names := []string{"request", "decision", "accepted"}
+	for i, r := range records {
+		for _, format := range []schemas.Format{schemas.FormatBinary, schemas.FormatJSON} {
+			schema := map[string]string{"request": format.RequestSchema(), "decision": format.DecisionSchema(), "accepted": format.AcceptedSchema()}[names[i]]
+			t.Run("a "+schema+" value is printed as JSON naming its version", func(t *testing.T) {
+				reflect.ValueOf(r).Elem().Field(0).SetString(schema)
+				value, err := schemas.Encode(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				file := filepath.Join(t.TempDir(), "value")
+				if err := os.WriteFile(file, value, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				var out bytes.Buffer
+				if err := runDecode(t.Context(), []string{names[i], "--file", file}, &out); err != nil {
+					t.Fatal(err)
+				}
+				got := reflect.New(reflect.TypeOf(r).Elem()).Interface()
+				if err := json.Unmarshal(out.Bytes(), got); err != nil {
+					t.Fatalf("%v in %s", err, out.String())
+				}
+				// Compared as encoding/json writes them, which compacts
+				// the payload printed indented.
+				gotJSON, _ := json.Marshal(got)
+				wantJSON, _ := json.Marshal(r)
+				if !bytes.Equal(gotJSON, wantJSON) {
+					t.Fatalf("printed %s, want %s", gotJSON, wantJSON)
+				}
+			})
+		}
+	}
+}
+
 func TestDecodeSeenUsageErrors(t *testing.T) {
 	garbage := filepath.Join(t.TempDir(), "garbage")
 	if err := os.WriteFile(garbage, []byte{0x08, 0x05}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A tag without its field: no message of any schema.
+	truncated := filepath.Join(t.TempDir(), "truncated")
+	if err := os.WriteFile(truncated, []byte{0x12, 0x05}, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -59,9 +107,10 @@ func TestDecodeSeenUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no record is named", nil, "want 'herald decode seen'"},
-		{"another record is refused", []string{"decision"}, "want 'herald decode seen'"},
-		{"a value that is not a seen entry is named by its size", []string{"seen", "--file", garbage}, "2 bytes are not a herald.seen entry"},
+		{"no record is named", nil, "want 'herald decode seen|request|decision|accepted'"},
+		{"a record without a binary version is refused by name", []string{"outcome"}, `got "outcome"`},
+		{"a value that is not a seen entry is named by its size", []string{"seen", "--file", garbage}, "2 bytes are not a herald.seen value"},
+		{"a value that is not a decision is named by its size", []string{"decision", "--file", truncated}, "2 bytes are not a herald.decisions value"},
 		{"a stray argument is refused", []string{"seen", "--file", garbage, "extra"}, `unexpected argument "extra"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/schemas"
 )
 
 // runDedupe implements `herald dedupe`: one instance of the dedupe stage.
@@ -20,6 +21,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	var of opsFlags
 	of.register(fs)
 	seenFormat := fs.String("seen-format", "v2", "how the stage writes herald.seen entries: v2 (Protocol Buffers, schemas/seenpb/seen.proto) or v1 (JSON, for a rolling upgrade from a herald that reads only JSON); both are read either way")
+	recordFormat := formatFlag(fs, "record-format", "how the stage writes herald.decisions and herald.accepted: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a reader of an earlier herald that reads only JSON still runs); readers of this version read both")
 	addCheck(fs, func() error {
 		if *seenFormat != "v1" && *seenFormat != "v2" {
 			return badField("seen-format", "must be v1 or v2, got %q", *seenFormat)
@@ -41,10 +43,11 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	r, err := dedupe.New(dedupe.Options{
-		Instance: sf.runtime(seeds, kopts),
-		Catalog:  kf.catalog(),
-		Policy:   policy,
-		SeenJSON: *seenFormat == "v1",
+		Instance:     sf.runtime(seeds, kopts),
+		Catalog:      kf.catalog(),
+		Policy:       policy,
+		SeenJSON:     *seenFormat == "v1",
+		RecordFormat: schemas.Format(*recordFormat),
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/heraldhq/herald/schemas"
 )
 
 // The configuration of every subcommand is its flags, and there is one way
@@ -332,4 +334,17 @@ func editDistance(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
+}
+
+// formatFlag registers a flag naming the format a command writes records
+// in that have two (schemas.Format: v2, the default, or v1) and its check.
+func formatFlag(fs *flag.FlagSet, name, usage string) *string {
+	v := fs.String(name, string(schemas.FormatBinary), usage)
+	addCheck(fs, func() error {
+		if _, err := schemas.ParseFormat(*v); err != nil {
+			return badField(name, "must be v1 or v2, got %q", *v)
+		}
+		return nil
+	})
+	return v
 }

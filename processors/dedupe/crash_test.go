@@ -92,9 +92,11 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 
 	var mu sync.Mutex
 	running := map[string]*instance{}
-	// Starts alternate between writing herald.seen/v2 and JSON entries
-	// (--seen-format), so partitions move between instances writing either
-	// and every restore reads a changelog of both, as in a rolling upgrade.
+	// Starts alternate between writing herald.seen/v2, herald.decision/v2
+	// and herald.accepted/v2 and their JSON versions (--seen-format,
+	// --record-format), so partitions move between instances writing
+	// either, every restore reads a changelog of both and the decisions
+	// checked below are of both, as in a rolling upgrade.
 	starts := 0
 	start := func(id string) {
 		format := []string{"v2", "v1"}[starts%2]
@@ -105,7 +107,7 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 		}
 		cmd := exec.Command(bin, "dedupe", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
 			"--partitions", fmt.Sprint(partitions), "--replication", "1", "--instance-id", id, "--group", group,
-			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--seen-format", format)
+			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--seen-format", format, "--record-format", format)
 		cmd.Env = append(os.Environ(), "HERALD_LOG_LEVEL=warn")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
@@ -197,7 +199,9 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	decisions := waitDecisions(t, brokers, cat, len(reqs), 4*time.Minute)
 	got := map[string]int{}
 	seenDecision := map[string]bool{}
+	versions := map[string]int{} // of decisions and accepted notifications
 	for _, d := range decisions {
+		versions[d.Schema]++
 		if seenDecision[d.DecisionID] {
 			t.Fatalf("decision %s appears twice", d.DecisionID)
 		}
@@ -213,6 +217,10 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 		if err := schemas.Decode(r.Value, &a); err != nil {
 			t.Fatal(err)
 		}
+		if a.Schema != header(r) {
+			t.Fatalf("an accepted record named %s in its header reads as %s", header(r), a.Schema)
+		}
+		versions[a.Schema]++
 		accepted[a.NotificationID]++
 	}
 	var dups int
@@ -244,4 +252,8 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 		t.Fatalf("herald.seen entries by schema %v: want both versions, and only them", formats)
 	}
 	t.Logf("herald.seen entries by schema: %v", formats)
+	if len(versions) != 4 {
+		t.Fatalf("decisions and accepted notifications by schema %v: want both versions of each", versions)
+	}
+	t.Logf("decisions and accepted notifications by schema: %v", versions)
 }

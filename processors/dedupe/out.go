@@ -75,10 +75,12 @@ func schemaHeaders(name string) []kgo.RecordHeader {
 }
 
 var (
-	decisionHeaders = schemaHeaders(schemas.DecisionV1)
-	seenHeaders     = schemaHeaders(schemas.SeenEntryV1)
-	seenV2Headers   = schemaHeaders(schemas.SeenEntryV2)
-	acceptedHeaders = schemaHeaders(schemas.AcceptedV1)
+	decisionHeaders   = schemaHeaders(schemas.DecisionV1)
+	decisionV2Headers = schemaHeaders(schemas.DecisionV2)
+	seenHeaders       = schemaHeaders(schemas.SeenEntryV1)
+	seenV2Headers     = schemaHeaders(schemas.SeenEntryV2)
+	acceptedHeaders   = schemaHeaders(schemas.AcceptedV1)
+	acceptedV2Headers = schemaHeaders(schemas.AcceptedV2)
 )
 
 // record returns a slab record of v under key on topic, stamped at.

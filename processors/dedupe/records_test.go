@@ -50,23 +50,29 @@ func TestAnAcceptedRequestEmitsItsDecisionItsSeenEntriesAndItsNotification(t *te
 	dedupeScope := identity.DedupeID(r.Tenant, r.Type, r.Recipient, r.DedupeKey)
 	idemScope := identity.IdempotencyID(r.Tenant, r.Type, r.Recipient, r.IdempotencyKey)
 
-	t.Run("the decision names the request and its position", func(t *testing.T) {
-		d := recs[0]
-		var got schemas.Decision
-		if err := schemas.Decode(d.Value, &got); err != nil {
-			t.Fatal(err)
-		}
-		if d.Topic != "decisions" || string(d.Key) != r.NotificationID || !d.Timestamp.Equal(at) || header(d) != schemas.DecisionV1 {
-			t.Fatalf("decision record %s/%s at %v header %q", d.Topic, d.Key, d.Timestamp, header(d))
-		}
-		if got.Outcome != schemas.DecisionAccepted || got.DecisionID != "dedupe/requests/3/7" || got.RequestID != r.RequestID || got.At != at.UnixMilli() ||
-			got.SourcePartition != 3 || got.SourceOffset != 7 || got.DedupeKey != r.DedupeKey || got.IdempotencyKey != r.IdempotencyKey || got.Producer != "billing" {
-			t.Fatalf("decision %+v", got)
-		}
-	})
+	// A task writing every record as JSON, for a rolling upgrade.
 	jsonTask := NewTask(p, testTopics, 3)
-	jsonTask.SeenJSON = true
+	jsonTask.SeenJSON, jsonTask.RecordFormat = true, schemas.FormatJSON
 	jsonRecs := process(t, jsonTask, r, 7, at)
+	for _, format := range []struct {
+		schema string
+		recs   []*kgo.Record
+	}{{schemas.DecisionV2, recs}, {schemas.DecisionV1, jsonRecs}} {
+		t.Run("the decision in "+format.schema+" names the request and its position", func(t *testing.T) {
+			d := format.recs[0]
+			var got schemas.Decision
+			if err := schemas.Decode(d.Value, &got); err != nil {
+				t.Fatal(err)
+			}
+			if d.Topic != "decisions" || string(d.Key) != r.NotificationID || !d.Timestamp.Equal(at) || header(d) != format.schema || got.Schema != format.schema {
+				t.Fatalf("decision record %s/%s at %v header %q schema %q", d.Topic, d.Key, d.Timestamp, header(d), got.Schema)
+			}
+			if got.Outcome != schemas.DecisionAccepted || got.DecisionID != "dedupe/requests/3/7" || got.RequestID != r.RequestID || got.At != at.UnixMilli() ||
+				got.SourcePartition != 3 || got.SourceOffset != 7 || got.DedupeKey != r.DedupeKey || got.IdempotencyKey != r.IdempotencyKey || got.Producer != "billing" {
+				t.Fatalf("decision %+v", got)
+			}
+		})
+	}
 	for _, format := range []struct {
 		schema string
 		recs   []*kgo.Record
@@ -93,20 +99,25 @@ func TestAnAcceptedRequestEmitsItsDecisionItsSeenEntriesAndItsNotification(t *te
 			}
 		})
 	}
-	t.Run("the notification goes to the route stage keyed by recipient", func(t *testing.T) {
-		a := recs[3]
-		var got schemas.Accepted
-		if err := schemas.Decode(a.Value, &got); err != nil {
-			t.Fatal(err)
-		}
-		want := schemas.Accepted{Schema: schemas.AcceptedV1, NotificationID: r.NotificationID, OccurrenceID: identity.OccurrenceID(r.NotificationID, 10_000),
-			RequestID: r.RequestID, Tenant: r.Tenant, Type: r.Type,
-			Recipient: r.Recipient, Title: r.Title, Body: r.Body, Payload: r.Payload, Locale: r.Locale, Channels: r.Channels,
-			DedupeKey: r.DedupeKey, IdempotencyKey: r.IdempotencyKey, Producer: r.Producer, RequestedAt: 42, AcceptedAt: 10_000}
-		if a.Topic != "accepted" || string(a.Key) != schemas.RecipientKey(r.Tenant, r.Recipient) || header(a) != schemas.AcceptedV1 || !reflect.DeepEqual(got, want) {
-			t.Fatalf("accepted record %s/%s header %q: %+v, want %+v", a.Topic, a.Key, header(a), got, want)
-		}
-	})
+	for _, format := range []struct {
+		schema string
+		recs   []*kgo.Record
+	}{{schemas.AcceptedV2, recs}, {schemas.AcceptedV1, jsonRecs}} {
+		t.Run("the notification in "+format.schema+" goes to the route stage keyed by recipient", func(t *testing.T) {
+			a := format.recs[3]
+			var got schemas.Accepted
+			if err := schemas.Decode(a.Value, &got); err != nil {
+				t.Fatal(err)
+			}
+			want := schemas.Accepted{Schema: format.schema, NotificationID: r.NotificationID, OccurrenceID: identity.OccurrenceID(r.NotificationID, 10_000),
+				RequestID: r.RequestID, Tenant: r.Tenant, Type: r.Type,
+				Recipient: r.Recipient, Title: r.Title, Body: r.Body, Payload: r.Payload, Locale: r.Locale, Channels: r.Channels,
+				DedupeKey: r.DedupeKey, IdempotencyKey: r.IdempotencyKey, Producer: r.Producer, RequestedAt: 42, AcceptedAt: 10_000}
+			if a.Topic != "accepted" || string(a.Key) != schemas.RecipientKey(r.Tenant, r.Recipient) || header(a) != format.schema || !reflect.DeepEqual(got, want) {
+				t.Fatalf("accepted record %s/%s header %q: %+v, want %+v", a.Topic, a.Key, header(a), got, want)
+			}
+		})
+	}
 	t.Run("a duplicate emits its decision and its idempotency entry, no notification", func(t *testing.T) {
 		task.Commit()
 		other := req("paid again", "inv_1", "evt_2")

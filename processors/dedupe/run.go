@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -22,6 +23,12 @@ type Options struct {
 	// JSON, until no instance of one runs (see "Seen entries" in package
 	// schemas).
 	SeenJSON bool
+	// RecordFormat is how the stage writes its decisions and accepted
+	// notifications: schemas.FormatBinary (the zero value: herald.decision/v2
+	// and herald.accepted/v2, Protocol Buffers) or schemas.FormatJSON (v1,
+	// for a rolling upgrade while a reader of an earlier herald that reads
+	// only JSON still runs; see "Binary records" in package schemas).
+	RecordFormat schemas.Format
 }
 
 // TopicsOf returns the dedupe stage's topics in a catalog.
@@ -56,6 +63,7 @@ func New(o Options) (*stage.Runner, error) {
 		task := NewTask(o.Policy, t, p)
 		task.decisions = decisions.Tally()
 		task.SeenJSON = o.SeenJSON
+		task.RecordFormat = o.RecordFormat
 		return task
 	}
 	cfg.Partitioner = o.Catalog.Partitioner()

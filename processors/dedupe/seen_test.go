@@ -150,7 +150,7 @@ func TestBothSeenFormatsRestoreTheSameSeenSet(t *testing.T) {
 		}
 		var e schemas.SeenEntry
 		if r.Value != nil {
-			if schemas.SeenIsJSON(r.Value) || !schemas.SeenIsJSON(logs[true][i].Value) {
+			if schemas.IsJSON(r.Value) || !schemas.IsJSON(logs[true][i].Value) {
 				t.Fatalf("record %d: not one of each format", i)
 			}
 			if err := schemas.Decode(r.Value, &e); err != nil {

@@ -42,6 +42,9 @@ type Task struct {
 	// SeenJSON: write herald.seen entries as JSON (herald.seen/v1), not
 	// herald.seen/v2 (see Options.SeenJSON). Restore reads both.
 	SeenJSON bool
+	// RecordFormat: how decisions and accepted notifications are written
+	// (see Options.RecordFormat).
+	RecordFormat schemas.Format
 
 	out    slab
 	dec    schemas.Decoder   // for Restore
@@ -119,10 +122,10 @@ func (t *Task) Restore(r *kgo.Record) error {
 }
 
 // restoreVal reads a herald.seen value of either version (see
-// schemas.SeenIsJSON) into its memory form: a herald.seen/v2 entry by
+// schemas.IsJSON) into its memory form: a herald.seen/v2 entry by
 // the generated decoder alone, its bytes read in place.
 func (t *Task) restoreVal(b []byte) (seenVal, seenStrings, error) {
-	if schemas.SeenIsJSON(b) {
+	if schemas.IsJSON(b) {
 		e := &t.entry // its strings point into b: valOf copies what it keeps
 		if err := t.dec.DecodeShared(b, e); err != nil {
 			return seenVal{}, seenStrings{}, err
@@ -194,8 +197,18 @@ func rejected(req schemas.Request, at int64, src Source, detail string) schemas.
 	}
 }
 
+// headers returns the headers of a decision or accepted record in the
+// task's RecordFormat: v1's or v2's.
+func (t *Task) headers(v1, v2 []kgo.RecordHeader) []kgo.RecordHeader {
+	if t.RecordFormat == schemas.FormatJSON {
+		return v1
+	}
+	return v2
+}
+
 func (t *Task) emitDecision(d *schemas.Decision, at int64, out *stage.Out) error {
-	rec, err := t.out.record(t.topics.Decisions, d.NotificationID, d, decisionHeaders, at)
+	d.Schema = t.RecordFormat.DecisionSchema()
+	rec, err := t.out.record(t.topics.Decisions, d.NotificationID, d, t.headers(decisionHeaders, decisionV2Headers), at)
 	if err != nil {
 		return err
 	}
@@ -238,8 +251,9 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 	}
 	if fx.accepted {
 		t.draft.accepted = acceptedOf(req, at)
+		t.draft.accepted.Schema = t.RecordFormat.AcceptedSchema()
 		key := schemas.AppendRecipientKey(t.out.reserve(textRoom), req.Tenant, req.Recipient)
-		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, acceptedHeaders, at)
+		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, t.headers(acceptedHeaders, acceptedV2Headers), at)
 		if err != nil {
 			return err
 		}

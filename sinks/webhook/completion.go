@@ -302,7 +302,7 @@ func (*forwardTask) Abort()                    {}
 // Process forwards a route decision; an undecodable record is skipped
 // (logged).
 func (f *forwardTask) Process(r *kgo.Record, out *stage.Out) error {
-	if h := schemaHeader(r); h != "" && h != schemas.DecisionV1 {
+	if h := schemaHeader(r); h != "" && h != schemas.DecisionV1 && h != schemas.DecisionV2 {
 		return nil
 	}
 	var d schemas.Decision
@@ -442,7 +442,7 @@ func (t *CompletionTask) Process(r *kgo.Record, out *stage.Out) error {
 			return nil
 		}
 		e, ok = ApplyOutcome(e, &o, at)
-	case schemas.DecisionV1:
+	case schemas.DecisionV1, schemas.DecisionV2:
 		var d schemas.Decision
 		if err := schemas.Decode(r.Value, &d); err != nil {
 			t.log.Warn("skip an undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
