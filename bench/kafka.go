@@ -322,7 +322,7 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	var err error
 	for i, id := range ids {
 		runners[i], err = dedupe.New(dedupe.Options{
-			Instance: stage.Instance{Brokers: o.Brokers, Group: group, InstanceID: id, MaxBatchRecords: rn.txn, BatchInterval: o.BatchInterval, ClientOpts: o.ClientOpts, Logger: stageLogger(ctx, log)},
+			Instance:     stage.Instance{Brokers: o.Brokers, Group: group, InstanceID: id, MaxBatchRecords: rn.txn, BatchInterval: o.BatchInterval, ClientOpts: o.ClientOpts, Logger: stageLogger(ctx, log)},
 			Catalog:      cat,
 			Policy:       o.Policy,
 			RecordFormat: rn.format,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -23,13 +24,14 @@ func TestHeraldBackendOnTheRealBroker(t *testing.T) {
 	defer cancel()
 	rows, err := RunKafka(ctx, s, KafkaOptions{
 		Brokers: brokers, Partitions: 3, Replication: 1, TxnRecords: []int{500}, Compression: []string{"none", "zstd"}, Instances: []int{1, 2},
+		Formats:       []schemas.Format{schemas.FormatBinary, schemas.FormatJSON},
 		BatchInterval: 100 * time.Millisecond, Policy: dedupe.DefaultPolicy(), Timeout: 3 * time.Minute, Ceiling: true, SegmentBytes: 1 << 30,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("one produce row, one row per codec, instance count and transaction size, and a copy loop row per codec and size", func(t *testing.T) {
-		if len(rows) != 7 || rows[0].Decides() {
+	t.Run("one produce row, one row per codec, format, instance count and transaction size, and a copy loop row per codec and size", func(t *testing.T) {
+		if len(rows) != 11 || rows[0].Decides() {
 			t.Fatalf("rows %+v", rows)
 		}
 		want := []struct {
@@ -37,8 +39,10 @@ func TestHeraldBackendOnTheRealBroker(t *testing.T) {
 			instances int
 			copyLoop  bool
 		}{
-			{"txn ≤ 500, none", 1, false}, {"txn ≤ 500, none", 2, false}, {"txn ≤ 500, none", 1, true},
-			{"txn ≤ 500, zstd", 1, false}, {"txn ≤ 500, zstd", 2, false}, {"txn ≤ 500, zstd", 1, true},
+			{"txn ≤ 500, none, records v2", 1, false}, {"txn ≤ 500, none, records v2", 2, false},
+			{"txn ≤ 500, none, records v1", 1, false}, {"txn ≤ 500, none, records v1", 2, false}, {"txn ≤ 500, none", 1, true},
+			{"txn ≤ 500, zstd, records v2", 1, false}, {"txn ≤ 500, zstd, records v2", 2, false},
+			{"txn ≤ 500, zstd, records v1", 1, false}, {"txn ≤ 500, zstd, records v1", 2, false}, {"txn ≤ 500, zstd", 1, true},
 		}
 		for i, w := range want {
 			r := rows[i+1]

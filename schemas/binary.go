@@ -183,12 +183,18 @@ func decodeBinary(b []byte, r Record, clone bool) (ok bool, err error) {
 		if err := m.UnmarshalVTUnsafe(b); err != nil {
 			return true, fmt.Errorf("schemas: decode %s: %w", RequestV2, err)
 		}
+		if m.Schema != RequestV2 {
+			return true, schemaError(m.Schema, RequestV2)
+		}
 		*v = requestRecord(&m)
 		return true, v.checkBinary()
 	case *Decision:
 		var m recordpb.Decision
 		if err := m.UnmarshalVTUnsafe(b); err != nil {
 			return true, fmt.Errorf("schemas: decode %s: %w", DecisionV2, err)
+		}
+		if m.Schema != DecisionV2 {
+			return true, schemaError(m.Schema, DecisionV2)
 		}
 		*v = decisionRecord(&m)
 		return true, v.checkBinary()
@@ -198,9 +204,22 @@ func decodeBinary(b []byte, r Record, clone bool) (ok bool, err error) {
 		if err := m.UnmarshalVTUnsafe(b); err != nil {
 			return true, fmt.Errorf("schemas: decode %s: %w", AcceptedV2, err)
 		}
+		if m.Schema != AcceptedV2 {
+			return true, schemaError(m.Schema, AcceptedV2)
+		}
 		*v2 = acceptedRecord(&m)
 		return true, v2.checkBinary()
 	}
+}
+
+// schemaError is the error of a binary value whose schema field names
+// another record (or holds bytes of another message's field): the name is
+// quoted only when it is valid UTF-8 of reasonable length.
+func schemaError(got, want string) error {
+	if len(got) > 64 || !utf8.ValidString(got) {
+		return fmt.Errorf("%w: got %d bytes that name no schema, want %q", ErrSchema, len(got), want)
+	}
+	return fmt.Errorf("%w: got %q, want %q", ErrSchema, got, want)
 }
 
 // checkBinary reports whether a request read from its binary version has
@@ -261,7 +280,7 @@ func nilIfEmpty(b []byte) []byte {
 }
 
 func requestMessage(m *recordpb.Request, r *Request) {
-	*m = recordpb.Request{RequestId: r.RequestID, Tenant: r.Tenant, Type: r.Type, Recipient: r.Recipient,
+	*m = recordpb.Request{Schema: RequestV2, RequestId: r.RequestID, Tenant: r.Tenant, Type: r.Type, Recipient: r.Recipient,
 		NotificationId: r.NotificationID, IdSource: r.IDSource, Key: r.Key, DedupeKey: r.DedupeKey,
 		DedupeWindowMs: r.DedupeWindowMs, IdempotencyKey: r.IdempotencyKey, IdempotencyTtlMs: r.IdempotencyTTLMs,
 		Title: r.Title, Body: r.Body, Payload: r.Payload, Locale: r.Locale, Channels: r.Channels,
@@ -277,7 +296,7 @@ func requestRecord(m *recordpb.Request) Request {
 }
 
 func decisionMessage(m *recordpb.Decision, d *Decision) {
-	*m = recordpb.Decision{DecisionId: d.DecisionID, Stage: d.Stage, Outcome: d.Outcome, Detail: d.Detail,
+	*m = recordpb.Decision{Schema: DecisionV2, DecisionId: d.DecisionID, Stage: d.Stage, Outcome: d.Outcome, Detail: d.Detail,
 		RequestId: d.RequestID, Tenant: d.Tenant, Type: d.Type, Recipient: d.Recipient, NotificationId: d.NotificationID,
 		OccurrenceId: d.OccurrenceID, DedupeKey: d.DedupeKey, IdempotencyKey: d.IdempotencyKey, Producer: d.Producer,
 		Channel: d.Channel, OriginalRequestId: d.OriginalRequestID, OriginalNotificationId: d.OriginalNotificationID,
@@ -310,7 +329,7 @@ func decisionRecord(m *recordpb.Decision) Decision {
 }
 
 func acceptedMessage(m *recordpb.Accepted, a *Accepted) {
-	*m = recordpb.Accepted{NotificationId: a.NotificationID, OccurrenceId: a.OccurrenceID, RequestId: a.RequestID,
+	*m = recordpb.Accepted{Schema: AcceptedV2, NotificationId: a.NotificationID, OccurrenceId: a.OccurrenceID, RequestId: a.RequestID,
 		Tenant: a.Tenant, Type: a.Type, Recipient: a.Recipient, Title: a.Title, Body: a.Body, Payload: a.Payload,
 		Locale: a.Locale, Channels: a.Channels, TargetDevice: a.TargetDevice, DedupeKey: a.DedupeKey,
 		IdempotencyKey: a.IdempotencyKey, Producer: a.Producer, RequestedAt: a.RequestedAt, AcceptedAt: a.AcceptedAt}

@@ -164,6 +164,11 @@ func TestDecodeRefusesBinaryRecordsThatBreakTheirSchema(t *testing.T) {
 		{"a decision whose outcome is not UTF-8", mustEncode(&schemas.Decision{Schema: schemas.DecisionV2, Outcome: "\xfe"}), &schemas.Decision{}, schemas.ErrBinary},
 		{"an accepted notification whose payload is not JSON", mustEncode(&schemas.Accepted{Schema: schemas.AcceptedV2, Payload: json.RawMessage(`nul`)}), &schemas.Accepted{}, schemas.ErrBinary},
 		{"an accepted notification whose body is not UTF-8", mustEncode(&schemas.Accepted{Schema: schemas.AcceptedV2, Body: "\xc3"}), &schemas.Accepted{}, schemas.ErrBinary},
+		{"a decision read as a request", mustEncode(&schemas.Decision{Schema: schemas.DecisionV2, RequestID: "r"}), &schemas.Request{}, schemas.ErrSchema},
+		{"a request read as an accepted notification", mustEncode(&schemas.Request{Schema: schemas.RequestV2, Title: "t"}), &schemas.Accepted{}, schemas.ErrSchema},
+		{"an accepted notification read as a decision", mustEncode(&schemas.Accepted{Schema: schemas.AcceptedV2, Title: "t"}), &schemas.Decision{}, schemas.ErrSchema},
+		{"a herald.seen/v2 entry read as a request", seenV2Value(t), &schemas.Request{}, schemas.ErrSchema},
+		{"a message without a schema", []byte{0x1a, 0x01, 'r'}, &schemas.Request{}, schemas.ErrSchema},
 		{"a truncated request", mustEncode(&schemas.Request{Schema: schemas.RequestV2, Title: "title"})[:3], &schemas.Request{}, nil},
 		{"bytes that are no message", []byte{0xff, 0xff, 0xff}, &schemas.Decision{}, nil},
 	}
@@ -274,4 +279,16 @@ func TestAWriterChoosesTheVersionByFormat(t *testing.T) {
 			t.Fatalf("got %s", got)
 		}
 	})
+}
+
+// seenV2Value is a herald.seen/v2 entry: bytes in field 2, where records.proto
+// keeps its schema name.
+func seenV2Value(t *testing.T) []byte {
+	t.Helper()
+	b, err := schemas.AppendSeenV2(nil, &schemas.SeenEntry{Kind: schemas.SeenDedupe, Scope: "0123456789abcdef0123456789abcdef",
+		NotificationID: "fedcba9876543210fedcba9876543210", RequestID: "r", Outcome: "accepted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

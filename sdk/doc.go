@@ -11,7 +11,8 @@
 //     429 with Retry-After) are retried with exponential backoff and full
 //     jitter, never changing the key, so a retry after a timeout is answered
 //     as the original was and never makes a second notification.
-//   - [Producer]: writes herald.request/v1 records straight to the requests
+//   - [Producer]: writes herald.request records (v2, Protocol Buffers, by
+//     default; v1, JSON, with ProducerConfig.Format) straight to the requests
 //     topic with franz-go (acks=all, idempotent; optionally transactional so
 //     a multi-recipient send is all-or-nothing), keyed by notification id
 //     and placed with the topics catalog's partitioner.

@@ -73,7 +73,7 @@ type RequestOptions struct {
 	Now time.Time
 }
 
-// Requests returns the herald.request/v1 records of n for the given
+// Requests returns the request records of n for the given
 // recipients, one per recipient, in order, each with its id from
 // [DeriveID]. It checks what the records need (a type, a title, a body,
 // recipients, a valid key and payload), not the HTTP API's limits.

@@ -46,7 +46,7 @@ func commands() []command {
 		{"bench", "measure dedupe throughput side by side: herald on Kafka, PostgreSQL, Redis", runBench},
 		{"config", "check a configuration file: every bad setting, by name and line (herald config check --config FILE)", runConfig},
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
-		{"decode", "print a herald.seen value (Protocol Buffers or JSON) as JSON for humans (decode seen --file F, or stdin)", runDecode},
+		{"decode", "print a herald.seen, request, decision or accepted value (Protocol Buffers or JSON) as JSON for humans (decode seen|request|decision|accepted --file F, or stdin)", runDecode},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
 		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection), fcm (HTTP v1 and its token endpoint), webhook (a receiver verifying Standard Webhooks signatures) or webpush (a push service answering RFC 8030 errors)", runEmulate},

@@ -16,39 +16,48 @@ import (
 // BenchmarkTaskProcess measures the stage's per-record work without Kafka:
 // decode, decide, encode the decision, seen-set changes and accepted record.
 // As in the stage, records are emitted into one stage.Out per transaction
-// of 1,000 requests, committed at its end; seen entries in either format.
+// of 1,000 requests, committed at its end; requests, decisions and
+// accepted records in either format (v2: Protocol Buffers, v1: JSON), seen
+// entries in either format.
 //
 //	go test -run '^$' -bench TaskProcess -benchmem ./processors/dedupe
 func BenchmarkTaskProcess(b *testing.B) {
 	reqs, _ := crashWorkload(rand.New(rand.NewPCG(1, 2)))
-	recs := make([]*kgo.Record, len(reqs))
-	for i, r := range reqs {
-		v, _ := schemas.Encode(r)
-		recs[i] = &kgo.Record{Topic: "requests", Value: v, Offset: int64(i), Timestamp: time.UnixMilli(int64(i))}
-	}
-	for _, format := range []string{schemas.SeenEntryV2, schemas.SeenEntryV1} {
-		b.Run("seen="+format, func(b *testing.B) {
-			b.ReportAllocs()
-			newTask := func() *Task {
-				t := NewTask(DefaultPolicy(), testTopics, 0)
-				t.SeenJSON = format == schemas.SeenEntryV1
-				return t
+	for _, records := range []schemas.Format{schemas.FormatBinary, schemas.FormatJSON} {
+		recs := make([]*kgo.Record, len(reqs))
+		for i, r := range reqs {
+			r.Schema = records.RequestSchema()
+			v, err := schemas.Encode(r)
+			if err != nil {
+				b.Fatal(err)
 			}
-			task := newTask()
-			out := new(stage.Out)
-			for i := 0; i < b.N; i++ {
-				if i%len(recs) == 0 {
-					task = newTask()
+			recs[i] = &kgo.Record{Topic: "requests", Value: v, Offset: int64(i), Timestamp: time.UnixMilli(int64(i))}
+		}
+		for _, seen := range []string{schemas.SeenEntryV2, schemas.SeenEntryV1} {
+			b.Run("records="+string(records)+"/seen="+seen, func(b *testing.B) {
+				b.ReportAllocs()
+				newTask := func() *Task {
+					t := NewTask(DefaultPolicy(), testTopics, 0)
+					t.SeenJSON = seen == schemas.SeenEntryV1
+					t.RecordFormat = records
+					return t
 				}
-				if err := task.Process(recs[i%len(recs)], out); err != nil {
-					b.Fatal(err)
+				task := newTask()
+				out := new(stage.Out)
+				for i := 0; i < b.N; i++ {
+					if i%len(recs) == 0 {
+						task = newTask()
+					}
+					if err := task.Process(recs[i%len(recs)], out); err != nil {
+						b.Fatal(err)
+					}
+					if i%1000 == 999 {
+						task.Commit()
+						out = new(stage.Out)
+					}
 				}
-				if i%1000 == 999 {
-					task.Commit()
-					out = new(stage.Out)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 

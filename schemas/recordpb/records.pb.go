@@ -7,7 +7,8 @@
 // ("herald.request/v2", ...). Readers tell a v2 value from a JSON one by
 // the header, or by the first byte of the value other than JSON white
 // space: '{' starts a JSON object and never a record of these schemas.
-// The first byte of a v2 value is the tag of its first field: field 1 is
+// The first byte of a v2 value is the tag of its first field, schema
+// (0x12), which writers always set; were it missing, still: field 1 is
 // reserved (its tags 0x09, 0x0a and 0x0d are JSON white space), field 4 is
 // never a varint (0x20, a space), and no field is a group (0x7b, "{", is
 // field 15 with the group wire type).
@@ -43,31 +44,35 @@ const (
 // Request is herald.request/v2: one send, as the API or a producer wrote
 // it to herald.requests (key: the notification id).
 type Request struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	RequestId      string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Tenant         string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Type           string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
-	Recipient      string                 `protobuf:"bytes,5,opt,name=recipient,proto3" json:"recipient,omitempty"`
-	NotificationId string                 `protobuf:"bytes,6,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// schema names the record and its version, "herald.request/v2", as the
+	// JSON versions' "schema" field does: a reader refuses a value of
+	// another record, which Protocol Buffers alone would read as this one.
+	Schema         string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
+	RequestId      string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Tenant         string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Type           string `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
+	Recipient      string `protobuf:"bytes,6,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	NotificationId string `protobuf:"bytes,7,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
 	// id_source: "key", "dedupe_key", "idempotency_key" or "random".
-	IdSource string `protobuf:"bytes,7,opt,name=id_source,json=idSource,proto3" json:"id_source,omitempty"`
+	IdSource string `protobuf:"bytes,8,opt,name=id_source,json=idSource,proto3" json:"id_source,omitempty"`
 	// key: the raw JSON key the notification id derives from, if any.
-	Key              []byte `protobuf:"bytes,8,opt,name=key,proto3" json:"key,omitempty"`
-	DedupeKey        string `protobuf:"bytes,9,opt,name=dedupe_key,json=dedupeKey,proto3" json:"dedupe_key,omitempty"`
-	DedupeWindowMs   int64  `protobuf:"varint,10,opt,name=dedupe_window_ms,json=dedupeWindowMs,proto3" json:"dedupe_window_ms,omitempty"`
-	IdempotencyKey   string `protobuf:"bytes,11,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	IdempotencyTtlMs int64  `protobuf:"varint,12,opt,name=idempotency_ttl_ms,json=idempotencyTtlMs,proto3" json:"idempotency_ttl_ms,omitempty"`
-	Title            string `protobuf:"bytes,13,opt,name=title,proto3" json:"title,omitempty"`
-	Body             string `protobuf:"bytes,14,opt,name=body,proto3" json:"body,omitempty"`
+	Key              []byte `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	DedupeKey        string `protobuf:"bytes,10,opt,name=dedupe_key,json=dedupeKey,proto3" json:"dedupe_key,omitempty"`
+	DedupeWindowMs   int64  `protobuf:"varint,11,opt,name=dedupe_window_ms,json=dedupeWindowMs,proto3" json:"dedupe_window_ms,omitempty"`
+	IdempotencyKey   string `protobuf:"bytes,12,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	IdempotencyTtlMs int64  `protobuf:"varint,13,opt,name=idempotency_ttl_ms,json=idempotencyTtlMs,proto3" json:"idempotency_ttl_ms,omitempty"`
+	Title            string `protobuf:"bytes,14,opt,name=title,proto3" json:"title,omitempty"`
+	Body             string `protobuf:"bytes,15,opt,name=body,proto3" json:"body,omitempty"`
 	// payload: raw JSON, or empty.
-	Payload      []byte   `protobuf:"bytes,15,opt,name=payload,proto3" json:"payload,omitempty"`
-	Locale       string   `protobuf:"bytes,16,opt,name=locale,proto3" json:"locale,omitempty"`
-	Channels     []string `protobuf:"bytes,17,rep,name=channels,proto3" json:"channels,omitempty"`
-	TargetDevice string   `protobuf:"bytes,18,opt,name=target_device,json=targetDevice,proto3" json:"target_device,omitempty"`
-	Producer     string   `protobuf:"bytes,19,opt,name=producer,proto3" json:"producer,omitempty"`
+	Payload      []byte   `protobuf:"bytes,16,opt,name=payload,proto3" json:"payload,omitempty"`
+	Locale       string   `protobuf:"bytes,17,opt,name=locale,proto3" json:"locale,omitempty"`
+	Channels     []string `protobuf:"bytes,18,rep,name=channels,proto3" json:"channels,omitempty"`
+	TargetDevice string   `protobuf:"bytes,19,opt,name=target_device,json=targetDevice,proto3" json:"target_device,omitempty"`
+	Producer     string   `protobuf:"bytes,20,opt,name=producer,proto3" json:"producer,omitempty"`
 	// source: "api" or "sdk".
-	Source        string `protobuf:"bytes,20,opt,name=source,proto3" json:"source,omitempty"`
-	CreatedAt     int64  `protobuf:"varint,21,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Source        string `protobuf:"bytes,21,opt,name=source,proto3" json:"source,omitempty"`
+	CreatedAt     int64  `protobuf:"varint,22,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -100,6 +105,13 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
 	return file_records_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Request) GetSchema() string {
+	if x != nil {
+		return x.Schema
+	}
+	return ""
 }
 
 func (x *Request) GetRequestId() string {
@@ -245,31 +257,35 @@ func (x *Request) GetCreatedAt() int64 {
 // Decision is herald.decision/v2: one stage's decision about one request
 // (key: the notification id).
 type Decision struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	DecisionId string                 `protobuf:"bytes,2,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// schema names the record and its version, "herald.decision/v2", as the
+	// JSON versions' "schema" field does: a reader refuses a value of
+	// another record, which Protocol Buffers alone would read as this one.
+	Schema     string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
+	DecisionId string `protobuf:"bytes,3,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
 	// stage: "dedupe", "route" or "sink".
-	Stage                  string              `protobuf:"bytes,3,opt,name=stage,proto3" json:"stage,omitempty"`
-	Outcome                string              `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Detail                 string              `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
-	RequestId              string              `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Tenant                 string              `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Type                   string              `protobuf:"bytes,8,opt,name=type,proto3" json:"type,omitempty"`
-	Recipient              string              `protobuf:"bytes,9,opt,name=recipient,proto3" json:"recipient,omitempty"`
-	NotificationId         string              `protobuf:"bytes,10,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
-	OccurrenceId           string              `protobuf:"bytes,11,opt,name=occurrence_id,json=occurrenceId,proto3" json:"occurrence_id,omitempty"`
-	DedupeKey              string              `protobuf:"bytes,12,opt,name=dedupe_key,json=dedupeKey,proto3" json:"dedupe_key,omitempty"`
-	IdempotencyKey         string              `protobuf:"bytes,13,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	Producer               string              `protobuf:"bytes,14,opt,name=producer,proto3" json:"producer,omitempty"`
-	Channel                string              `protobuf:"bytes,15,opt,name=channel,proto3" json:"channel,omitempty"`
-	OriginalRequestId      string              `protobuf:"bytes,16,opt,name=original_request_id,json=originalRequestId,proto3" json:"original_request_id,omitempty"`
-	OriginalNotificationId string              `protobuf:"bytes,17,opt,name=original_notification_id,json=originalNotificationId,proto3" json:"original_notification_id,omitempty"`
-	OriginalAt             int64               `protobuf:"varint,18,opt,name=original_at,json=originalAt,proto3" json:"original_at,omitempty"`
-	OriginalOutcome        string              `protobuf:"bytes,19,opt,name=original_outcome,json=originalOutcome,proto3" json:"original_outcome,omitempty"`
-	Deliveries             []*DecisionDelivery `protobuf:"bytes,20,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
-	At                     int64               `protobuf:"varint,21,opt,name=at,proto3" json:"at,omitempty"`
-	SourceTopic            string              `protobuf:"bytes,22,opt,name=source_topic,json=sourceTopic,proto3" json:"source_topic,omitempty"`
-	SourcePartition        int32               `protobuf:"varint,23,opt,name=source_partition,json=sourcePartition,proto3" json:"source_partition,omitempty"`
-	SourceOffset           int64               `protobuf:"varint,24,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
+	Stage                  string              `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
+	Outcome                string              `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Detail                 string              `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	RequestId              string              `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Tenant                 string              `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Type                   string              `protobuf:"bytes,9,opt,name=type,proto3" json:"type,omitempty"`
+	Recipient              string              `protobuf:"bytes,10,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	NotificationId         string              `protobuf:"bytes,11,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
+	OccurrenceId           string              `protobuf:"bytes,12,opt,name=occurrence_id,json=occurrenceId,proto3" json:"occurrence_id,omitempty"`
+	DedupeKey              string              `protobuf:"bytes,13,opt,name=dedupe_key,json=dedupeKey,proto3" json:"dedupe_key,omitempty"`
+	IdempotencyKey         string              `protobuf:"bytes,14,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Producer               string              `protobuf:"bytes,15,opt,name=producer,proto3" json:"producer,omitempty"`
+	Channel                string              `protobuf:"bytes,16,opt,name=channel,proto3" json:"channel,omitempty"`
+	OriginalRequestId      string              `protobuf:"bytes,17,opt,name=original_request_id,json=originalRequestId,proto3" json:"original_request_id,omitempty"`
+	OriginalNotificationId string              `protobuf:"bytes,18,opt,name=original_notification_id,json=originalNotificationId,proto3" json:"original_notification_id,omitempty"`
+	OriginalAt             int64               `protobuf:"varint,19,opt,name=original_at,json=originalAt,proto3" json:"original_at,omitempty"`
+	OriginalOutcome        string              `protobuf:"bytes,20,opt,name=original_outcome,json=originalOutcome,proto3" json:"original_outcome,omitempty"`
+	Deliveries             []*DecisionDelivery `protobuf:"bytes,21,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	At                     int64               `protobuf:"varint,22,opt,name=at,proto3" json:"at,omitempty"`
+	SourceTopic            string              `protobuf:"bytes,23,opt,name=source_topic,json=sourceTopic,proto3" json:"source_topic,omitempty"`
+	SourcePartition        int32               `protobuf:"varint,24,opt,name=source_partition,json=sourcePartition,proto3" json:"source_partition,omitempty"`
+	SourceOffset           int64               `protobuf:"varint,25,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -302,6 +318,13 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
 	return file_records_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Decision) GetSchema() string {
+	if x != nil {
+		return x.Schema
+	}
+	return ""
 }
 
 func (x *Decision) GetDecisionId() string {
@@ -546,25 +569,29 @@ func (x *DecisionDelivery) GetNotBefore() int64 {
 // Accepted is herald.accepted/v2: a notification the dedupe stage accepted
 // (key: the recipient key).
 type Accepted struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	NotificationId string                 `protobuf:"bytes,2,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
-	OccurrenceId   string                 `protobuf:"bytes,3,opt,name=occurrence_id,json=occurrenceId,proto3" json:"occurrence_id,omitempty"`
-	RequestId      string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Tenant         string                 `protobuf:"bytes,5,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Type           string                 `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
-	Recipient      string                 `protobuf:"bytes,7,opt,name=recipient,proto3" json:"recipient,omitempty"`
-	Title          string                 `protobuf:"bytes,8,opt,name=title,proto3" json:"title,omitempty"`
-	Body           string                 `protobuf:"bytes,9,opt,name=body,proto3" json:"body,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// schema names the record and its version, "herald.accepted/v2", as the
+	// JSON versions' "schema" field does: a reader refuses a value of
+	// another record, which Protocol Buffers alone would read as this one.
+	Schema         string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
+	NotificationId string `protobuf:"bytes,3,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
+	OccurrenceId   string `protobuf:"bytes,4,opt,name=occurrence_id,json=occurrenceId,proto3" json:"occurrence_id,omitempty"`
+	RequestId      string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Tenant         string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Type           string `protobuf:"bytes,7,opt,name=type,proto3" json:"type,omitempty"`
+	Recipient      string `protobuf:"bytes,8,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	Title          string `protobuf:"bytes,9,opt,name=title,proto3" json:"title,omitempty"`
+	Body           string `protobuf:"bytes,10,opt,name=body,proto3" json:"body,omitempty"`
 	// payload: raw JSON, or empty.
-	Payload        []byte   `protobuf:"bytes,10,opt,name=payload,proto3" json:"payload,omitempty"`
-	Locale         string   `protobuf:"bytes,11,opt,name=locale,proto3" json:"locale,omitempty"`
-	Channels       []string `protobuf:"bytes,12,rep,name=channels,proto3" json:"channels,omitempty"`
-	TargetDevice   string   `protobuf:"bytes,13,opt,name=target_device,json=targetDevice,proto3" json:"target_device,omitempty"`
-	DedupeKey      string   `protobuf:"bytes,14,opt,name=dedupe_key,json=dedupeKey,proto3" json:"dedupe_key,omitempty"`
-	IdempotencyKey string   `protobuf:"bytes,15,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	Producer       string   `protobuf:"bytes,16,opt,name=producer,proto3" json:"producer,omitempty"`
-	RequestedAt    int64    `protobuf:"varint,17,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
-	AcceptedAt     int64    `protobuf:"varint,18,opt,name=accepted_at,json=acceptedAt,proto3" json:"accepted_at,omitempty"`
+	Payload        []byte   `protobuf:"bytes,11,opt,name=payload,proto3" json:"payload,omitempty"`
+	Locale         string   `protobuf:"bytes,12,opt,name=locale,proto3" json:"locale,omitempty"`
+	Channels       []string `protobuf:"bytes,13,rep,name=channels,proto3" json:"channels,omitempty"`
+	TargetDevice   string   `protobuf:"bytes,14,opt,name=target_device,json=targetDevice,proto3" json:"target_device,omitempty"`
+	DedupeKey      string   `protobuf:"bytes,15,opt,name=dedupe_key,json=dedupeKey,proto3" json:"dedupe_key,omitempty"`
+	IdempotencyKey string   `protobuf:"bytes,16,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Producer       string   `protobuf:"bytes,17,opt,name=producer,proto3" json:"producer,omitempty"`
+	RequestedAt    int64    `protobuf:"varint,18,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	AcceptedAt     int64    `protobuf:"varint,19,opt,name=accepted_at,json=acceptedAt,proto3" json:"accepted_at,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -597,6 +624,13 @@ func (x *Accepted) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Accepted.ProtoReflect.Descriptor instead.
 func (*Accepted) Descriptor() ([]byte, []int) {
 	return file_records_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Accepted) GetSchema() string {
+	if x != nil {
+		return x.Schema
+	}
+	return ""
 }
 
 func (x *Accepted) GetNotificationId() string {
@@ -722,63 +756,65 @@ var File_records_proto protoreflect.FileDescriptor
 
 const file_records_proto_rawDesc = "" +
 	"\n" +
-	"\rrecords.proto\x12\x11herald.records.v2\"\xe0\x04\n" +
-	"\aRequest\x12\x1d\n" +
+	"\rrecords.proto\x12\x11herald.records.v2\"\xf8\x04\n" +
+	"\aRequest\x12\x16\n" +
+	"\x06schema\x18\x02 \x01(\tR\x06schema\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1c\n" +
-	"\trecipient\x18\x05 \x01(\tR\trecipient\x12'\n" +
-	"\x0fnotification_id\x18\x06 \x01(\tR\x0enotificationId\x12\x1b\n" +
-	"\tid_source\x18\a \x01(\tR\bidSource\x12\x10\n" +
-	"\x03key\x18\b \x01(\fR\x03key\x12\x1d\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04type\x18\x05 \x01(\tR\x04type\x12\x1c\n" +
+	"\trecipient\x18\x06 \x01(\tR\trecipient\x12'\n" +
+	"\x0fnotification_id\x18\a \x01(\tR\x0enotificationId\x12\x1b\n" +
+	"\tid_source\x18\b \x01(\tR\bidSource\x12\x10\n" +
+	"\x03key\x18\t \x01(\fR\x03key\x12\x1d\n" +
 	"\n" +
-	"dedupe_key\x18\t \x01(\tR\tdedupeKey\x12(\n" +
-	"\x10dedupe_window_ms\x18\n" +
-	" \x01(\x03R\x0ededupeWindowMs\x12'\n" +
-	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\x12,\n" +
-	"\x12idempotency_ttl_ms\x18\f \x01(\x03R\x10idempotencyTtlMs\x12\x14\n" +
-	"\x05title\x18\r \x01(\tR\x05title\x12\x12\n" +
-	"\x04body\x18\x0e \x01(\tR\x04body\x12\x18\n" +
-	"\apayload\x18\x0f \x01(\fR\apayload\x12\x16\n" +
-	"\x06locale\x18\x10 \x01(\tR\x06locale\x12\x1a\n" +
-	"\bchannels\x18\x11 \x03(\tR\bchannels\x12#\n" +
-	"\rtarget_device\x18\x12 \x01(\tR\ftargetDevice\x12\x1a\n" +
-	"\bproducer\x18\x13 \x01(\tR\bproducer\x12\x16\n" +
-	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1d\n" +
+	"dedupe_key\x18\n" +
+	" \x01(\tR\tdedupeKey\x12(\n" +
+	"\x10dedupe_window_ms\x18\v \x01(\x03R\x0ededupeWindowMs\x12'\n" +
+	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\x12,\n" +
+	"\x12idempotency_ttl_ms\x18\r \x01(\x03R\x10idempotencyTtlMs\x12\x14\n" +
+	"\x05title\x18\x0e \x01(\tR\x05title\x12\x12\n" +
+	"\x04body\x18\x0f \x01(\tR\x04body\x12\x18\n" +
+	"\apayload\x18\x10 \x01(\fR\apayload\x12\x16\n" +
+	"\x06locale\x18\x11 \x01(\tR\x06locale\x12\x1a\n" +
+	"\bchannels\x18\x12 \x03(\tR\bchannels\x12#\n" +
+	"\rtarget_device\x18\x13 \x01(\tR\ftargetDevice\x12\x1a\n" +
+	"\bproducer\x18\x14 \x01(\tR\bproducer\x12\x16\n" +
+	"\x06source\x18\x15 \x01(\tR\x06source\x12\x1d\n" +
 	"\n" +
-	"created_at\x18\x15 \x01(\x03R\tcreatedAtJ\x04\b\x01\x10\x02\"\xac\x06\n" +
-	"\bDecision\x12\x1f\n" +
-	"\vdecision_id\x18\x02 \x01(\tR\n" +
+	"created_at\x18\x16 \x01(\x03R\tcreatedAtJ\x04\b\x01\x10\x02\"\xc4\x06\n" +
+	"\bDecision\x12\x16\n" +
+	"\x06schema\x18\x02 \x01(\tR\x06schema\x12\x1f\n" +
+	"\vdecision_id\x18\x03 \x01(\tR\n" +
 	"decisionId\x12\x14\n" +
-	"\x05stage\x18\x03 \x01(\tR\x05stage\x12\x18\n" +
-	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12\x16\n" +
-	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x1d\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\x12\x18\n" +
+	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06tenant\x18\a \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04type\x18\b \x01(\tR\x04type\x12\x1c\n" +
-	"\trecipient\x18\t \x01(\tR\trecipient\x12'\n" +
-	"\x0fnotification_id\x18\n" +
-	" \x01(\tR\x0enotificationId\x12#\n" +
-	"\roccurrence_id\x18\v \x01(\tR\foccurrenceId\x12\x1d\n" +
+	"request_id\x18\a \x01(\tR\trequestId\x12\x16\n" +
+	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04type\x18\t \x01(\tR\x04type\x12\x1c\n" +
+	"\trecipient\x18\n" +
+	" \x01(\tR\trecipient\x12'\n" +
+	"\x0fnotification_id\x18\v \x01(\tR\x0enotificationId\x12#\n" +
+	"\roccurrence_id\x18\f \x01(\tR\foccurrenceId\x12\x1d\n" +
 	"\n" +
-	"dedupe_key\x18\f \x01(\tR\tdedupeKey\x12'\n" +
-	"\x0fidempotency_key\x18\r \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
-	"\bproducer\x18\x0e \x01(\tR\bproducer\x12\x18\n" +
-	"\achannel\x18\x0f \x01(\tR\achannel\x12.\n" +
-	"\x13original_request_id\x18\x10 \x01(\tR\x11originalRequestId\x128\n" +
-	"\x18original_notification_id\x18\x11 \x01(\tR\x16originalNotificationId\x12\x1f\n" +
-	"\voriginal_at\x18\x12 \x01(\x03R\n" +
+	"dedupe_key\x18\r \x01(\tR\tdedupeKey\x12'\n" +
+	"\x0fidempotency_key\x18\x0e \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
+	"\bproducer\x18\x0f \x01(\tR\bproducer\x12\x18\n" +
+	"\achannel\x18\x10 \x01(\tR\achannel\x12.\n" +
+	"\x13original_request_id\x18\x11 \x01(\tR\x11originalRequestId\x128\n" +
+	"\x18original_notification_id\x18\x12 \x01(\tR\x16originalNotificationId\x12\x1f\n" +
+	"\voriginal_at\x18\x13 \x01(\x03R\n" +
 	"originalAt\x12)\n" +
-	"\x10original_outcome\x18\x13 \x01(\tR\x0foriginalOutcome\x12C\n" +
+	"\x10original_outcome\x18\x14 \x01(\tR\x0foriginalOutcome\x12C\n" +
 	"\n" +
-	"deliveries\x18\x14 \x03(\v2#.herald.records.v2.DecisionDeliveryR\n" +
+	"deliveries\x18\x15 \x03(\v2#.herald.records.v2.DecisionDeliveryR\n" +
 	"deliveries\x12\x0e\n" +
-	"\x02at\x18\x15 \x01(\x03R\x02at\x12!\n" +
-	"\fsource_topic\x18\x16 \x01(\tR\vsourceTopic\x12)\n" +
-	"\x10source_partition\x18\x17 \x01(\x05R\x0fsourcePartition\x12#\n" +
-	"\rsource_offset\x18\x18 \x01(\x03R\fsourceOffsetJ\x04\b\x01\x10\x02\"\x9f\x01\n" +
+	"\x02at\x18\x16 \x01(\x03R\x02at\x12!\n" +
+	"\fsource_topic\x18\x17 \x01(\tR\vsourceTopic\x12)\n" +
+	"\x10source_partition\x18\x18 \x01(\x05R\x0fsourcePartition\x12#\n" +
+	"\rsource_offset\x18\x19 \x01(\x03R\fsourceOffsetJ\x04\b\x01\x10\x02\"\x9f\x01\n" +
 	"\x10DecisionDelivery\x12\x1f\n" +
 	"\vdelivery_id\x18\x01 \x01(\tR\n" +
 	"deliveryId\x12\x18\n" +
@@ -786,28 +822,29 @@ const file_records_proto_rawDesc = "" +
 	"\tdevice_id\x18\x03 \x01(\tR\bdeviceId\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1d\n" +
 	"\n" +
-	"not_before\x18\x05 \x01(\x03R\tnotBefore\"\x8c\x04\n" +
-	"\bAccepted\x12'\n" +
-	"\x0fnotification_id\x18\x02 \x01(\tR\x0enotificationId\x12#\n" +
-	"\roccurrence_id\x18\x03 \x01(\tR\foccurrenceId\x12\x1d\n" +
+	"not_before\x18\x05 \x01(\x03R\tnotBefore\"\xa4\x04\n" +
+	"\bAccepted\x12\x16\n" +
+	"\x06schema\x18\x02 \x01(\tR\x06schema\x12'\n" +
+	"\x0fnotification_id\x18\x03 \x01(\tR\x0enotificationId\x12#\n" +
+	"\roccurrence_id\x18\x04 \x01(\tR\foccurrenceId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06tenant\x18\x05 \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04type\x18\x06 \x01(\tR\x04type\x12\x1c\n" +
-	"\trecipient\x18\a \x01(\tR\trecipient\x12\x14\n" +
-	"\x05title\x18\b \x01(\tR\x05title\x12\x12\n" +
-	"\x04body\x18\t \x01(\tR\x04body\x12\x18\n" +
-	"\apayload\x18\n" +
-	" \x01(\fR\apayload\x12\x16\n" +
-	"\x06locale\x18\v \x01(\tR\x06locale\x12\x1a\n" +
-	"\bchannels\x18\f \x03(\tR\bchannels\x12#\n" +
-	"\rtarget_device\x18\r \x01(\tR\ftargetDevice\x12\x1d\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04type\x18\a \x01(\tR\x04type\x12\x1c\n" +
+	"\trecipient\x18\b \x01(\tR\trecipient\x12\x14\n" +
+	"\x05title\x18\t \x01(\tR\x05title\x12\x12\n" +
+	"\x04body\x18\n" +
+	" \x01(\tR\x04body\x12\x18\n" +
+	"\apayload\x18\v \x01(\fR\apayload\x12\x16\n" +
+	"\x06locale\x18\f \x01(\tR\x06locale\x12\x1a\n" +
+	"\bchannels\x18\r \x03(\tR\bchannels\x12#\n" +
+	"\rtarget_device\x18\x0e \x01(\tR\ftargetDevice\x12\x1d\n" +
 	"\n" +
-	"dedupe_key\x18\x0e \x01(\tR\tdedupeKey\x12'\n" +
-	"\x0fidempotency_key\x18\x0f \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
-	"\bproducer\x18\x10 \x01(\tR\bproducer\x12!\n" +
-	"\frequested_at\x18\x11 \x01(\x03R\vrequestedAt\x12\x1f\n" +
-	"\vaccepted_at\x18\x12 \x01(\x03R\n" +
+	"dedupe_key\x18\x0f \x01(\tR\tdedupeKey\x12'\n" +
+	"\x0fidempotency_key\x18\x10 \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
+	"\bproducer\x18\x11 \x01(\tR\bproducer\x12!\n" +
+	"\frequested_at\x18\x12 \x01(\x03R\vrequestedAt\x12\x1f\n" +
+	"\vaccepted_at\x18\x13 \x01(\x03R\n" +
 	"acceptedAtJ\x04\b\x01\x10\x02B-Z+github.com/heraldhq/herald/schemas/recordpbb\x06proto3"
 
 var (

@@ -54,7 +54,7 @@ func (m *Request) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0xa8
+		dAtA[i] = 0xb0
 	}
 	if len(m.Source) > 0 {
 		i -= len(m.Source)
@@ -63,7 +63,7 @@ func (m *Request) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0xa2
+		dAtA[i] = 0xaa
 	}
 	if len(m.Producer) > 0 {
 		i -= len(m.Producer)
@@ -72,7 +72,7 @@ func (m *Request) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x9a
+		dAtA[i] = 0xa2
 	}
 	if len(m.TargetDevice) > 0 {
 		i -= len(m.TargetDevice)
@@ -81,7 +81,7 @@ func (m *Request) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x92
+		dAtA[i] = 0x9a
 	}
 	if len(m.Channels) > 0 {
 		for iNdEx := len(m.Channels) - 1; iNdEx >= 0; iNdEx-- {
@@ -91,7 +91,7 @@ func (m *Request) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 			i--
 			dAtA[i] = 0x1
 			i--
-			dAtA[i] = 0x8a
+			dAtA[i] = 0x92
 		}
 	}
 	if len(m.Locale) > 0 {
@@ -101,99 +101,108 @@ func (m *Request) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x82
+		dAtA[i] = 0x8a
 	}
 	if len(m.Payload) > 0 {
 		i -= len(m.Payload)
 		copy(dAtA[i:], m.Payload)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Payload)))
 		i--
-		dAtA[i] = 0x7a
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x82
 	}
 	if len(m.Body) > 0 {
 		i -= len(m.Body)
 		copy(dAtA[i:], m.Body)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Body)))
 		i--
-		dAtA[i] = 0x72
+		dAtA[i] = 0x7a
 	}
 	if len(m.Title) > 0 {
 		i -= len(m.Title)
 		copy(dAtA[i:], m.Title)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Title)))
 		i--
-		dAtA[i] = 0x6a
+		dAtA[i] = 0x72
 	}
 	if m.IdempotencyTtlMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.IdempotencyTtlMs))
 		i--
-		dAtA[i] = 0x60
+		dAtA[i] = 0x68
 	}
 	if len(m.IdempotencyKey) > 0 {
 		i -= len(m.IdempotencyKey)
 		copy(dAtA[i:], m.IdempotencyKey)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.IdempotencyKey)))
 		i--
-		dAtA[i] = 0x5a
+		dAtA[i] = 0x62
 	}
 	if m.DedupeWindowMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.DedupeWindowMs))
 		i--
-		dAtA[i] = 0x50
+		dAtA[i] = 0x58
 	}
 	if len(m.DedupeKey) > 0 {
 		i -= len(m.DedupeKey)
 		copy(dAtA[i:], m.DedupeKey)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.DedupeKey)))
 		i--
-		dAtA[i] = 0x4a
+		dAtA[i] = 0x52
 	}
 	if len(m.Key) > 0 {
 		i -= len(m.Key)
 		copy(dAtA[i:], m.Key)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Key)))
 		i--
-		dAtA[i] = 0x42
+		dAtA[i] = 0x4a
 	}
 	if len(m.IdSource) > 0 {
 		i -= len(m.IdSource)
 		copy(dAtA[i:], m.IdSource)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.IdSource)))
 		i--
-		dAtA[i] = 0x3a
+		dAtA[i] = 0x42
 	}
 	if len(m.NotificationId) > 0 {
 		i -= len(m.NotificationId)
 		copy(dAtA[i:], m.NotificationId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.NotificationId)))
 		i--
-		dAtA[i] = 0x32
+		dAtA[i] = 0x3a
 	}
 	if len(m.Recipient) > 0 {
 		i -= len(m.Recipient)
 		copy(dAtA[i:], m.Recipient)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Recipient)))
 		i--
-		dAtA[i] = 0x2a
+		dAtA[i] = 0x32
 	}
 	if len(m.Type) > 0 {
 		i -= len(m.Type)
 		copy(dAtA[i:], m.Type)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Type)))
 		i--
-		dAtA[i] = 0x22
+		dAtA[i] = 0x2a
 	}
 	if len(m.Tenant) > 0 {
 		i -= len(m.Tenant)
 		copy(dAtA[i:], m.Tenant)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Tenant)))
 		i--
-		dAtA[i] = 0x1a
+		dAtA[i] = 0x22
 	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
 		copy(dAtA[i:], m.RequestId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.RequestId)))
+		i--
+		dAtA[i] = 0x1a
+	}
+	if len(m.Schema) > 0 {
+		i -= len(m.Schema)
+		copy(dAtA[i:], m.Schema)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Schema)))
 		i--
 		dAtA[i] = 0x12
 	}
@@ -235,14 +244,14 @@ func (m *Decision) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0xc0
+		dAtA[i] = 0xc8
 	}
 	if m.SourcePartition != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SourcePartition))
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0xb8
+		dAtA[i] = 0xc0
 	}
 	if len(m.SourceTopic) > 0 {
 		i -= len(m.SourceTopic)
@@ -251,14 +260,14 @@ func (m *Decision) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0xb2
+		dAtA[i] = 0xba
 	}
 	if m.At != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.At))
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0xa8
+		dAtA[i] = 0xb0
 	}
 	if len(m.Deliveries) > 0 {
 		for iNdEx := len(m.Deliveries) - 1; iNdEx >= 0; iNdEx-- {
@@ -271,7 +280,7 @@ func (m *Decision) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 			i--
 			dAtA[i] = 0x1
 			i--
-			dAtA[i] = 0xa2
+			dAtA[i] = 0xaa
 		}
 	}
 	if len(m.OriginalOutcome) > 0 {
@@ -281,14 +290,14 @@ func (m *Decision) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x9a
+		dAtA[i] = 0xa2
 	}
 	if m.OriginalAt != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.OriginalAt))
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x90
+		dAtA[i] = 0x98
 	}
 	if len(m.OriginalNotificationId) > 0 {
 		i -= len(m.OriginalNotificationId)
@@ -297,7 +306,7 @@ func (m *Decision) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x8a
+		dAtA[i] = 0x92
 	}
 	if len(m.OriginalRequestId) > 0 {
 		i -= len(m.OriginalRequestId)
@@ -306,103 +315,112 @@ func (m *Decision) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x82
+		dAtA[i] = 0x8a
 	}
 	if len(m.Channel) > 0 {
 		i -= len(m.Channel)
 		copy(dAtA[i:], m.Channel)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Channel)))
 		i--
-		dAtA[i] = 0x7a
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x82
 	}
 	if len(m.Producer) > 0 {
 		i -= len(m.Producer)
 		copy(dAtA[i:], m.Producer)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Producer)))
 		i--
-		dAtA[i] = 0x72
+		dAtA[i] = 0x7a
 	}
 	if len(m.IdempotencyKey) > 0 {
 		i -= len(m.IdempotencyKey)
 		copy(dAtA[i:], m.IdempotencyKey)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.IdempotencyKey)))
 		i--
-		dAtA[i] = 0x6a
+		dAtA[i] = 0x72
 	}
 	if len(m.DedupeKey) > 0 {
 		i -= len(m.DedupeKey)
 		copy(dAtA[i:], m.DedupeKey)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.DedupeKey)))
 		i--
-		dAtA[i] = 0x62
+		dAtA[i] = 0x6a
 	}
 	if len(m.OccurrenceId) > 0 {
 		i -= len(m.OccurrenceId)
 		copy(dAtA[i:], m.OccurrenceId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.OccurrenceId)))
 		i--
-		dAtA[i] = 0x5a
+		dAtA[i] = 0x62
 	}
 	if len(m.NotificationId) > 0 {
 		i -= len(m.NotificationId)
 		copy(dAtA[i:], m.NotificationId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.NotificationId)))
 		i--
-		dAtA[i] = 0x52
+		dAtA[i] = 0x5a
 	}
 	if len(m.Recipient) > 0 {
 		i -= len(m.Recipient)
 		copy(dAtA[i:], m.Recipient)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Recipient)))
 		i--
-		dAtA[i] = 0x4a
+		dAtA[i] = 0x52
 	}
 	if len(m.Type) > 0 {
 		i -= len(m.Type)
 		copy(dAtA[i:], m.Type)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Type)))
 		i--
-		dAtA[i] = 0x42
+		dAtA[i] = 0x4a
 	}
 	if len(m.Tenant) > 0 {
 		i -= len(m.Tenant)
 		copy(dAtA[i:], m.Tenant)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Tenant)))
 		i--
-		dAtA[i] = 0x3a
+		dAtA[i] = 0x42
 	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
 		copy(dAtA[i:], m.RequestId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.RequestId)))
 		i--
-		dAtA[i] = 0x32
+		dAtA[i] = 0x3a
 	}
 	if len(m.Detail) > 0 {
 		i -= len(m.Detail)
 		copy(dAtA[i:], m.Detail)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Detail)))
 		i--
-		dAtA[i] = 0x2a
+		dAtA[i] = 0x32
 	}
 	if len(m.Outcome) > 0 {
 		i -= len(m.Outcome)
 		copy(dAtA[i:], m.Outcome)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Outcome)))
 		i--
-		dAtA[i] = 0x22
+		dAtA[i] = 0x2a
 	}
 	if len(m.Stage) > 0 {
 		i -= len(m.Stage)
 		copy(dAtA[i:], m.Stage)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Stage)))
 		i--
-		dAtA[i] = 0x1a
+		dAtA[i] = 0x22
 	}
 	if len(m.DecisionId) > 0 {
 		i -= len(m.DecisionId)
 		copy(dAtA[i:], m.DecisionId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.DecisionId)))
+		i--
+		dAtA[i] = 0x1a
+	}
+	if len(m.Schema) > 0 {
+		i -= len(m.Schema)
+		copy(dAtA[i:], m.Schema)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Schema)))
 		i--
 		dAtA[i] = 0x12
 	}
@@ -510,14 +528,14 @@ func (m *Accepted) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x90
+		dAtA[i] = 0x98
 	}
 	if m.RequestedAt != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RequestedAt))
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x88
+		dAtA[i] = 0x90
 	}
 	if len(m.Producer) > 0 {
 		i -= len(m.Producer)
@@ -526,28 +544,30 @@ func (m *Accepted) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x1
 		i--
-		dAtA[i] = 0x82
+		dAtA[i] = 0x8a
 	}
 	if len(m.IdempotencyKey) > 0 {
 		i -= len(m.IdempotencyKey)
 		copy(dAtA[i:], m.IdempotencyKey)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.IdempotencyKey)))
 		i--
-		dAtA[i] = 0x7a
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x82
 	}
 	if len(m.DedupeKey) > 0 {
 		i -= len(m.DedupeKey)
 		copy(dAtA[i:], m.DedupeKey)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.DedupeKey)))
 		i--
-		dAtA[i] = 0x72
+		dAtA[i] = 0x7a
 	}
 	if len(m.TargetDevice) > 0 {
 		i -= len(m.TargetDevice)
 		copy(dAtA[i:], m.TargetDevice)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.TargetDevice)))
 		i--
-		dAtA[i] = 0x6a
+		dAtA[i] = 0x72
 	}
 	if len(m.Channels) > 0 {
 		for iNdEx := len(m.Channels) - 1; iNdEx >= 0; iNdEx-- {
@@ -555,7 +575,7 @@ func (m *Accepted) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 			copy(dAtA[i:], m.Channels[iNdEx])
 			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Channels[iNdEx])))
 			i--
-			dAtA[i] = 0x62
+			dAtA[i] = 0x6a
 		}
 	}
 	if len(m.Locale) > 0 {
@@ -563,68 +583,75 @@ func (m *Accepted) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		copy(dAtA[i:], m.Locale)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Locale)))
 		i--
-		dAtA[i] = 0x5a
+		dAtA[i] = 0x62
 	}
 	if len(m.Payload) > 0 {
 		i -= len(m.Payload)
 		copy(dAtA[i:], m.Payload)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Payload)))
 		i--
-		dAtA[i] = 0x52
+		dAtA[i] = 0x5a
 	}
 	if len(m.Body) > 0 {
 		i -= len(m.Body)
 		copy(dAtA[i:], m.Body)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Body)))
 		i--
-		dAtA[i] = 0x4a
+		dAtA[i] = 0x52
 	}
 	if len(m.Title) > 0 {
 		i -= len(m.Title)
 		copy(dAtA[i:], m.Title)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Title)))
 		i--
-		dAtA[i] = 0x42
+		dAtA[i] = 0x4a
 	}
 	if len(m.Recipient) > 0 {
 		i -= len(m.Recipient)
 		copy(dAtA[i:], m.Recipient)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Recipient)))
 		i--
-		dAtA[i] = 0x3a
+		dAtA[i] = 0x42
 	}
 	if len(m.Type) > 0 {
 		i -= len(m.Type)
 		copy(dAtA[i:], m.Type)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Type)))
 		i--
-		dAtA[i] = 0x32
+		dAtA[i] = 0x3a
 	}
 	if len(m.Tenant) > 0 {
 		i -= len(m.Tenant)
 		copy(dAtA[i:], m.Tenant)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Tenant)))
 		i--
-		dAtA[i] = 0x2a
+		dAtA[i] = 0x32
 	}
 	if len(m.RequestId) > 0 {
 		i -= len(m.RequestId)
 		copy(dAtA[i:], m.RequestId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.RequestId)))
 		i--
-		dAtA[i] = 0x22
+		dAtA[i] = 0x2a
 	}
 	if len(m.OccurrenceId) > 0 {
 		i -= len(m.OccurrenceId)
 		copy(dAtA[i:], m.OccurrenceId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.OccurrenceId)))
 		i--
-		dAtA[i] = 0x1a
+		dAtA[i] = 0x22
 	}
 	if len(m.NotificationId) > 0 {
 		i -= len(m.NotificationId)
 		copy(dAtA[i:], m.NotificationId)
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.NotificationId)))
+		i--
+		dAtA[i] = 0x1a
+	}
+	if len(m.Schema) > 0 {
+		i -= len(m.Schema)
+		copy(dAtA[i:], m.Schema)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Schema)))
 		i--
 		dAtA[i] = 0x12
 	}
@@ -637,6 +664,10 @@ func (m *Request) SizeVT() (n int) {
 	}
 	var l int
 	_ = l
+	l = len(m.Schema)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	l = len(m.RequestId)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
@@ -689,7 +720,7 @@ func (m *Request) SizeVT() (n int) {
 	}
 	l = len(m.Payload)
 	if l > 0 {
-		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Locale)
 	if l > 0 {
@@ -726,6 +757,10 @@ func (m *Decision) SizeVT() (n int) {
 	}
 	var l int
 	_ = l
+	l = len(m.Schema)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	l = len(m.DecisionId)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
@@ -780,7 +815,7 @@ func (m *Decision) SizeVT() (n int) {
 	}
 	l = len(m.Channel)
 	if l > 0 {
-		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.OriginalRequestId)
 	if l > 0 {
@@ -855,6 +890,10 @@ func (m *Accepted) SizeVT() (n int) {
 	}
 	var l int
 	_ = l
+	l = len(m.Schema)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	l = len(m.NotificationId)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
@@ -911,7 +950,7 @@ func (m *Accepted) SizeVT() (n int) {
 	}
 	l = len(m.IdempotencyKey)
 	if l > 0 {
-		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.Producer)
 	if l > 0 {
@@ -958,6 +997,38 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 		switch fieldNum {
 		case 2:
 			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Schema", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Schema = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestId", wireType)
 			}
 			var stringLen uint64
@@ -988,7 +1059,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.RequestId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 3:
+		case 4:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Tenant", wireType)
 			}
@@ -1020,7 +1091,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Tenant = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 4:
+		case 5:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Type", wireType)
 			}
@@ -1052,7 +1123,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Type = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 5:
+		case 6:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Recipient", wireType)
 			}
@@ -1084,7 +1155,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Recipient = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 6:
+		case 7:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field NotificationId", wireType)
 			}
@@ -1116,7 +1187,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.NotificationId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 7:
+		case 8:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdSource", wireType)
 			}
@@ -1148,7 +1219,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.IdSource = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 8:
+		case 9:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Key", wireType)
 			}
@@ -1182,7 +1253,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 				m.Key = []byte{}
 			}
 			iNdEx = postIndex
-		case 9:
+		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeKey", wireType)
 			}
@@ -1214,7 +1285,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.DedupeKey = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 10:
+		case 11:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeWindowMs", wireType)
 			}
@@ -1233,7 +1304,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 11:
+		case 12:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyKey", wireType)
 			}
@@ -1265,7 +1336,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.IdempotencyKey = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 12:
+		case 13:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyTtlMs", wireType)
 			}
@@ -1284,7 +1355,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 13:
+		case 14:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Title", wireType)
 			}
@@ -1316,7 +1387,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Title = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 14:
+		case 15:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Body", wireType)
 			}
@@ -1348,7 +1419,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Body = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 15:
+		case 16:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Payload", wireType)
 			}
@@ -1382,7 +1453,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 				m.Payload = []byte{}
 			}
 			iNdEx = postIndex
-		case 16:
+		case 17:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Locale", wireType)
 			}
@@ -1414,7 +1485,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Locale = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 17:
+		case 18:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Channels", wireType)
 			}
@@ -1446,7 +1517,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Channels = append(m.Channels, string(dAtA[iNdEx:postIndex]))
 			iNdEx = postIndex
-		case 18:
+		case 19:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field TargetDevice", wireType)
 			}
@@ -1478,7 +1549,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.TargetDevice = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 19:
+		case 20:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Producer", wireType)
 			}
@@ -1510,7 +1581,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Producer = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 20:
+		case 21:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Source", wireType)
 			}
@@ -1542,7 +1613,7 @@ func (m *Request) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Source = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 21:
+		case 22:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field CreatedAt", wireType)
 			}
@@ -1614,6 +1685,38 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 		switch fieldNum {
 		case 2:
 			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Schema", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Schema = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DecisionId", wireType)
 			}
 			var stringLen uint64
@@ -1644,7 +1747,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.DecisionId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 3:
+		case 4:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Stage", wireType)
 			}
@@ -1676,7 +1779,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Stage = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 4:
+		case 5:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Outcome", wireType)
 			}
@@ -1708,7 +1811,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Outcome = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 5:
+		case 6:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Detail", wireType)
 			}
@@ -1740,7 +1843,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Detail = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 6:
+		case 7:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestId", wireType)
 			}
@@ -1772,7 +1875,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.RequestId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 7:
+		case 8:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Tenant", wireType)
 			}
@@ -1804,7 +1907,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Tenant = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 8:
+		case 9:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Type", wireType)
 			}
@@ -1836,7 +1939,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Type = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 9:
+		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Recipient", wireType)
 			}
@@ -1868,7 +1971,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Recipient = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 10:
+		case 11:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field NotificationId", wireType)
 			}
@@ -1900,7 +2003,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.NotificationId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 11:
+		case 12:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OccurrenceId", wireType)
 			}
@@ -1932,7 +2035,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.OccurrenceId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 12:
+		case 13:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeKey", wireType)
 			}
@@ -1964,7 +2067,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.DedupeKey = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 13:
+		case 14:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyKey", wireType)
 			}
@@ -1996,7 +2099,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.IdempotencyKey = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 14:
+		case 15:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Producer", wireType)
 			}
@@ -2028,7 +2131,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Producer = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 15:
+		case 16:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Channel", wireType)
 			}
@@ -2060,7 +2163,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Channel = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 16:
+		case 17:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalRequestId", wireType)
 			}
@@ -2092,7 +2195,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.OriginalRequestId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 17:
+		case 18:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalNotificationId", wireType)
 			}
@@ -2124,7 +2227,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.OriginalNotificationId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 18:
+		case 19:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalAt", wireType)
 			}
@@ -2143,7 +2246,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 19:
+		case 20:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalOutcome", wireType)
 			}
@@ -2175,7 +2278,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.OriginalOutcome = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 20:
+		case 21:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Deliveries", wireType)
 			}
@@ -2209,7 +2312,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
-		case 21:
+		case 22:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field At", wireType)
 			}
@@ -2228,7 +2331,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 22:
+		case 23:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SourceTopic", wireType)
 			}
@@ -2260,7 +2363,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 			}
 			m.SourceTopic = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 23:
+		case 24:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SourcePartition", wireType)
 			}
@@ -2279,7 +2382,7 @@ func (m *Decision) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 24:
+		case 25:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SourceOffset", wireType)
 			}
@@ -2549,6 +2652,38 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 		switch fieldNum {
 		case 2:
 			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Schema", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Schema = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field NotificationId", wireType)
 			}
 			var stringLen uint64
@@ -2579,7 +2714,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.NotificationId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 3:
+		case 4:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OccurrenceId", wireType)
 			}
@@ -2611,7 +2746,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.OccurrenceId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 4:
+		case 5:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestId", wireType)
 			}
@@ -2643,7 +2778,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.RequestId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 5:
+		case 6:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Tenant", wireType)
 			}
@@ -2675,7 +2810,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Tenant = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 6:
+		case 7:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Type", wireType)
 			}
@@ -2707,7 +2842,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Type = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 7:
+		case 8:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Recipient", wireType)
 			}
@@ -2739,7 +2874,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Recipient = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 8:
+		case 9:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Title", wireType)
 			}
@@ -2771,7 +2906,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Title = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 9:
+		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Body", wireType)
 			}
@@ -2803,7 +2938,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Body = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 10:
+		case 11:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Payload", wireType)
 			}
@@ -2837,7 +2972,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 				m.Payload = []byte{}
 			}
 			iNdEx = postIndex
-		case 11:
+		case 12:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Locale", wireType)
 			}
@@ -2869,7 +3004,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Locale = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 12:
+		case 13:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Channels", wireType)
 			}
@@ -2901,7 +3036,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Channels = append(m.Channels, string(dAtA[iNdEx:postIndex]))
 			iNdEx = postIndex
-		case 13:
+		case 14:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field TargetDevice", wireType)
 			}
@@ -2933,7 +3068,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.TargetDevice = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 14:
+		case 15:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeKey", wireType)
 			}
@@ -2965,7 +3100,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.DedupeKey = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 15:
+		case 16:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyKey", wireType)
 			}
@@ -2997,7 +3132,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.IdempotencyKey = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 16:
+		case 17:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Producer", wireType)
 			}
@@ -3029,7 +3164,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Producer = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 17:
+		case 18:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestedAt", wireType)
 			}
@@ -3048,7 +3183,7 @@ func (m *Accepted) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 18:
+		case 19:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field AcceptedAt", wireType)
 			}
@@ -3120,6 +3255,42 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 		switch fieldNum {
 		case 2:
 			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Schema", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			var stringValue string
+			if intStringLen > 0 {
+				stringValue = unsafe.String(&dAtA[iNdEx], intStringLen)
+			}
+			m.Schema = stringValue
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestId", wireType)
 			}
 			var stringLen uint64
@@ -3154,7 +3325,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.RequestId = stringValue
 			iNdEx = postIndex
-		case 3:
+		case 4:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Tenant", wireType)
 			}
@@ -3190,7 +3361,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Tenant = stringValue
 			iNdEx = postIndex
-		case 4:
+		case 5:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Type", wireType)
 			}
@@ -3226,7 +3397,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Type = stringValue
 			iNdEx = postIndex
-		case 5:
+		case 6:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Recipient", wireType)
 			}
@@ -3262,7 +3433,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Recipient = stringValue
 			iNdEx = postIndex
-		case 6:
+		case 7:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field NotificationId", wireType)
 			}
@@ -3298,7 +3469,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.NotificationId = stringValue
 			iNdEx = postIndex
-		case 7:
+		case 8:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdSource", wireType)
 			}
@@ -3334,7 +3505,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.IdSource = stringValue
 			iNdEx = postIndex
-		case 8:
+		case 9:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Key", wireType)
 			}
@@ -3365,7 +3536,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Key = dAtA[iNdEx:postIndex]
 			iNdEx = postIndex
-		case 9:
+		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeKey", wireType)
 			}
@@ -3401,7 +3572,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.DedupeKey = stringValue
 			iNdEx = postIndex
-		case 10:
+		case 11:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeWindowMs", wireType)
 			}
@@ -3420,7 +3591,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 11:
+		case 12:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyKey", wireType)
 			}
@@ -3456,7 +3627,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.IdempotencyKey = stringValue
 			iNdEx = postIndex
-		case 12:
+		case 13:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyTtlMs", wireType)
 			}
@@ -3475,7 +3646,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 13:
+		case 14:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Title", wireType)
 			}
@@ -3511,7 +3682,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Title = stringValue
 			iNdEx = postIndex
-		case 14:
+		case 15:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Body", wireType)
 			}
@@ -3547,7 +3718,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Body = stringValue
 			iNdEx = postIndex
-		case 15:
+		case 16:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Payload", wireType)
 			}
@@ -3578,7 +3749,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Payload = dAtA[iNdEx:postIndex]
 			iNdEx = postIndex
-		case 16:
+		case 17:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Locale", wireType)
 			}
@@ -3614,7 +3785,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Locale = stringValue
 			iNdEx = postIndex
-		case 17:
+		case 18:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Channels", wireType)
 			}
@@ -3650,7 +3821,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Channels = append(m.Channels, stringValue)
 			iNdEx = postIndex
-		case 18:
+		case 19:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field TargetDevice", wireType)
 			}
@@ -3686,7 +3857,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.TargetDevice = stringValue
 			iNdEx = postIndex
-		case 19:
+		case 20:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Producer", wireType)
 			}
@@ -3722,7 +3893,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Producer = stringValue
 			iNdEx = postIndex
-		case 20:
+		case 21:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Source", wireType)
 			}
@@ -3758,7 +3929,7 @@ func (m *Request) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Source = stringValue
 			iNdEx = postIndex
-		case 21:
+		case 22:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field CreatedAt", wireType)
 			}
@@ -3830,6 +4001,42 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 		switch fieldNum {
 		case 2:
 			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Schema", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			var stringValue string
+			if intStringLen > 0 {
+				stringValue = unsafe.String(&dAtA[iNdEx], intStringLen)
+			}
+			m.Schema = stringValue
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DecisionId", wireType)
 			}
 			var stringLen uint64
@@ -3864,7 +4071,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.DecisionId = stringValue
 			iNdEx = postIndex
-		case 3:
+		case 4:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Stage", wireType)
 			}
@@ -3900,7 +4107,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Stage = stringValue
 			iNdEx = postIndex
-		case 4:
+		case 5:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Outcome", wireType)
 			}
@@ -3936,7 +4143,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Outcome = stringValue
 			iNdEx = postIndex
-		case 5:
+		case 6:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Detail", wireType)
 			}
@@ -3972,7 +4179,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Detail = stringValue
 			iNdEx = postIndex
-		case 6:
+		case 7:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestId", wireType)
 			}
@@ -4008,7 +4215,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.RequestId = stringValue
 			iNdEx = postIndex
-		case 7:
+		case 8:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Tenant", wireType)
 			}
@@ -4044,7 +4251,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Tenant = stringValue
 			iNdEx = postIndex
-		case 8:
+		case 9:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Type", wireType)
 			}
@@ -4080,7 +4287,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Type = stringValue
 			iNdEx = postIndex
-		case 9:
+		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Recipient", wireType)
 			}
@@ -4116,7 +4323,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Recipient = stringValue
 			iNdEx = postIndex
-		case 10:
+		case 11:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field NotificationId", wireType)
 			}
@@ -4152,7 +4359,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.NotificationId = stringValue
 			iNdEx = postIndex
-		case 11:
+		case 12:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OccurrenceId", wireType)
 			}
@@ -4188,7 +4395,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.OccurrenceId = stringValue
 			iNdEx = postIndex
-		case 12:
+		case 13:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeKey", wireType)
 			}
@@ -4224,7 +4431,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.DedupeKey = stringValue
 			iNdEx = postIndex
-		case 13:
+		case 14:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyKey", wireType)
 			}
@@ -4260,7 +4467,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.IdempotencyKey = stringValue
 			iNdEx = postIndex
-		case 14:
+		case 15:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Producer", wireType)
 			}
@@ -4296,7 +4503,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Producer = stringValue
 			iNdEx = postIndex
-		case 15:
+		case 16:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Channel", wireType)
 			}
@@ -4332,7 +4539,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Channel = stringValue
 			iNdEx = postIndex
-		case 16:
+		case 17:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalRequestId", wireType)
 			}
@@ -4368,7 +4575,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.OriginalRequestId = stringValue
 			iNdEx = postIndex
-		case 17:
+		case 18:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalNotificationId", wireType)
 			}
@@ -4404,7 +4611,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.OriginalNotificationId = stringValue
 			iNdEx = postIndex
-		case 18:
+		case 19:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalAt", wireType)
 			}
@@ -4423,7 +4630,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 19:
+		case 20:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OriginalOutcome", wireType)
 			}
@@ -4459,7 +4666,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.OriginalOutcome = stringValue
 			iNdEx = postIndex
-		case 20:
+		case 21:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Deliveries", wireType)
 			}
@@ -4493,7 +4700,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
-		case 21:
+		case 22:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field At", wireType)
 			}
@@ -4512,7 +4719,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 22:
+		case 23:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SourceTopic", wireType)
 			}
@@ -4548,7 +4755,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.SourceTopic = stringValue
 			iNdEx = postIndex
-		case 23:
+		case 24:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SourcePartition", wireType)
 			}
@@ -4567,7 +4774,7 @@ func (m *Decision) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 24:
+		case 25:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SourceOffset", wireType)
 			}
@@ -4853,6 +5060,42 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 		switch fieldNum {
 		case 2:
 			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Schema", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			var stringValue string
+			if intStringLen > 0 {
+				stringValue = unsafe.String(&dAtA[iNdEx], intStringLen)
+			}
+			m.Schema = stringValue
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field NotificationId", wireType)
 			}
 			var stringLen uint64
@@ -4887,7 +5130,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.NotificationId = stringValue
 			iNdEx = postIndex
-		case 3:
+		case 4:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field OccurrenceId", wireType)
 			}
@@ -4923,7 +5166,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.OccurrenceId = stringValue
 			iNdEx = postIndex
-		case 4:
+		case 5:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestId", wireType)
 			}
@@ -4959,7 +5202,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.RequestId = stringValue
 			iNdEx = postIndex
-		case 5:
+		case 6:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Tenant", wireType)
 			}
@@ -4995,7 +5238,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Tenant = stringValue
 			iNdEx = postIndex
-		case 6:
+		case 7:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Type", wireType)
 			}
@@ -5031,7 +5274,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Type = stringValue
 			iNdEx = postIndex
-		case 7:
+		case 8:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Recipient", wireType)
 			}
@@ -5067,7 +5310,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Recipient = stringValue
 			iNdEx = postIndex
-		case 8:
+		case 9:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Title", wireType)
 			}
@@ -5103,7 +5346,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Title = stringValue
 			iNdEx = postIndex
-		case 9:
+		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Body", wireType)
 			}
@@ -5139,7 +5382,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Body = stringValue
 			iNdEx = postIndex
-		case 10:
+		case 11:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Payload", wireType)
 			}
@@ -5170,7 +5413,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Payload = dAtA[iNdEx:postIndex]
 			iNdEx = postIndex
-		case 11:
+		case 12:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Locale", wireType)
 			}
@@ -5206,7 +5449,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Locale = stringValue
 			iNdEx = postIndex
-		case 12:
+		case 13:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Channels", wireType)
 			}
@@ -5242,7 +5485,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Channels = append(m.Channels, stringValue)
 			iNdEx = postIndex
-		case 13:
+		case 14:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field TargetDevice", wireType)
 			}
@@ -5278,7 +5521,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.TargetDevice = stringValue
 			iNdEx = postIndex
-		case 14:
+		case 15:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DedupeKey", wireType)
 			}
@@ -5314,7 +5557,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.DedupeKey = stringValue
 			iNdEx = postIndex
-		case 15:
+		case 16:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field IdempotencyKey", wireType)
 			}
@@ -5350,7 +5593,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.IdempotencyKey = stringValue
 			iNdEx = postIndex
-		case 16:
+		case 17:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Producer", wireType)
 			}
@@ -5386,7 +5629,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Producer = stringValue
 			iNdEx = postIndex
-		case 17:
+		case 18:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field RequestedAt", wireType)
 			}
@@ -5405,7 +5648,7 @@ func (m *Accepted) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 18:
+		case 19:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field AcceptedAt", wireType)
 			}
