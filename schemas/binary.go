@@ -169,18 +169,10 @@ func appendAcceptedV2(dst []byte, a *Accepted) []byte {
 // With clone false, r's strings point into b (see Decoder.DecodeShared);
 // with clone true, into one copy of it.
 func decodeBinary(b []byte, r Record, clone bool) (ok bool, err error) {
-	switch r.(type) {
-	case *Request, *Decision, *Accepted:
-	default:
-		return false, nil
-	}
-	if clone {
-		b = bytes.Clone(b)
-	}
 	switch v := r.(type) {
 	case *Request:
 		var m recordpb.Request
-		if err := m.UnmarshalVTUnsafe(b); err != nil {
+		if err := m.UnmarshalVTUnsafe(own(b, clone)); err != nil {
 			return true, fmt.Errorf("schemas: decode %s: %w", RequestV2, err)
 		}
 		if m.Schema != RequestV2 {
@@ -190,7 +182,7 @@ func decodeBinary(b []byte, r Record, clone bool) (ok bool, err error) {
 		return true, v.checkBinary()
 	case *Decision:
 		var m recordpb.Decision
-		if err := m.UnmarshalVTUnsafe(b); err != nil {
+		if err := m.UnmarshalVTUnsafe(own(b, clone)); err != nil {
 			return true, fmt.Errorf("schemas: decode %s: %w", DecisionV2, err)
 		}
 		if m.Schema != DecisionV2 {
@@ -198,18 +190,26 @@ func decodeBinary(b []byte, r Record, clone bool) (ok bool, err error) {
 		}
 		*v = decisionRecord(&m)
 		return true, v.checkBinary()
-	default:
-		v2 := r.(*Accepted)
+	case *Accepted:
 		var m recordpb.Accepted
-		if err := m.UnmarshalVTUnsafe(b); err != nil {
+		if err := m.UnmarshalVTUnsafe(own(b, clone)); err != nil {
 			return true, fmt.Errorf("schemas: decode %s: %w", AcceptedV2, err)
 		}
 		if m.Schema != AcceptedV2 {
 			return true, schemaError(m.Schema, AcceptedV2)
 		}
-		*v2 = acceptedRecord(&m)
-		return true, v2.checkBinary()
+		*v = acceptedRecord(&m)
+		return true, v.checkBinary()
 	}
+	return false, nil
+}
+
+// own is b, or a copy of it when clone.
+func own(b []byte, clone bool) []byte {
+	if clone {
+		return bytes.Clone(b)
+	}
+	return b
 }
 
 // schemaError is the error of a binary value whose schema field names

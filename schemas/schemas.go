@@ -247,10 +247,7 @@ func (d *Decoder) decode(b []byte, r Record, clone bool) error {
 
 // lexer reads b, or a copy of it when clone.
 func lexer(b []byte, clone bool) jlexer.Lexer {
-	if clone {
-		b = bytes.Clone(b)
-	}
-	return jlexer.Lexer{Data: b}
+	return jlexer.Lexer{Data: own(b, clone)}
 }
 
 // canonical reports whether a record read by the fast path names its own
