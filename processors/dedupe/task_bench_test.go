@@ -44,18 +44,31 @@ func BenchmarkTaskProcess(b *testing.B) {
 				}
 				task := newTask()
 				out := new(stage.Out)
+				var in, written int // value bytes read and written
+				count := func() {
+					for _, r := range out.Records() {
+						written += len(r.Value)
+					}
+				}
 				for i := 0; i < b.N; i++ {
 					if i%len(recs) == 0 {
 						task = newTask()
 					}
+					in += len(recs[i%len(recs)].Value)
 					if err := task.Process(recs[i%len(recs)], out); err != nil {
 						b.Fatal(err)
 					}
 					if i%1000 == 999 {
 						task.Commit()
+						b.StopTimer()
+						count()
+						b.StartTimer()
 						out = new(stage.Out)
 					}
 				}
+				count()
+				b.ReportMetric(float64(in)/float64(b.N), "in-B/req")
+				b.ReportMetric(float64(written)/float64(b.N), "out-B/req")
 			})
 		}
 	}
