@@ -44,9 +44,9 @@
 // notification were about half of the dedupe task's time. A writer
 // chooses the version by the record's Schema field (a Format gives the
 // names; Encode writes v2 when Schema names it, JSON otherwise); herald's
-// writers on the stage's path (the API, the Go SDK, the dedupe stage)
-// write v2 unless told v1 for a rolling upgrade, and the route stage and
-// the sinks still write their decisions as JSON. Decode and Decoder read
+// writers of these records (the API, the Go SDK, the dedupe and route
+// stages, the sinks) write v2 unless told v1 for a rolling upgrade, with
+// the version in the herald-schema header (NameOf). Decode and Decoder read
 // either version, told apart by the first byte other than JSON white
 // space (IsJSON: records.proto keeps field 1 unused, so no v2 value starts
 // with white space or '{'), and a decoded record's Schema names the

@@ -145,6 +145,11 @@ type Options struct {
 	CallTimeout time.Duration
 	// Now is the clock (time.Now by default).
 	Now func() time.Time
+	// RecordFormat is how the sink writes its decisions (a delivery not sent
+	// again): schemas.FormatBinary (the zero value, herald.decision/v2) or
+	// schemas.FormatJSON (v1, while a reader of an earlier herald that
+	// reads only JSON still runs).
+	RecordFormat schemas.Format
 }
 
 // Topics are the topics a sink reads and writes.
@@ -175,6 +180,7 @@ type runtime struct {
 	maxInFlight int
 	callTimeout time.Duration
 	now         func() time.Time
+	format      schemas.Format // of decisions
 	log         *slog.Logger
 
 	// devices is herald.devices as the route stage reads it (route.Table);
@@ -326,7 +332,7 @@ func newRuntime(o Options) *runtime {
 	m := o.Metrics
 	rt := &runtime{
 		channel: o.Channel, provider: o.Provider, topics: TopicsOf(o.Catalog, o.Channel), policy: o.Policy,
-		maxInFlight: o.MaxInFlight, callTimeout: o.CallTimeout, now: o.Now,
+		maxInFlight: o.MaxInFlight, callTimeout: o.CallTimeout, now: o.Now, format: o.RecordFormat,
 		log:        o.Logger.With("sink", o.Channel),
 		tasks:      map[int32]*task{},
 		calls:      m.Counter("herald_sink_calls_total", "provider calls made", "channel", o.Channel),

@@ -122,6 +122,7 @@ func (t *task) Process(r *kgo.Record, out *stage.Out) error {
 		// nothing was sent.
 		t.duplicates++
 		out.Emit(t.record(t.rt.topics.Decisions, cmd.NotificationID, &schemas.Decision{
+			Schema:     t.rt.format.DecisionSchema(),
 			DecisionID: fmt.Sprintf("sink/%s/%s/%d/%d", t.rt.channel, r.Topic, r.Partition, r.Offset), Stage: "sink",
 			Outcome: schemas.DecisionDuplicate, Detail: "delivery " + cmd.DeliveryID + " is already " + st + ": not sent again",
 			Tenant: cmd.Tenant, Type: cmd.Type, Recipient: cmd.Recipient, NotificationID: cmd.NotificationID, Channel: t.rt.channel,
@@ -194,7 +195,7 @@ func (t *task) record(topic, key string, v schemas.Record) *kgo.Record {
 		panic(err)
 	}
 	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b, Partition: t.p,
-		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}}
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.NameOf(v))}}}
 }
 
 // finish makes e final with an outcome.

@@ -235,23 +235,31 @@ func TestTheRuntimeWritesIntentsBeforeCallingAndResultsAfter(t *testing.T) {
 }
 
 func TestADeliveryAlreadyFinalOrInProgressIsNotSentAgain(t *testing.T) {
-	h := newHarness(t, Policy{})
-	h.prov.results["parked"] = []Result{{Class: Retryable, Rule: "server_error"}}
-	h.step(cmd("done"), cmd("parked"))
-	h.step(cmd("done"), cmd("parked"), cmd("done"))
-	if h.prov.calls["done"] != 1 || h.prov.calls["parked"] != 1 {
-		t.Fatalf("calls %v, want one each", h.prov.calls)
+	for _, format := range []schemas.Format{schemas.FormatBinary, schemas.FormatJSON} {
+		t.Run("audited as a duplicate decision in "+format.DecisionSchema(), func(t *testing.T) {
+			h := newHarness(t, Policy{})
+			h.rt.format = format
+			h.prov.results["parked"] = []Result{{Class: Retryable, Rule: "server_error"}}
+			h.step(cmd("done"), cmd("parked"))
+			h.step(cmd("done"), cmd("parked"), cmd("done"))
+			if h.prov.calls["done"] != 1 || h.prov.calls["parked"] != 1 {
+				t.Fatalf("calls %v, want one each", h.prov.calls)
+			}
+			check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"done:delivered"})
+			var repeats []string
+			for _, r := range h.out {
+				if r.Topic == h.rt.topics.Decisions {
+					var d schemas.Decision
+					must(t, schemas.Decode(r.Value, &d))
+					if d.Schema != format.DecisionSchema() || string(r.Headers[0].Value) != d.Schema {
+						t.Fatalf("a decision read as %s, header %s, want %s", d.Schema, r.Headers[0].Value, format.DecisionSchema())
+					}
+					repeats = append(repeats, d.Stage+":"+d.Outcome+":"+d.NotificationID)
+				}
+			}
+			check(t, "decisions", repeats, []string{"sink:duplicate:n-done", "sink:duplicate:n-parked", "sink:duplicate:n-done"})
+		})
 	}
-	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"done:delivered"})
-	var repeats []string
-	for _, r := range h.out {
-		if r.Topic == h.rt.topics.Decisions {
-			var d schemas.Decision
-			must(t, schemas.Decode(r.Value, &d))
-			repeats = append(repeats, d.Stage+":"+d.Outcome+":"+d.NotificationID)
-		}
-	}
-	check(t, "decisions", repeats, []string{"sink:duplicate:n-done", "sink:duplicate:n-parked", "sink:duplicate:n-done"})
 }
 
 func TestAnIntentRestoredWithoutAResultIsAuditedAmbiguousAndRetriedWithTheSameIDs(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/processors/route"
+	"github.com/heraldhq/herald/schemas"
 )
 
 // runRoute implements `herald route`: one instance of the route stage.
@@ -21,6 +22,7 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	sf.register(fs, "route", "herald-route", "herald.route", "re-decides the retained input")
 	var of opsFlags
 	of.register(fs)
+	recordFormat := formatFlag(fs, "record-format", "how the stage writes herald.decisions: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a reader of an earlier herald that reads only JSON still runs)")
 	grace := fs.Duration("timer-grace", time.Second, "timers also fire when the wall clock minus this reaches them (digest ends, quiet-hours ends)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -40,10 +42,11 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	s, err := route.New(route.Options{
-		Instance:   sf.runtime(seeds, kopts),
-		Catalog:    kf.catalog(),
-		Policy:     policy,
-		TimerGrace: *grace,
+		Instance:     sf.runtime(seeds, kopts),
+		Catalog:      kf.catalog(),
+		Policy:       policy,
+		TimerGrace:   *grace,
+		RecordFormat: schemas.Format(*recordFormat),
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/feed"
@@ -28,6 +29,7 @@ type sinkFlags struct {
 	batch, maxInFlight, maxAttempts int
 	interval, txnTimeout, callTO    time.Duration
 	backoffMin, backoffMax, maxAge  time.Duration
+	recordFormat                    *string
 }
 
 func (s *sinkFlags) register(fs *flag.FlagSet) {
@@ -49,6 +51,7 @@ func (s *sinkFlags) register(fs *flag.FlagSet) {
 		"where a partition with no committed group offset starts: empty refuses to start when the sink state already holds entries "+
 			"(the group's offsets were lost); earliest replays the retained deliveries (the sent-set skips the final ones), latest skips to the end. Pass it for one restart, then remove it")
 	fs.DurationVar(&s.maxAge, "max-age", 24*time.Hour, "expiry of a delivery command that carries none, after its creation")
+	s.recordFormat = formatFlag(fs, "record-format", "how the sink writes its decisions (a delivery not sent again) to herald.decisions: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a reader of an earlier herald that reads only JSON still runs)")
 	addCheck(fs, s.check)
 }
 
@@ -88,13 +91,14 @@ func (s *sinkFlags) options(channel string, p sinks.Provider, kf *kafkaFlags) (s
 		return sinks.Options{}, err
 	}
 	return sinks.Options{
-		Instance:    stage.Instance{Brokers: seeds, ClientOpts: kopts, Group: s.group, InstanceID: s.instance, MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset},
-		Channel:     channel,
-		Provider:    p,
-		Catalog:     kf.catalog(),
-		Policy:      sinks.Policy{MaxAttempts: s.maxAttempts, Backoff: backoff.Policy{Min: s.backoffMin, Max: s.backoffMax}, MaxAge: s.maxAge},
-		MaxInFlight: s.maxInFlight,
-		CallTimeout: s.callTO,
+		Instance:     stage.Instance{Brokers: seeds, ClientOpts: kopts, Group: s.group, InstanceID: s.instance, MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset},
+		Channel:      channel,
+		Provider:     p,
+		Catalog:      kf.catalog(),
+		Policy:       sinks.Policy{MaxAttempts: s.maxAttempts, Backoff: backoff.Policy{Min: s.backoffMin, Max: s.backoffMax}, MaxAge: s.maxAge},
+		MaxInFlight:  s.maxInFlight,
+		CallTimeout:  s.callTO,
+		RecordFormat: schemas.Format(*s.recordFormat),
 	}, nil
 }
 

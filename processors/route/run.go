@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -24,6 +25,11 @@ type Options struct {
 	// TimerGrace: timers fire when stream time reaches them, or the wall
 	// clock minus TimerGrace does (1 s by default).
 	TimerGrace time.Duration
+	// RecordFormat is how the stage writes its decisions:
+	// schemas.FormatBinary (the zero value, herald.decision/v2) or
+	// schemas.FormatJSON (v1, while a reader of an earlier herald that
+	// reads only JSON still runs).
+	RecordFormat schemas.Format
 }
 
 // Stage is one instance of the route stage: the devices and preferences
@@ -53,6 +59,7 @@ func New(o Options) (*Stage, error) {
 	cfg.NewTask = func(p int32) stage.Task {
 		task := NewTask(o.Policy, t, p, table, now)
 		task.decisions = decisions.Tally()
+		task.RecordFormat = o.RecordFormat
 		return task
 	}
 	cfg.Partitioner = o.Catalog.Partitioner()

@@ -63,6 +63,8 @@ type Task struct {
 
 	// decisions counts the transaction's decisions (nil: not counted).
 	decisions *metrics.Tally
+	// RecordFormat: how decisions are written (see Options.RecordFormat).
+	RecordFormat schemas.Format
 }
 
 var _ stage.Task = (*Task)(nil)
@@ -170,6 +172,7 @@ func (t *Task) fire(clock int64, out *stage.Out) error {
 func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
+		d.Schema = t.RecordFormat.DecisionSchema()
 		r, err := record(t.topics.Decisions, d.NotificationID, d, at)
 		if err != nil {
 			return err
@@ -245,7 +248,7 @@ func record(topic, key string, v schemas.Record, at int64) (*kgo.Record, error) 
 	}
 	return &kgo.Record{
 		Topic: topic, Key: []byte(key), Value: b, Timestamp: time.UnixMilli(at),
-		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}},
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.NameOf(v))}},
 	}, nil
 }
 

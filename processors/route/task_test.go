@@ -187,3 +187,51 @@ func TestTimersAreQueuedOncePerDueTimeAndFireInOrder(t *testing.T) {
 		}
 	})
 }
+
+func TestDecisionsAreWrittenInTheTasksRecordFormat(t *testing.T) {
+	who := Recipient{Devices: fourDevices[:1]}
+	for _, c := range []struct {
+		name   string
+		format schemas.Format
+		schema string
+	}{{"format v2", schemas.FormatBinary, schemas.DecisionV2}, {"the zero format", "", schemas.DecisionV2}, {"format v1", schemas.FormatJSON, schemas.DecisionV1}} {
+		t.Run(c.name+" writes "+c.schema+", named in the header, from an accepted notification of either version", func(t *testing.T) {
+			for i, accepted := range []string{schemas.AcceptedV2, schemas.AcceptedV1} {
+				h := newHarness(t, Policy{}, who)
+				h.task.RecordFormat = c.format
+				n := note("x", "1")
+				n.Schema = accepted
+				var out stage.Out
+				if err := h.task.Process(acceptedRecord(t, n, int64(i), 0), &out); err != nil {
+					t.Fatal(err)
+				}
+				decisions := 0
+				for _, r := range out.Records() {
+					if r.Topic != testTopics.Decisions {
+						continue
+					}
+					decisions++
+					var d schemas.Decision
+					if err := schemas.Decode(r.Value, &d); err != nil {
+						t.Fatal(err)
+					}
+					var header string
+					for _, hd := range r.Headers {
+						if hd.Key == schemas.HeaderSchema {
+							header = string(hd.Value)
+						}
+					}
+					if d.Schema != c.schema || header != c.schema || schemas.IsJSON(r.Value) != (c.schema == schemas.DecisionV1) {
+						t.Fatalf("a decision read as %s, header %q, want %s", d.Schema, header, c.schema)
+					}
+					if d.Outcome != schemas.DecisionRouted || d.NotificationID != n.NotificationID {
+						t.Fatalf("decision %+v", d)
+					}
+				}
+				if decisions != 1 {
+					t.Fatalf("%d decisions, want 1", decisions)
+				}
+			}
+		})
+	}
+}
