@@ -45,6 +45,24 @@ const (
 	FormatBinary Format = "v2"
 )
 
+// IsJSON reports whether a value of a record with a binary version is a
+// JSON object (v1) rather than Protocol Buffers (herald.seen/v2, and the
+// v2 request, decision and accepted notification): its first byte other
+// than JSON white space is '{'. No binary value starts with '{' (0x7b
+// would be field 15 with the group wire type, which no schema uses) or
+// with JSON white space (seen.proto's field 1 is a varint, tag 0x08;
+// records.proto leaves field 1 unused and field 4 is never a varint).
+func IsJSON(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '{'
+	}
+	return false
+}
+
 // ParseFormat reads a format as flags and environment variables spell it
 // ("v1" or "v2").
 func ParseFormat(s string) (Format, error) {
