@@ -94,21 +94,24 @@ func NameOf(r Record) string {
 	var s string
 	switch v := r.(type) {
 	case *Request:
-		if v != nil {
-			s = v.Schema
+		if v == nil {
+			return RequestV1
 		}
+		s = v.Schema
 	case Request:
 		s = v.Schema
 	case *Decision:
-		if v != nil {
-			s = v.Schema
+		if v == nil {
+			return DecisionV1
 		}
+		s = v.Schema
 	case Decision:
 		s = v.Schema
 	case *Accepted:
-		if v != nil {
-			s = v.Schema
+		if v == nil {
+			return AcceptedV1
 		}
+		s = v.Schema
 	case Accepted:
 		s = v.Schema
 	}
@@ -320,12 +323,11 @@ func decisionMessage(m *recordpb.Decision, d *Decision) {
 		Channel: d.Channel, OriginalRequestId: d.OriginalRequestID, OriginalNotificationId: d.OriginalNotificationID,
 		OriginalAt: d.OriginalAt, OriginalOutcome: d.OriginalOutcome, At: d.At, SourceTopic: d.SourceTopic,
 		SourcePartition: d.SourcePartition, SourceOffset: d.SourceOffset}
-	if len(d.Deliveries) > 0 {
-		m.Deliveries = make([]*recordpb.DecisionDelivery, len(d.Deliveries))
-		for i, x := range d.Deliveries {
-			m.Deliveries[i] = &recordpb.DecisionDelivery{DeliveryId: x.DeliveryID, Channel: x.Channel, DeviceId: x.DeviceID,
-				State: x.State, NotBefore: x.NotBefore}
-		}
+	// Without deliveries, an empty slice: no allocation, nothing written.
+	m.Deliveries = make([]*recordpb.DecisionDelivery, len(d.Deliveries))
+	for i, x := range d.Deliveries {
+		m.Deliveries[i] = &recordpb.DecisionDelivery{DeliveryId: x.DeliveryID, Channel: x.Channel, DeviceId: x.DeviceID,
+			State: x.State, NotBefore: x.NotBefore}
 	}
 }
 

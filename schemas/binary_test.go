@@ -274,11 +274,76 @@ func TestAWriterChoosesTheVersionByFormat(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
-	t.Run("a record without a Schema is named by its type", func(t *testing.T) {
-		if got := schemas.NameOf(&schemas.Decision{}); got != schemas.DecisionV1 {
-			t.Fatalf("got %s", got)
-		}
-	})
+}
+
+func TestNameOfIsTheSchemaARecordIsWrittenAs(t *testing.T) {
+	cases := []struct {
+		name string
+		r    schemas.Record
+		want string
+	}{
+		{"a request pointer naming v2", &schemas.Request{Schema: schemas.RequestV2}, schemas.RequestV2},
+		{"a request value naming v2", schemas.Request{Schema: schemas.RequestV2}, schemas.RequestV2},
+		{"a decision pointer naming v2", &schemas.Decision{Schema: schemas.DecisionV2}, schemas.DecisionV2},
+		{"a decision value naming v2", schemas.Decision{Schema: schemas.DecisionV2}, schemas.DecisionV2},
+		{"an accepted pointer naming v2", &schemas.Accepted{Schema: schemas.AcceptedV2}, schemas.AcceptedV2},
+		{"an accepted value naming v2", schemas.Accepted{Schema: schemas.AcceptedV2}, schemas.AcceptedV2},
+		{"a decision without a Schema, by its type", &schemas.Decision{}, schemas.DecisionV1},
+		{"a nil request, by its type", (*schemas.Request)(nil), schemas.RequestV1},
+		{"a nil decision, by its type", (*schemas.Decision)(nil), schemas.DecisionV1},
+		{"a nil accepted notification, by its type", (*schemas.Accepted)(nil), schemas.AcceptedV1},
+		{"a record without a binary version, by its type", &schemas.Outcome{}, schemas.OutcomeV1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := schemas.NameOf(c.r); got != c.want {
+				t.Fatalf("NameOf = %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+func TestAValueRecordIsEncodedAsItsPointerIs(t *testing.T) {
+	for _, pair := range [][2]schemas.Record{
+		{&schemas.Request{Schema: schemas.RequestV2, Title: "t"}, schemas.Request{Schema: schemas.RequestV2, Title: "t"}},
+		{&schemas.Decision{Schema: schemas.DecisionV2, Outcome: "accepted"}, schemas.Decision{Schema: schemas.DecisionV2, Outcome: "accepted"}},
+		{&schemas.Accepted{Schema: schemas.AcceptedV2, Body: "b"}, schemas.Accepted{Schema: schemas.AcceptedV2, Body: "b"}},
+	} {
+		t.Run(schemas.NameOf(pair[0]), func(t *testing.T) {
+			byPointer, err := schemas.Encode(pair[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			byValue, err := schemas.Encode(pair[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(byPointer, byValue) || schemas.IsJSON(byValue) {
+				t.Fatalf("by pointer % x, by value % x", byPointer, byValue)
+			}
+		})
+	}
+}
+
+func TestARefusedSchemaNameIsQuotedOnlyWhenItReadsAsOne(t *testing.T) {
+	cases := []struct {
+		name, schema, want string
+	}{
+		{"another record's name is quoted", "herald.outcome/v1", `got "herald.outcome/v1"`},
+		{"64 bytes of text are quoted", strings.Repeat("x", 64), `got "` + strings.Repeat("x", 64) + `"`},
+		{"65 bytes are counted, not quoted", strings.Repeat("x", 65), "got 65 bytes that name no schema"},
+		{"bytes that are not UTF-8 are counted, not quoted", "\xff\xfe", "got 2 bytes that name no schema"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// A message of field 2 (schema) alone, holding c.schema.
+			b := append([]byte{0x12, byte(len(c.schema))}, c.schema...)
+			err := schemas.Decode(b, &schemas.Request{})
+			if !errors.Is(err, schemas.ErrSchema) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an ErrSchema containing %q", err, c.want)
+			}
+		})
+	}
 }
 
 // seenV2Value is a herald.seen/v2 entry: bytes in field 2, where records.proto
