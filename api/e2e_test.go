@@ -819,3 +819,33 @@ func TestTheTimelineShowsAttemptsAndOutcomesOnTheRealBroker(t *testing.T) {
 		}
 	})
 }
+
+func TestSendsAreWrittenInTheRequestFormatAndDecided(t *testing.T) {
+	for _, format := range []schemas.Format{schemas.FormatBinary, schemas.FormatJSON} {
+		t.Run("a send is written as "+format.RequestSchema()+", named in its header, and accepted", func(t *testing.T) {
+			p := startPipeline(t, func(c *Config) { c.RequestFormat = format })
+			a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"fmt","recipients":["f1"],"title":"t","body":"b","payload":{"n":1}}`, "Prefer", "wait=60")
+			if a.status != 202 {
+				t.Fatalf("%d %s", a.status, a.body)
+			}
+			res := decode[sdk.SendResult](t, a)
+			if len(res.Notifications) != 1 || res.Notifications[0].Status != schemas.DecisionAccepted {
+				t.Fatalf("send answered %s, want one accepted notification", a.body)
+			}
+			var written int
+			for _, r := range testenv.ReadCommitted(t, p.brokers, p.cat.Name(topics.Requests)) {
+				var rq schemas.Request
+				if err := schemas.Decode(r.Value, &rq); err != nil {
+					t.Fatal(err)
+				}
+				written++
+				if rq.Schema != format.RequestSchema() || string(r.Headers[0].Value) != rq.Schema || string(rq.Payload) != `{"n":1}` {
+					t.Fatalf("a request read as %s, header %s, payload %s; want %s", rq.Schema, r.Headers[0].Value, rq.Payload, format.RequestSchema())
+				}
+			}
+			if written != 1 {
+				t.Fatalf("%d requests written, want 1", written)
+			}
+		})
+	}
+}

@@ -120,12 +120,15 @@ func TestTheProducerWritesRequestsTheStageDecides(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	cat := testenv.Catalog(t, brokers, 3)
 	runDedupe(t, brokers, cat)
-	for _, tc := range []struct{ name, txnID string }{
-		{"the idempotent producer", ""},
-		{"the transactional producer", "sdk-test-" + cat.Name("")},
+	for _, tc := range []struct {
+		name, txnID string
+		format      schemas.Format
+	}{
+		{"the idempotent producer", "", ""},
+		{"the transactional producer", "sdk-test-" + cat.Name(""), schemas.FormatJSON},
 	} {
-		t.Run(tc.name+" writes one request per recipient, keyed by notification id", func(t *testing.T) {
-			p, err := sdk.NewProducer(sdk.ProducerConfig{Brokers: brokers, Catalog: cat, Tenant: "acme", Name: "billing", TransactionalID: tc.txnID})
+		t.Run(tc.name+" writes one "+tc.format.RequestSchema()+" request per recipient, keyed by notification id", func(t *testing.T) {
+			p, err := sdk.NewProducer(sdk.ProducerConfig{Brokers: brokers, Catalog: cat, Tenant: "acme", Name: "billing", TransactionalID: tc.txnID, Format: tc.format})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,6 +165,12 @@ func TestTheProducerWritesRequestsTheStageDecides(t *testing.T) {
 				}
 				if want := topics.PartitionOf(rq.NotificationID, 3); r.Partition != want {
 					t.Fatalf("request %s in partition %d, want %d", rq.NotificationID, r.Partition, want)
+				}
+				if !slices.Contains(ids, rq.NotificationID) {
+					continue // the other case's
+				}
+				if rq.Schema != tc.format.RequestSchema() || string(r.Headers[0].Value) != rq.Schema {
+					t.Fatalf("a request read as %s, header %s, want %s", rq.Schema, r.Headers[0].Value, tc.format.RequestSchema())
 				}
 			}
 		})
