@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -123,7 +124,9 @@ func TestTheDemoPageShowsOneNotificationForTwoSends(t *testing.T) {
 	outcomes := pushOutcomes(t, ctx, id, 2)
 	t.Run("herald posts the notification to the push service once", func(t *testing.T) {
 		if n := gcm.Posts() - before; n != 1 {
-			t.Fatalf("%d pushes posted, want 1", n)
+			// A second post is a retry of the sink's (a failed or ambiguous
+			// call): its log says which.
+			t.Fatalf("%d pushes posted, want 1; herald dev's webpush lines:\n%s", n, logLines(t, dev.log, "webpush", 40))
 		}
 	})
 	t.Run("the push service delivers it twice; the service worker shows it once and drops the repeat", func(t *testing.T) {
@@ -342,4 +345,21 @@ func (e *e2e) sendTo(user, key string) string {
 		e.t.Fatalf("send answer %s: %v", b, err)
 	}
 	return res.Notifications[0].ID
+}
+
+// logLines returns the last n lines of the log file at path that contain
+// word.
+func logLines(t *testing.T, path, word string, n int) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, word) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
