@@ -190,6 +190,8 @@ func appendAcceptedV2(dst []byte, a *Accepted) []byte {
 // With clone false, r's strings point into b (see Decoder.DecodeShared);
 // with clone true, into one copy of it.
 func decodeBinary(b []byte, r Record, clone bool) (ok bool, err error) {
+	// Each case is written out: the same lines through a generic helper
+	// move the message to the heap, one allocation per record read.
 	switch v := r.(type) {
 	case *Request:
 		var m recordpb.Request
