@@ -226,27 +226,80 @@ func loneSurrogate(raw []byte) bool {
 }
 
 // fields decodes request objects member by member with exact names, telling
-// type errors (400) from semantic ones (422) and naming each field.
+// type errors (400) from semantic ones (422) and naming each field. It
+// reads a body that readJSON has checked (one valid value, valid UTF-8, no
+// duplicate member names, no lone surrogate escapes), so its members are
+// split with jsontext in one pass and a string without escapes is its
+// bytes: no reflection, and one allocation per string read.
 type fields struct {
 	prefix   string
-	members  map[string]json.RawMessage
-	seen     map[string]bool
+	members  []member          // nil when the value is not an object
 	typeErrs *[]sdk.FieldError // wrong types, unknown fields: 400
 	semErrs  *[]sdk.FieldError // missing, empty, out of range: 422
 }
 
+// member is one member of an object: its name, its raw value and whether
+// an accessor has asked for it (unknown reports the others).
+type member struct {
+	name  string
+	raw   jsontext.Value
+	asked bool
+}
+
 // newFields decodes raw as a JSON object; a non-object is a type error.
-func newFields(raw json.RawMessage, prefix string) *fields {
-	f := &fields{prefix: prefix, seen: map[string]bool{}, typeErrs: new([]sdk.FieldError), semErrs: new([]sdk.FieldError)}
+func newFields(raw []byte, prefix string) *fields {
+	f := &fields{prefix: prefix, typeErrs: new([]sdk.FieldError), semErrs: new([]sdk.FieldError)}
 	f.load(raw, prefix)
 	return f
 }
 
-func (f *fields) load(raw json.RawMessage, name string) {
-	if err := json.Unmarshal(raw, &f.members); err != nil || f.members == nil {
-		f.members = nil
+// load splits raw, an object, into its members; anything else is a type
+// error named name.
+func (f *fields) load(raw []byte, name string) {
+	if f.members = splitObject(raw); f.members == nil {
 		f.typeErr(name, "must be a JSON object")
 	}
+}
+
+// splitObject returns the members of the JSON object raw, their values
+// aliasing raw, or nil when raw is not one valid object.
+func splitObject(raw []byte) []member {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil
+	}
+	members := make([]member, 0, 8)
+	for dec.PeekKind() != '}' {
+		name, ok := readValue(dec, raw)
+		if !ok {
+			return nil
+		}
+		v, ok := readValue(dec, raw)
+		if !ok {
+			return nil
+		}
+		s, ok := unquote(name)
+		if !ok {
+			return nil
+		}
+		members = append(members, member{name: s, raw: v})
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil
+	}
+	return members
+}
+
+// readValue reads the next value (or member name) from dec, which reads
+// src, and returns it as a slice of src: what ReadValue returns is only
+// valid until the decoder's next call.
+func readValue(dec *jsontext.Decoder, src []byte) (jsontext.Value, bool) {
+	v, err := dec.ReadValue()
+	if err != nil {
+		return nil, false
+	}
+	end := int(dec.InputOffset())
+	return src[end-len(v) : end : end], true
 }
 
 // child returns the fields of the object member name (nil when absent or
@@ -256,7 +309,7 @@ func (f *fields) child(name string) *fields {
 	if !ok {
 		return nil
 	}
-	c := &fields{prefix: f.path(name), seen: map[string]bool{}, typeErrs: f.typeErrs, semErrs: f.semErrs}
+	c := &fields{prefix: f.path(name), typeErrs: f.typeErrs, semErrs: f.semErrs}
 	c.load(raw, c.prefix)
 	if c.members == nil {
 		return nil
@@ -283,12 +336,45 @@ func (f *fields) fail(name, msg string) {
 	*f.semErrs = append(*f.semErrs, sdk.FieldError{Field: f.path(name), Message: msg})
 }
 
-func (f *fields) has(name string) bool { _, ok := f.members[name]; return ok }
+// find returns the member name, or nil.
+func (f *fields) find(name string) *member {
+	for i := range f.members {
+		if f.members[i].name == name {
+			return &f.members[i]
+		}
+	}
+	return nil
+}
 
-func (f *fields) get(name string) (json.RawMessage, bool) {
-	f.seen[name] = true
-	raw, ok := f.members[name]
-	return raw, ok
+func (f *fields) has(name string) bool { return f.find(name) != nil }
+
+// asked reports whether an accessor has read the member name.
+func (f *fields) asked(name string) bool {
+	m := f.find(name)
+	return m != nil && m.asked
+}
+
+// get returns the raw value of the member name and marks it read.
+func (f *fields) get(name string) (jsontext.Value, bool) {
+	m := f.find(name)
+	if m == nil {
+		return nil, false
+	}
+	m.asked = true
+	return m.raw, true
+}
+
+// unquote reads a raw JSON string literal from a checked body; ok is false
+// when raw is not a string.
+func unquote(raw jsontext.Value) (string, bool) {
+	if raw.Kind() != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	b, err := jsontext.AppendUnquote(nil, raw)
+	return string(b), err == nil
 }
 
 // str reads a string member; ok is false when absent or mistyped.
@@ -297,8 +383,8 @@ func (f *fields) str(name string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+	s, ok := unquote(raw)
+	if !ok {
 		f.typeErr(f.path(name), "must be a string")
 		return "", false
 	}
@@ -370,28 +456,42 @@ func (f *fields) strings(name string) ([]string, bool) {
 	if !ok {
 		return nil, false
 	}
-	var items []json.RawMessage
-	if raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true))
+	if raw.Kind() != '[' {
 		f.typeErr(f.path(name), "must be an array of strings")
 		return nil, false
 	}
-	out := make([]string, len(items))
+	if _, err := dec.ReadToken(); err != nil {
+		f.typeErr(f.path(name), "must be an array of strings")
+		return nil, false
+	}
+	var out []string
 	good := true
-	for i, it := range items {
-		if it[0] != '"' || json.Unmarshal(it, &out[i]) != nil {
+	for i := 0; dec.PeekKind() != ']'; i++ {
+		it, ok := readValue(dec, raw)
+		if !ok {
+			f.typeErr(f.path(name), "must be an array of strings")
+			return nil, false
+		}
+		s, ok := unquote(it)
+		if !ok {
 			f.typeErr(fmt.Sprintf("%s[%d]", f.path(name), i), "must be a string")
 			good = false
 		}
+		out = append(out, s)
+	}
+	if out == nil {
+		out = []string{}
 	}
 	return out, good
 }
 
-// unknown reports every member that no accessor asked for.
+// unknown reports every member that no accessor asked for, by name.
 func (f *fields) unknown() {
 	var names []string
-	for name := range f.members {
-		if !f.seen[name] {
-			names = append(names, name)
+	for _, m := range f.members {
+		if !m.asked {
+			names = append(names, m.name)
 		}
 	}
 	sort.Strings(names)

@@ -1,8 +1,12 @@
 package api
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -80,4 +84,110 @@ func BenchmarkCheckJSON(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkParseSend reads a typical send's body into its requests and
+// their records, as POST /v1/notifications does before it writes them:
+// the body check, the field decoding, the ids and the encoding.
+//
+//	go test -run '^$' -bench ParseSend -benchmem ./api
+func BenchmarkParseSend(b *testing.B) {
+	body := []byte(`{"type":"bench.load","recipientId":"u42","title":"t","body":"b","key":{"run":"clients=256","n":123456}}`)
+	s := &Server{cfg: Config{MaxRecipients: 1000, Now: time.Now}, requestsT: "requests"}
+	r := httptest.NewRequest(http.MethodPost, "/v1/notifications", nil)
+	p := principal{tenant: "bench", name: "load"}
+	b.ReportAllocs()
+	for range b.N {
+		if prob := checkJSON(body); prob != nil {
+			b.Fatal(prob.Detail)
+		}
+		snd, prob := s.parseSend(body, r, p)
+		if prob != nil {
+			b.Fatal(prob.Detail)
+		}
+		now := s.cfg.Now()
+		reqs, prob := s.requests(snd, p, now)
+		if prob != nil {
+			b.Fatal(prob.Detail)
+		}
+		if _, err := s.requestRecord(reqs[0], "", now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestFieldsReadMembersAsTheirText(t *testing.T) {
+	t.Run("a string is read as its text, escapes decoded", func(t *testing.T) {
+		for body, want := range map[string]string{
+			`{"a":"plain"}`:                   "plain",
+			` { "a" : "spaced" } `:            "spaced",
+			`{"a":"\u00e9\n\"q\"\\\/"}`:       "é\n\"q\"\\/",
+			`{"a":"\ud83d\ude00 and é"}`:      "😀 and é",
+			`{"\u0061":"an escaped name"}`:    "an escaped name",
+			`{"b":{"a":"x"},"a":"after one"}`: "after one",
+		} {
+			f := newFields([]byte(body), "")
+			got, ok := f.str("a")
+			if !ok || got != want || len(*f.typeErrs) > 0 {
+				t.Errorf("%s: read %q, %v (errors %v), want %q", body, got, ok, *f.typeErrs, want)
+			}
+		}
+	})
+	t.Run("a member of another type is a type error naming it", func(t *testing.T) {
+		for _, body := range []string{`{"a":7}`, `{"a":null}`, `{"a":["x"]}`, `{"a":{"b":"x"}}`, `{"a":true}`} {
+			f := newFields([]byte(body), "p")
+			if _, ok := f.str("a"); ok || len(*f.typeErrs) != 1 || (*f.typeErrs)[0].Field != "p.a" {
+				t.Errorf("%s: ok %v, errors %v; want one naming p.a", body, ok, *f.typeErrs)
+			}
+		}
+	})
+	t.Run("only an object has members", func(t *testing.T) {
+		for body, want := range map[string]int{`{}`: 0, `{"a":1,"b":[1,{"c":2}]}`: 2, `[1]`: -1, `"s"`: -1, `null`: -1, `1`: -1} {
+			f := newFields([]byte(body), "")
+			if got := len(f.members); (f.members == nil) != (want < 0) || want >= 0 && got != want {
+				t.Errorf("%s: %d members (nil %v), want %d", body, got, f.members == nil, want)
+			}
+		}
+	})
+	t.Run("a member's value is its raw JSON", func(t *testing.T) {
+		f := newFields([]byte(`{"a" : {"b": [1, "x"]} ,"c":2}`), "")
+		if raw, ok := f.get("a"); !ok || string(raw) != `{"b": [1, "x"]}` {
+			t.Errorf("a is %s, %v", raw, ok)
+		}
+	})
+	t.Run("an array of strings is read item by item", func(t *testing.T) {
+		for _, c := range []struct {
+			body   string
+			want   []string
+			errors []string
+		}{
+			{`{"a":["x","\u0079"]}`, []string{"x", "y"}, nil},
+			{`{"a":[]}`, []string{}, nil},
+			{`{"a":[1,"z",null]}`, []string{"", "z", ""}, []string{"a[0]", "a[2]"}},
+			{`{"a":"x"}`, nil, []string{"a"}},
+			{`{"a":{"x":"y"}}`, nil, []string{"a"}},
+		} {
+			f := newFields([]byte(c.body), "")
+			got, ok := f.strings("a")
+			var fields []string
+			for _, e := range *f.typeErrs {
+				fields = append(fields, e.Field)
+			}
+			if ok != (c.errors == nil) || !slices.Equal(got, c.want) || (got == nil) != (c.want == nil) || !slices.Equal(fields, c.errors) {
+				t.Errorf("%s: %q, %v, errors %v; want %q, errors %v", c.body, got, ok, fields, c.want, c.errors)
+			}
+		}
+	})
+	t.Run("members no accessor asked for are unknown, by name", func(t *testing.T) {
+		f := newFields([]byte(`{"z":1,"a":2,"m":3}`), "t")
+		f.get("m")
+		f.unknown()
+		var fields []string
+		for _, e := range *f.typeErrs {
+			fields = append(fields, e.Field)
+		}
+		if !slices.Equal(fields, []string{"t.a", "t.z"}) || !f.asked("m") || f.asked("a") {
+			t.Errorf("unknown fields %v, want [t.a t.z]", fields)
+		}
+	})
 }

@@ -94,6 +94,8 @@ func TestASendThatBreaksARuleIsRefusedNamingTheField(t *testing.T) {
 		{"an unknown field is a 400", `{` + ok + `,"colour":"red"}`, nil, 400, "colour"},
 		{"an unknown field of the target is a 400", `{"type":"t","target":{"kind":"user","userId":"u","x":1},"title":"x","body":"b"}`, nil, 400, "target.x"},
 		{"a number where a string belongs is a 400", `{"type":"t","recipients":["u1"],"title":7,"body":"b"}`, nil, 400, "title"},
+		{"recipients that are not an array are a 400", `{"type":"t","recipients":"u1","title":"x","body":"b"}`, nil, 400, "recipients"},
+		{"a target that is not an object is a 400", `{"type":"t","target":"u1","title":"x","body":"b"}`, nil, 400, "target"},
 		{"a recipient that is not a string is a 400", `{"type":"t","recipients":["u1",2],"title":"x","body":"b"}`, nil, 400, "recipients[1]"},
 		{"null is a wrong type", `{` + ok + `,"locale":null}`, nil, 400, "locale"},
 		{"a fractional window is a 400", `{` + ok + `,"dedupeWindowMs":1.5}`, nil, 400, "dedupeWindowMs"},

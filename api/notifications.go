@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -109,7 +110,7 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 			// A member of another kind would be silently ignored: refuse it
 			// (after checking its type, so a wrong type stays a 400).
 			for _, name := range []string{"userId", "deviceId", "tag", "segment"} {
-				if t.has(name) && !t.seen[name] {
+				if t.has(name) && !t.asked(name) {
 					if _, ok := t.str(name); ok && slices.Contains(targetKinds, kind) {
 						t.fail(name, "is not used by target kind "+kind)
 					}
@@ -125,7 +126,7 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 		if raw[0] != '{' {
 			f.typeErr("payload", "must be a JSON object")
 		} else {
-			n.Payload = slices.Clone(raw)
+			n.Payload = json.RawMessage(slices.Clone(raw))
 		}
 	}
 	n.Locale = f.text("locale", false, maxLocaleLen)

@@ -213,7 +213,7 @@ func New(cfg Config) (*Server, error) {
 	s.rep.feedT = s.feedT
 	s.webhooksT = cat.Name(topics.Webhooks)
 	s.rep.webhooksT = s.webhooksT
-	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log)
+	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log, cfg.Metrics)
 	s.routes = apiRoutes()
 	s.mux = http.NewServeMux()
 	allowed := map[string][]string{}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/metrics"
 )
 
 // errClosed answers writes after Close.
@@ -30,6 +32,10 @@ type writer struct {
 	in      chan *submission
 	stopped chan struct{}
 
+	committed, aborted *metrics.Counter   // transactions ended, by result
+	writes, records    *metrics.Histogram // HTTP requests' writes and records per transaction
+	seconds            *metrics.Histogram // begin to end of a transaction
+
 	mu sync.Mutex // guards cl against Close racing a reset
 	cl *kgo.Client
 }
@@ -39,9 +45,16 @@ type submission struct {
 	done    chan error
 }
 
-func newWriter(newClient func() (*kgo.Client, error), maxRecords int, timeout time.Duration, log *slog.Logger) *writer {
+func newWriter(newClient func() (*kgo.Client, error), maxRecords int, timeout time.Duration, log *slog.Logger, m *metrics.Registry) *writer {
 	return &writer{newClient: newClient, maxRecords: maxRecords, timeout: timeout, log: log,
-		in: make(chan *submission), stopped: make(chan struct{})}
+		in: make(chan *submission), stopped: make(chan struct{}),
+		committed: m.Counter("herald_api_transactions_total", "the API's group-commit transactions ended", "result", "committed"),
+		aborted:   m.Counter("herald_api_transactions_total", "the API's group-commit transactions ended", "result", "aborted"),
+		writes:    m.Histogram("herald_api_transaction_writes", "HTTP requests' writes sharing one transaction (group commit)", metrics.SizeBuckets),
+		records:   m.Histogram("herald_api_transaction_records", "records in one transaction", metrics.SizeBuckets),
+		seconds: m.Histogram("herald_api_transaction_seconds", "time from beginning a transaction to its end (commit or abort), produce and flush included",
+			metrics.LatencyBuckets),
+	}
 }
 
 // write commits recs in one transaction (shared with other writes) and
@@ -89,7 +102,16 @@ func (w *writer) run(ctx context.Context) {
 				break collect
 			}
 		}
+		start := time.Now()
 		err := w.commit(batch, n)
+		w.seconds.ObserveSince(start)
+		if err != nil {
+			w.aborted.Inc()
+		} else {
+			w.committed.Inc()
+			w.writes.Observe(float64(len(batch)))
+			w.records.Observe(float64(n))
+		}
 		for _, s := range batch {
 			s.done <- err
 		}

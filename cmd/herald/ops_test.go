@@ -241,6 +241,21 @@ func TestEveryRoleExportsItsMetricsAndDrainsOnSIGTERM(t *testing.T) {
 			p.await(t, fmt.Sprintf("%s%v ≥ %v", w.name, w.labels, w.min), func() bool { return p.scrape(t).Sum(w.name, w.labels...) >= w.min })
 		})
 	}
+	t.Run("the API counts its group-commit transactions: the device and the two sends", func(t *testing.T) {
+		// The device was written before the zero check above, so these are
+		// checked here rather than from zero.
+		for _, w := range []metricWant{
+			{"api", "herald_api_transactions_total", []string{"result", "committed"}, 3},
+			{"api", "herald_api_transaction_records", nil, 3},
+			{"api", "herald_api_transaction_writes", nil, 3},
+			{"api", "herald_api_transaction_seconds", nil, 3},
+		} {
+			apiP.await(t, fmt.Sprintf("%s%v ≥ %v", w.name, w.labels, w.min), func() bool { return apiP.scrape(t).Sum(w.name, w.labels...) >= w.min })
+		}
+		if got := apiP.scrape(t).Sum("herald_api_transactions_total", "result", "aborted"); got != 0 {
+			t.Errorf("herald_api_transactions_total{result=aborted} = %v, want 0", got)
+		}
+	})
 	t.Run("every role exports the runtime, lag and partition metrics of what it runs", func(t *testing.T) {
 		present := []struct {
 			role, name string
