@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,7 +49,8 @@ type KafkaOptions struct {
 	// broker carries with no stage work, beside what the stage decides.
 	Ceiling bool
 	// SegmentBytes, when positive, is set as segment.bytes on every topic
-	// of each run. herald's catalog leaves segment.bytes to the broker,
+	// of each run (topics.Options.SegmentBytes). herald's catalog leaves
+	// segment.bytes to the broker,
 	// whose default is 1 GiB; herald's test broker (scripts/kafka) rolls
 	// segments at 1 MiB so that tests see compaction, and on it a run
 	// measures the broker rolling segments and its log cleaner compacting
@@ -210,7 +210,8 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	suffix := randomHex(4)
-	cat := topics.New(topics.Options{Prefix: "herald-bench-" + suffix + ".", Partitions: o.Partitions, Replication: o.Replication})
+	cat := topics.New(topics.Options{Prefix: "herald-bench-" + suffix + ".", Partitions: o.Partitions, Replication: o.Replication,
+		SegmentBytes: o.SegmentBytes})
 	group := "herald-bench-" + suffix
 	log := o.Logger.With("backend", KafkaBackend, "txn_records", rn.txn, "compression", rn.codec, "instances", rn.instances, "topic_prefix", cat.Options().Prefix)
 
@@ -238,9 +239,6 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 		return row, 0, fmt.Errorf("bench: kafka: %w", err)
 	}
 	if err := waitTopicsReady(ctx, adm, cat); err != nil {
-		return row, 0, err
-	}
-	if err := setSegmentBytes(ctx, adm, cat, o.SegmentBytes); err != nil {
 		return row, 0, err
 	}
 
@@ -568,26 +566,6 @@ func waitTopicsReady(ctx context.Context, adm *kadm.Client, cat *topics.Catalog)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// setSegmentBytes sets segment.bytes on every topic of cat; n ≤ 0 leaves
-// the broker's default.
-func setSegmentBytes(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, n int64) error {
-	if n <= 0 {
-		return nil
-	}
-	v := strconv.FormatInt(n, 10)
-	names := topicNames(cat)
-	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "segment.bytes", Value: &v}}, names...)
-	if err != nil {
-		return fmt.Errorf("bench: kafka: set segment.bytes: %w", err)
-	}
-	for _, r := range resp {
-		if r.Err != nil {
-			err = errors.Join(err, fmt.Errorf("bench: kafka: set segment.bytes of %s: %w", r.Name, r.Err))
-		}
-	}
-	return err
 }
 
 // topicNames lists the names of cat's topics.

@@ -9,12 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
-	"github.com/heraldhq/herald/topics"
 )
 
 func TestHeraldBackendOnTheRealBroker(t *testing.T) {
@@ -101,52 +99,5 @@ func TestHeraldBackendFailsWhenTheBrokerIsUnreachable(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("a run against a closed port succeeded")
-	}
-}
-
-func TestSegmentBytesIsSetOnEveryTopicOfARun(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	ctx := testenv.Guarded(t)
-	adm := kadm.NewClient(testenv.Client(t, brokers))
-	cat := topics.New(topics.Options{Prefix: "herald-bench-test-" + randomHex(4) + ".", Partitions: 1, Replication: 1})
-	if _, err := cat.Create(ctx, adm); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = deleteTopics(context.Background(), adm, cat) })
-	for _, tc := range []struct {
-		name string
-		set  int64
-		want string
-	}{
-		{"zero leaves the broker's default", 0, ""},
-		{"a positive size is set on every topic", 1 << 30, "1073741824"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if err := setSegmentBytes(ctx, adm, cat, tc.set); err != nil {
-				t.Fatal(err)
-			}
-			names := topicNames(cat)
-			rcs, err := adm.DescribeTopicConfigs(ctx, names...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(rcs) != len(names) {
-				t.Fatalf("configs of %d topics, want %d", len(rcs), len(names))
-			}
-			for _, rc := range rcs {
-				if rc.Err != nil {
-					t.Fatalf("%s: %v", rc.Name, rc.Err)
-				}
-				var got, source string
-				for _, c := range rc.Configs {
-					if c.Key == "segment.bytes" && c.Source == kmsg.ConfigSourceDynamicTopicConfig {
-						got, source = c.MaybeValue(), c.Source.String()
-					}
-				}
-				if got != tc.want {
-					t.Errorf("%s: segment.bytes set on the topic is %q (%s), want %q", rc.Name, got, source, tc.want)
-				}
-			}
-		})
 	}
 }

@@ -161,3 +161,46 @@ func verifyEventually(t *testing.T, cat *topics.Catalog, adm *kadm.Client, want 
 	}
 	return drift
 }
+
+func TestSegmentBytesIsSetOnEveryTopicWhenGiven(t *testing.T) {
+	t.Run("without it the catalog leaves segment.bytes to the broker", func(t *testing.T) {
+		for _, tp := range topics.New(topics.Options{}).Topics() {
+			if v, ok := tp.Configs["segment.bytes"]; ok {
+				t.Errorf("%s: segment.bytes %q, want none", tp.Name, v)
+			}
+		}
+	})
+	clusters(t, func(t *testing.T, adm *kadm.Client) {
+		ctx := context.Background()
+		cat := topics.New(topics.Options{Prefix: fmt.Sprintf("t%08x.herald.", rand.Uint32()), Partitions: 1, Replication: 1, SegmentBytes: 1 << 30})
+		testenv.DeleteCatalogOnCleanup(t, adm, cat)
+		if _, err := cat.Create(ctx, adm); err != nil {
+			t.Fatal(err)
+		}
+		if drift := verifyEventually(t, cat, adm, 0); len(drift) != 0 {
+			t.Fatalf("drift after create: %v", drift)
+		}
+		var names []string
+		for _, tp := range cat.Topics() {
+			names = append(names, tp.Name)
+		}
+		rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rcs) != len(names) {
+			t.Fatalf("configs of %d topics, want %d", len(rcs), len(names))
+		}
+		for _, rc := range rcs {
+			got := ""
+			for _, c := range rc.Configs {
+				if c.Key == "segment.bytes" {
+					got = c.MaybeValue()
+				}
+			}
+			if rc.Err != nil || got != "1073741824" {
+				t.Errorf("%s: segment.bytes %q (%v), want 1073741824", rc.Name, got, rc.Err)
+			}
+		}
+	})
+}

@@ -70,6 +70,13 @@ type Options struct {
 	// FeedRetentionMs is how long an in-app feed item is kept (herald.feed
 	// is compacted and deleted after it); 30 days by default.
 	FeedRetentionMs int64
+	// SegmentBytes, when positive, is every topic's segment.bytes; zero
+	// leaves it to the broker (Kafka's default is 1 GiB). For brokers
+	// whose default is small, such as herald's test broker (1 MiB, so that
+	// tests see compaction): under load they roll the changelogs'
+	// segments many times a second and compact them again and again,
+	// which a benchmark would measure instead of herald.
+	SegmentBytes int64
 }
 
 // DefaultMaxFutureTimestampMs is five minutes.
@@ -200,6 +207,9 @@ func New(o Options) *Catalog {
 }
 
 func (c *Catalog) add(short, doc string, configs map[string]string) {
+	if c.opts.SegmentBytes > 0 {
+		configs["segment.bytes"] = strconv.FormatInt(c.opts.SegmentBytes, 10)
+	}
 	c.topics = append(c.topics, Topic{
 		Name:        c.opts.Prefix + short,
 		Partitions:  c.opts.Partitions,

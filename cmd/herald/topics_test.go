@@ -48,6 +48,13 @@ func TestTopicsCreateThenVerifyOnTheRealBroker(t *testing.T) {
 			},
 			want: `drift ` + prefix + `seen: cleanup.policy is "delete", catalog wants "compact"`, retry: true},
 		{name: "create --fix-configs sets it back", args: []string{"topics", "create", "--fix-configs"}, want: "topics match the catalog", retry: true},
+		{name: "verify --segment-bytes reports topics made without it", args: []string{"topics", "verify", "--segment-bytes", "1073741824"}, wantCode: 1,
+			want: `seen: segment.bytes is "1048576", catalog wants "1073741824"`}, // the test broker rolls at 1 MiB
+		{name: "create --segment-bytes --fix-configs sets it on every topic", args: []string{"topics", "create", "--segment-bytes", "1073741824", "--fix-configs"},
+			want: "topics match the catalog", retry: true},
+		{name: "verify --segment-bytes then finds no drift", args: []string{"topics", "verify", "--segment-bytes", "1073741824"}, want: "topics match the catalog", retry: true},
+		{name: "a negative --segment-bytes is refused", args: []string{"topics", "create", "--segment-bytes", "-1"}, wantCode: 2,
+			want: "--segment-bytes must not be negative"},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {

@@ -43,8 +43,12 @@ type GCMService struct {
 	reg    []GCMRegistration
 	mcs    *mcsConn
 	pushes int
-	posts  []string
+	posts  []gcmPost
 }
+
+// gcmPost is one push posted to the service: the subscription's token and
+// the push's Topic header (herald's collapse id for Web Push).
+type gcmPost struct{ token, topic string }
 
 // GCMRegistration is one registration request Chromium made and the token
 // it was issued.
@@ -118,6 +122,20 @@ func (g *GCMService) Posts() int {
 	return len(g.posts)
 }
 
+// PostsWithTopic is how many pushes were posted with the Topic header
+// topic: the posts of one notification, whatever else was posted.
+func (g *GCMService) PostsWithTopic(topic string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, p := range g.posts {
+		if p.topic == topic {
+			n++
+		}
+	}
+	return n
+}
+
 // LastPostedTo is the token of the subscription the last push was posted
 // to.
 func (g *GCMService) LastPostedTo() string {
@@ -126,7 +144,7 @@ func (g *GCMService) LastPostedTo() string {
 	if len(g.posts) == 0 {
 		return ""
 	}
-	return g.posts[len(g.posts)-1]
+	return g.posts[len(g.posts)-1].token
 }
 
 // Flags are the Chromium switches that point its push service here.

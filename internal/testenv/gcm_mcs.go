@@ -250,7 +250,7 @@ func (g *GCMService) startDelivery(t testing.TB) {
 		body, _ := io.ReadAll(r.Body)
 		var reg *GCMRegistration
 		g.mu.Lock()
-		g.posts = append(g.posts, token)
+		g.posts = append(g.posts, gcmPost{token: token, topic: r.Header.Get("Topic")})
 		for i := range g.reg {
 			if g.reg[i].Token == token {
 				reg = &g.reg[i]
