@@ -336,7 +336,9 @@ func (f *fields) fail(name, msg string) {
 	*f.semErrs = append(*f.semErrs, sdk.FieldError{Field: f.path(name), Message: msg})
 }
 
-// find returns the member name, or nil.
+// find returns the member name, or nil. It is linear: a send has about a
+// dozen members, and even a 64 KiB body of tiny ones (about 10,000) read
+// by parseSend's two dozen accessors costs well under a millisecond.
 func (f *fields) find(name string) *member {
 	for i := range f.members {
 		if f.members[i].name == name {
