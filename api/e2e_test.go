@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
@@ -486,7 +487,8 @@ func TestAQuotaCountsOnlyAcceptedNotifications(t *testing.T) {
 }
 
 func TestWithoutDecisionsInTimeASendAnswersPending(t *testing.T) {
-	p := startPipelineWith(t, false, func(c *Config) { c.IdempotencyWait = time.Second })
+	reg := metrics.NewRegistry()
+	p := startPipelineWith(t, false, func(c *Config) { c.IdempotencyWait = time.Second; c.Metrics = reg })
 	a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"t","recipients":["u1","u2"],"title":"x","body":"y"}`, "Idempotency-Key", "k-1")
 	if a.status != 202 || a.header.Get(headerReplayed) != "" {
 		t.Fatalf("%d %s", a.status, a.body)
@@ -501,6 +503,59 @@ func TestWithoutDecisionsInTimeASendAnswersPending(t *testing.T) {
 	p.eventually(t, "both requests are readable", func() bool {
 		return len(testenv.ReadCommitted(t, p.brokers, p.cat.Name(topics.Requests))) == 2
 	})
+	t.Run("the wait is metered as incomplete", func(t *testing.T) {
+		m := scrapeRegistry(t, reg)
+		if c, i := m.Sum("herald_api_decision_wait_seconds", "result", "complete"), m.Sum("herald_api_decision_wait_seconds", "result", "incomplete"); c != 0 || i != 1 {
+			t.Fatalf("decision waits: %v complete, %v incomplete; want 0 and 1", c, i)
+		}
+	})
+}
+
+// TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions: one send of two
+// recipients with Prefer: wait is one committed transaction of one write
+// and two records, and one complete wait for decisions.
+func TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions(t *testing.T) {
+	reg := metrics.NewRegistry()
+	p := startPipeline(t, func(c *Config) { c.Metrics = reg })
+	a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"t","recipients":["u1","u2"],"title":"x","body":"y"}`, "Prefer", "wait=60")
+	if a.status != 202 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	for _, n := range decode[sdk.SendResult](t, a).Notifications {
+		if n.Status != schemas.DecisionAccepted {
+			t.Fatalf("%+v, want it accepted", n)
+		}
+	}
+	m := scrapeRegistry(t, reg)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"herald_api_transactions_total", []string{"result", "committed"}, 1},
+		{"herald_api_transactions_total", []string{"result", "aborted"}, 0},
+		{"herald_api_transaction_seconds", nil, 1},
+		{"herald_api_decision_wait_seconds", []string{"result", "complete"}, 1},
+		{"herald_api_decision_wait_seconds", []string{"result", "incomplete"}, 0},
+	} {
+		if got := m.Sum(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	for name, want := range map[string]float64{"herald_api_transaction_writes": 1, "herald_api_transaction_records": 2} {
+		f := m[name]
+		if f == nil || len(f.Metric) != 1 || f.Metric[0].Histogram.GetSampleCount() != 1 || f.Metric[0].Histogram.GetSampleSum() != want {
+			t.Errorf("%s: %v, want one transaction of %v", name, f, want)
+		}
+	}
+}
+
+// scrapeRegistry reads reg as Prometheus would.
+func scrapeRegistry(t *testing.T, reg *metrics.Registry) testenv.Metrics {
+	t.Helper()
+	hs := httptest.NewServer(reg.Handler())
+	defer hs.Close()
+	return testenv.Scrape(t, hs.URL)
 }
 
 func TestConcurrentSendsAreEachWrittenWhole(t *testing.T) {

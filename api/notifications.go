@@ -349,8 +349,15 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 	}
 	var got, routed map[string]schemas.Decision
 	if wt != nil {
-		got = s.tr.wait(r.Context(), requestID, wt, wait)
+		start := time.Now()
+		var complete bool
+		got, complete = s.tr.wait(r.Context(), requestID, wt, wait)
 		routed = s.tr.routedOf(wt)
+		if complete {
+			s.waitedComplete.ObserveSince(start)
+		} else {
+			s.waitedIncomplete.ObserveSince(start)
+		}
 	}
 	s.log.Debug("send written", "tenant", p.tenant, "request_id", requestID, "notifications", len(reqs), "decided", len(got))
 	s.answerSend(w, reqs, requestID, got, routed)

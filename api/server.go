@@ -169,6 +169,10 @@ type Server struct {
 	receiptsT                                          string
 
 	w   *writer
+	// waitedComplete and waitedIncomplete time what a waiting send
+	// (Prefer: wait, or an idempotency key) waits after its commit for its
+	// decisions: all of them arrived, or not in time.
+	waitedComplete, waitedIncomplete *metrics.Histogram
 	tr  *tracker
 	rep *replica
 
@@ -206,6 +210,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.kafka.Client = s.replicaClient
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
+	const waitHelp = "time a send waiting for its decisions (Prefer: wait, or an idempotency key) waited after its commit; result=complete when every decision arrived in time"
+	s.waitedComplete = cfg.Metrics.Histogram("herald_api_decision_wait_seconds", waitHelp, metrics.LatencyBuckets, "result", "complete")
+	s.waitedIncomplete = cfg.Metrics.Histogram("herald_api_decision_wait_seconds", waitHelp, metrics.LatencyBuckets, "result", "incomplete")
 	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
 	s.rep.routeT = cat.Name(topics.Route)
 	s.feedT = cat.Name(topics.Feed)

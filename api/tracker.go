@@ -114,8 +114,9 @@ func (t *tracker) forget(requestID string) {
 
 // wait blocks until every decision arrived, the deadline, or ctx ends, and
 // returns the dedupe decisions so far by notification id (the route
-// decisions are in routedOf).
-func (t *tracker) wait(ctx context.Context, requestID string, w *waiter, d time.Duration) map[string]schemas.Decision {
+// decisions are in routedOf) and whether every decision it waited for
+// arrived.
+func (t *tracker) wait(ctx context.Context, requestID string, w *waiter, d time.Duration) (got map[string]schemas.Decision, complete bool) {
 	if d > 0 {
 		timer := time.NewTimer(d)
 		select {
@@ -128,7 +129,7 @@ func (t *tracker) wait(ctx context.Context, requestID string, w *waiter, d time.
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.waiters, requestID)
-	return maps.Clone(w.got)
+	return maps.Clone(w.got), w.closed
 }
 
 // routedOf returns the route decisions w received, by notification id,
