@@ -168,13 +168,13 @@ type Server struct {
 	webhooksT                                          string
 	receiptsT                                          string
 
-	w   *writer
+	w *writer
 	// waitedComplete and waitedIncomplete time what a waiting send
 	// (Prefer: wait, or an idempotency key) waits after its commit for its
 	// decisions: all of them arrived, or not in time.
 	waitedComplete, waitedIncomplete *metrics.Histogram
-	tr  *tracker
-	rep *replica
+	tr                               *tracker
+	rep                              *replica
 
 	mu      sync.Mutex
 	started bool
