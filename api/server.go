@@ -168,13 +168,14 @@ type Server struct {
 	webhooksT                                          string
 	receiptsT                                          string
 
-	w *writer
+	w   *writer
+	tr  *tracker
+	rep *replica
+
 	// waitedComplete and waitedIncomplete time what a waiting send
 	// (Prefer: wait, or an idempotency key) waits after its commit for its
 	// decisions: all of them arrived, or not in time.
 	waitedComplete, waitedIncomplete *metrics.Histogram
-	tr                               *tracker
-	rep                              *replica
 
 	mu      sync.Mutex
 	started bool
