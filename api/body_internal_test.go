@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -188,6 +190,46 @@ func TestFieldsReadMembersAsTheirText(t *testing.T) {
 		}
 		if !slices.Equal(fields, []string{"t.a", "t.z"}) || !f.asked("m") || f.asked("a") {
 			t.Errorf("unknown fields %v, want [t.a t.z]", fields)
+		}
+	})
+}
+
+// FuzzFieldsReadAsEncodingJSONDoes holds fields, which splits members with
+// jsontext and reads strings without reflection, to what encoding/json
+// reads from the same checked body: the same members with the same raw
+// values, and each string member the same text.
+func FuzzFieldsReadAsEncodingJSONDoes(f *testing.F) {
+	for _, b := range bodies {
+		f.Add(b)
+	}
+	f.Add(`{"type":"t","title":"caf\u00e9 \"x\" \\ \/ \n","body":"\ud83d\ude00","recipients":["a","b\u0062"]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		if !utf8.ValidString(body) || checkJSON([]byte(body)) != nil {
+			return // readJSON refuses it before fields reads it
+		}
+		var want map[string]json.RawMessage
+		isObject := json.Unmarshal([]byte(body), &want) == nil && want != nil
+		fl := newFields([]byte(body), "")
+		if (fl.members != nil) != isObject {
+			t.Fatalf("%q: fields sees an object %v, encoding/json %v", body, fl.members != nil, isObject)
+		}
+		if !isObject {
+			return
+		}
+		if len(fl.members) != len(want) {
+			t.Fatalf("%q: %d members, encoding/json %d", body, len(fl.members), len(want))
+		}
+		for name, raw := range want {
+			got, ok := fl.get(name)
+			if !ok || !bytes.Equal(got, bytes.TrimSpace(raw)) {
+				t.Fatalf("%q: member %q is %q, %v; encoding/json %q", body, name, got, ok, raw)
+			}
+			var s string
+			isString := raw[0] == '"' && json.Unmarshal(raw, &s) == nil
+			gs, ok := newFields([]byte(body), "").str(name)
+			if ok != isString || gs != s {
+				t.Fatalf("%q: member %q reads as %q, %v; encoding/json %q, %v", body, name, gs, ok, s, isString)
+			}
 		}
 	})
 }
