@@ -15,7 +15,19 @@ import (
 // the package documentation). It is exported for debugging and for
 // reproducing ids elsewhere; the id is what herald stores.
 func CanonicalJSON(typ, recipient string, key Key) ([]byte, error) {
-	b := make([]byte, 0, 64+len(typ)+len(recipient)+16*len(key))
+	b, err := appendCanonicalHead(make([]byte, 0, 64+len(typ)+len(recipient)+16*len(key)), typ, recipient)
+	if err != nil {
+		return nil, err
+	}
+	if b, err = key.appendJSON(b); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendCanonicalHead appends what [CanonicalJSON] writes before the key:
+// {"t":typ,"r":recipient,"k":
+func appendCanonicalHead(b []byte, typ, recipient string) ([]byte, error) {
 	b = append(b, `{"t":`...)
 	b, err := appendJSString(b, typ)
 	if err != nil {
@@ -25,11 +37,7 @@ func CanonicalJSON(typ, recipient string, key Key) ([]byte, error) {
 	if b, err = appendJSString(b, recipient); err != nil {
 		return nil, fmt.Errorf("identity: recipient: %w", err)
 	}
-	b = append(b, `,"k":`...)
-	if b, err = key.appendJSON(b); err != nil {
-		return nil, err
-	}
-	return append(b, '}'), nil
+	return append(b, `,"k":`...), nil
 }
 
 // member is one key member on its way to the canonical text.

@@ -119,6 +119,13 @@ func TestNotificationIDMatchesNodeReference(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %d: NotificationID: %v", i, err)
 		}
+		canonKey, err := c.key.MarshalJSON()
+		if err != nil {
+			t.Fatalf("case %d: MarshalJSON: %v", i, err)
+		}
+		if ofCanonical, err := NotificationIDOfCanonicalKey(c.typ, c.recipient, canonKey); err != nil || ofCanonical != id {
+			t.Errorf("case %d: NotificationIDOfCanonicalKey(its MarshalJSON) = %s, %v; NotificationID = %s", i, ofCanonical, err, id)
+		}
 		if !bytes.Equal(canon, want) || id != wantID {
 			failures++
 			t.Errorf("case %d: key %#v\n  go:   %s %q\n  node: %s %q", i, c.key, id, canon, wantID, want)

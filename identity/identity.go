@@ -152,6 +152,19 @@ func NotificationID(typ, recipient string, key Key) (string, error) {
 	return hex.EncodeToString(sum[:16]), nil
 }
 
+// NotificationIDOfCanonicalKey is [NotificationID] with the key given as
+// its canonical text, what key.MarshalJSON returned: a caller deriving the
+// ids of one key for many recipients canonicalizes the key once. Any other
+// text gives an id that is not the key's.
+func NotificationIDOfCanonicalKey(typ, recipient string, canonicalKey []byte) (string, error) {
+	b, err := appendCanonicalHead(make([]byte, 0, 64+len(typ)+len(recipient)+len(canonicalKey)), typ, recipient)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(append(append(b, canonicalKey...), '}'))
+	return hex.EncodeToString(sum[:16]), nil
+}
+
 // NotificationIDFromJSON is [NotificationID] with the key given as a JSON
 // object, parsed by [ParseKey].
 func NotificationIDFromJSON(typ, recipient, keyJSON string) (string, error) {

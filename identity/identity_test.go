@@ -105,6 +105,13 @@ func TestNotificationID(t *testing.T) {
 			if id != tt.id {
 				t.Errorf("NotificationID = %s, want %s", id, tt.id)
 			}
+			keyJSON, err := tt.key.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id, err := NotificationIDOfCanonicalKey(tt.typ, tt.recipient, keyJSON); err != nil || id != tt.id {
+				t.Errorf("NotificationIDOfCanonicalKey(its MarshalJSON) = %s, %v; want %s", id, err, tt.id)
+			}
 		})
 	}
 }
@@ -138,6 +145,14 @@ func TestNotificationIDRefusals(t *testing.T) {
 			}
 			if tt.is != nil && !errors.Is(err, tt.is) {
 				t.Errorf("error %q does not wrap %q", err, tt.is)
+			}
+			// A refused type or recipient is refused with the key's
+			// canonical text too; a refused key has no canonical text.
+			if keyJSON, err := tt.key.MarshalJSON(); err == nil {
+				id, err := NotificationIDOfCanonicalKey(tt.typ, tt.recipient, keyJSON)
+				if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, tt.is) {
+					t.Errorf("NotificationIDOfCanonicalKey = %s, %v; want an error containing %q", id, err, tt.want)
+				}
 			}
 		})
 	}

@@ -43,13 +43,25 @@ func NotificationID(typ, recipient string, key Key) (string, error) {
 //   - else a fresh random id (identity.NewRandomID): herald cannot tell a
 //     retry of such a send from a second send on purpose.
 func DeriveID(tenant, typ, recipient string, key Key, dedupeKey, idempotencyKey string) (id, source string, err error) {
+	var keyJSON []byte
+	if key != nil && dedupeKey == "" && idempotencyKey == "" {
+		if keyJSON, err = key.MarshalJSON(); err != nil {
+			return "", "", err
+		}
+	}
+	return deriveID(tenant, typ, recipient, keyJSON, dedupeKey, idempotencyKey)
+}
+
+// deriveID is DeriveID with the key as its canonical text (nil: no key),
+// so that Requests canonicalizes a key once for all its recipients.
+func deriveID(tenant, typ, recipient string, keyJSON []byte, dedupeKey, idempotencyKey string) (id, source string, err error) {
 	switch {
 	case dedupeKey != "":
 		return identity.DedupeID(tenant, typ, recipient, dedupeKey), SourceDedupeKey, nil
 	case idempotencyKey != "":
 		return identity.IdempotencyID(tenant, typ, recipient, idempotencyKey), SourceIdempotencyKey, nil
-	case key != nil:
-		id, err := identity.NotificationID(typ, recipient, key)
+	case keyJSON != nil:
+		id, err := identity.NotificationIDOfCanonicalKey(typ, recipient, keyJSON)
 		if err != nil {
 			return "", "", err
 		}

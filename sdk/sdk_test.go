@@ -72,6 +72,8 @@ func TestRequestsMakeOneRecordPerRecipientSharingTheCall(t *testing.T) {
 		{"a send without recipients is refused", Notification{Type: "x", Title: "t", Body: "b"}, nil},
 		{"an empty recipient is refused", Notification{Type: "x", Title: "t", Body: "b"}, []string{""}},
 		{"a payload that is not JSON is refused", Notification{Type: "x", Title: "t", Body: "b", Payload: json.RawMessage(`{`)}, []string{"u"}},
+		{"a recipient that is not UTF-8 is refused when the key makes the id", Notification{Type: "x", Title: "t", Body: "b", Key: Key{"a": Number(1)}}, []string{"u", "\xff"}},
+		{"a key that JavaScript would change is refused", Notification{Type: "x", Title: "t", Body: "b", Key: Key{"__proto__": Number(1)}}, []string{"u"}},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

@@ -112,7 +112,7 @@ func (n Notification) Requests(recipients []string, o RequestOptions) ([]schemas
 		if r == "" {
 			return nil, errors.New("sdk: empty recipient")
 		}
-		id, src, err := DeriveID(o.Tenant, n.Type, r, n.Key, n.DedupeKey, n.IdempotencyKey)
+		id, src, err := deriveID(o.Tenant, n.Type, r, keyJSON, n.DedupeKey, n.IdempotencyKey)
 		if err != nil {
 			return nil, fmt.Errorf("sdk: id of recipient %q: %w", r, err)
 		}
