@@ -548,6 +548,22 @@ func TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions(t *testing.T) {
 			t.Errorf("%s: %v, want one transaction of %v", name, f, want)
 		}
 	}
+	// Both of the API's consumers of the pipeline's topics report their
+	// lag on the partitions they have read records from: the live
+	// decisions consumer read the send's decisions; the read model reads
+	// its requests, maybe after the answer.
+	decisions, requests := p.cat.Name(topics.Decisions), p.cat.Name(topics.Requests)
+	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+		m := scrapeRegistry(t, reg)
+		live := m.Has("herald_consumer_lag_records", "consumer", "api-live-decisions", "topic", decisions)
+		model := m.Has("herald_consumer_lag_records", "consumer", "api-read-model", "topic", requests)
+		if live && model {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lag of the live decisions consumer on %s: %v; of the read model on %s: %v; want both", decisions, live, requests, model)
+		}
+	}
 }
 
 // scrapeRegistry reads reg as Prometheus would.

@@ -395,7 +395,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.w.run(runCtx) }()
-	go func() { defer s.wg.Done(); s.tr.consumeLive(runCtx, liveCl, s.log) }()
+	go func() {
+		defer s.wg.Done()
+		s.tr.consumeLive(runCtx, liveCl, metrics.ConsumerLag(s.cfg.Metrics, "api-live-decisions"), s.log)
+	}()
 	go func() {
 		defer s.wg.Done()
 		if s.cfg.holdReadModel != nil {
@@ -405,7 +408,8 @@ func (s *Server) Start(ctx context.Context) error {
 				return
 			}
 		}
-		s.tr.consume(runCtx, trCl, trackerTopics{s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT, s.receiptsT}, s.log)
+		s.tr.consume(runCtx, trCl, trackerTopics{s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT, s.receiptsT},
+			metrics.ConsumerLag(s.cfg.Metrics, "api-read-model"), s.log)
 	}()
 	go func() {
 		defer s.wg.Done()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
 )
@@ -341,9 +342,9 @@ type trackerTopics struct{ requests, decisions, attempts, outcomes, receipts str
 // and hands each decision to its waiter. It never reads history, so a call
 // waiting for a decision is answered as soon as the decision is committed,
 // however much the read model still has to catch up.
-func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, log *slog.Logger) {
+func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, lag *metrics.Lag, log *slog.Logger) {
 	var dec schemas.Decoder
-	pollEach(ctx, cl, log, "live decisions", func(r *kgo.Record) {
+	pollEach(ctx, cl, lag, log, "live decisions", func(r *kgo.Record) {
 		var d schemas.Decision
 		if err := dec.Decode(r.Value, &d); err != nil {
 			log.Debug("live decisions: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
@@ -354,8 +355,8 @@ func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, log *slog.Log
 }
 
 // pollEach polls cl until ctx ends or cl closes, logs fetch errors under
-// what, and hands every record to fn.
-func pollEach(ctx context.Context, cl *kgo.Client, log *slog.Logger, what string, fn func(*kgo.Record)) {
+// what, sets each partition's lag, and hands every record to fn.
+func pollEach(ctx context.Context, cl *kgo.Client, lag *metrics.Lag, log *slog.Logger, what string, fn func(*kgo.Record)) {
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
@@ -366,15 +367,16 @@ func pollEach(ctx context.Context, cl *kgo.Client, log *slog.Logger, what string
 				log.Warn(what+" fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
+		lag.Observe(fs)
 		fs.EachRecord(fn)
 	}
 }
 
 // consume reads requests, decisions, attempts and outcomes into the read
 // model until ctx ends.
-func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, log *slog.Logger) {
+func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, lag *metrics.Lag, log *slog.Logger) {
 	var dec schemas.Decoder
-	pollEach(ctx, cl, log, "read model", func(r *kgo.Record) {
+	pollEach(ctx, cl, lag, log, "read model", func(r *kgo.Record) {
 		switch r.Topic {
 		case tp.requests:
 			var req schemas.Request
