@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/api"
@@ -71,34 +70,6 @@ func startDev(t *testing.T, bin, state string, kafkaPort, httpPort, chTCP, chHTT
 			t.Fatalf("herald dev never became healthy:\n%s", out)
 		}
 		time.Sleep(300 * time.Millisecond)
-	}
-}
-
-// waitCaughtUp polls until group's committed offsets on topic are past
-// every record the topic holds, failing after two minutes.
-func waitCaughtUp(t *testing.T, brokers []string, group, topic string) {
-	t.Helper()
-	end := map[int32]int64{}
-	for _, r := range testenv.ReadCommitted(t, brokers, topic, embedded.ClientOpts()...) {
-		end[r.Partition] = max(end[r.Partition], r.Offset+1)
-	}
-	adm := kadm.NewClient(testenv.Client(t, brokers, embedded.ClientOpts()...))
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		offs, err := adm.FetchOffsets(context.Background(), group)
-		behind := len(end)
-		if err == nil {
-			for p, e := range end {
-				if o, ok := offs.Lookup(topic, p); ok && o.At >= e {
-					behind--
-				}
-			}
-		}
-		if behind == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("group %s has not committed past the end of %s on %d partitions (err %v)", group, topic, behind, err)
-		}
 	}
 }
 
@@ -168,8 +139,8 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	// A stage's decisions are readable once their partition's commit
 	// marker is written, before kfake applies the transaction's offsets:
 	// wait for those too, so that no stage is inside EndTxn at the kill.
-	waitCaughtUp(t, brokers, "herald-dedupe", cat.Name(topics.Requests))
-	waitCaughtUp(t, brokers, "herald-route", cat.Name(topics.Accepted))
+	testenv.WaitCaughtUp(t, brokers, "herald-dedupe", cat.Name(topics.Requests), embedded.ClientOpts()...)
+	testenv.WaitCaughtUp(t, brokers, "herald-route", cat.Name(topics.Accepted), embedded.ClientOpts()...)
 	dev.cmd.Process.Signal(syscall.SIGKILL)
 	dev.cmd.Wait()
 	dev = startDev(t, bin, state, kafkaPort, httpPort, chTCP, chHTTP)
