@@ -155,7 +155,10 @@ func TestATimersOutputThatCanNeverBeWrittenIsDeadLetteredInItsPlace(t *testing.T
 				cfg := r.config()
 				newCounter := cfg.NewTask
 				cfg.NewTask = func(p int32) stage.Task {
-					return &bigTick{counter: newCounter(p).(*counter), timers: timers}
+					// reusing: the culprit's key in the dead letter must be
+					// read before the aborted transaction's records are
+					// reused.
+					return &reusing{Task: &bigTick{counter: newCounter(p).(*counter), timers: timers}}
 				}
 				cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
 				s := r.start(cfg)

@@ -36,7 +36,14 @@ type Task interface {
 	// transaction after the batch.
 	Tick(out *Out)
 	// Commit makes the pending changes of the last transaction part of the
-	// committed state; Abort drops them.
+	// committed state; Abort drops them. The runtime calls either only
+	// once it is done with every record emitted in the transaction: after
+	// the transaction's flush, when the producer holds none of them
+	// (franz-go calls every record's promise before Flush returns), and
+	// it reads none of them afterwards. From then on the task may reuse
+	// their memory (the dedupe task does). On any other end of a
+	// transaction (a task's error, a failed flush) the runtime calls
+	// neither and drops the task with its session.
 	Commit()
 	Abort()
 }
@@ -675,6 +682,14 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		}
 	}
 	errMu.Unlock()
+	// What the poison handling below needs of the culprit is copied now:
+	// from Commit or Abort on, the tasks may reuse their records.
+	var culprit unwritableOutput
+	if len(poisoned) > 0 {
+		i := largest(out.records, poisoned)
+		rec := out.records[i]
+		culprit = unwritableOutput{at: i, key: outputKey{rec.Topic, string(rec.Key)}, keyBytes: len(rec.Key), valueBytes: len(rec.Value), err: errs[i]}
+	}
 	try := kgo.TryCommit
 	if produceErr != nil {
 		try = kgo.TryAbort
@@ -719,8 +734,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 		return committed, 0, nil
 	}
 	if len(poisoned) > 0 {
-		culprit := largest(out.records, poisoned)
-		isolated, err := r.notePoison(batch, out.records[culprit], ticksFrom, culprit, errs[culprit])
+		isolated, err := r.notePoison(batch, culprit, ticksFrom)
 		if err != nil || isolated {
 			return false, 0, err // a fatal error, or a retry at once, one record at a time
 		}
@@ -833,18 +847,19 @@ func (r *Runner) end(ctx context.Context, try kgo.TransactionEndTry, noInput boo
 // next transaction dead-letters it); a larger batch is reprocessed one
 // record per transaction to name the input. It reports whether the retry
 // needs no backoff. Called with r.mu held.
-func (r *Runner) notePoison(batch []*kgo.Record, culprit *kgo.Record, ticksFrom, at int, perr error) (bool, error) {
+func (r *Runner) notePoison(batch []*kgo.Record, culprit unwritableOutput, ticksFrom int) (bool, error) {
+	perr := culprit.err
 	if r.cfg.DeadLetterTopic == "" {
 		r.log.Error("an output can never be written and there is no dead-letter topic; retrying", "err", perr)
 		return false, nil
 	}
-	if culprit.Topic == r.cfg.DeadLetterTopic {
+	if culprit.key.topic == r.cfg.DeadLetterTopic {
 		return false, fatal(fmt.Errorf("stage %s: a dead letter can never be written: %w", r.cfg.Name, perr))
 	}
-	if at >= ticksFrom {
-		r.unwritable[outputKey{culprit.Topic, string(culprit.Key)}] = perr.Error()
+	if culprit.at >= ticksFrom {
+		r.unwritable[culprit.key] = perr.Error()
 		r.log.Warn("a timer's output can never be written; dead-lettering it",
-			"topic", culprit.Topic, "key_bytes", len(culprit.Key), "value_bytes", len(culprit.Value), "err", perr)
+			"topic", culprit.key.topic, "key_bytes", culprit.keyBytes, "value_bytes", culprit.valueBytes, "err", perr)
 		return true, nil
 	}
 	if len(batch) > 1 {
@@ -865,6 +880,16 @@ func (r *Runner) notePoison(batch []*kgo.Record, culprit *kgo.Record, ticksFrom,
 	r.log.Warn("an input record's output can never be written; dead-lettering the record",
 		"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", perr)
 	return true, nil
+}
+
+// unwritableOutput is what the runtime keeps of an output that can never
+// be written, past the end of its transaction: its index in Out, its
+// topic and key, its sizes and its produce error.
+type unwritableOutput struct {
+	at                   int
+	key                  outputKey
+	keyBytes, valueBytes int
+	err                  error
 }
 
 // largest is the index, among at, of the largest record of out.

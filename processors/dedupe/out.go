@@ -10,15 +10,31 @@ import (
 
 // slab hands out the records a task emits and the bytes of their keys and
 // values (and the strings of the records being encoded), carved from
-// chunks allocated in bulk. Nothing in a chunk is ever reused or
-// overwritten: a record, its bytes and the strings over them stay valid for
-// as long as anyone holds them (the producer holds them until the
-// transaction ends); a chunk is freed by the garbage collector once nothing
-// points into it.
+// chunks allocated in bulk and reused from one transaction to the next.
+//
+// The hazard is reuse: a record, its bytes and every string over them are
+// overwritten once their chunk is handed out again. A chunk is handed out
+// again only after release, which the task calls in Commit and Abort: by
+// then the stage has flushed the transaction (the producer calls every
+// record's promise before Flush returns and holds none of them after it)
+// and ended it, and it reads no output of the transaction after the
+// task's next Process (stage.Task documents both). Nothing the task keeps
+// across a transaction may point into a chunk: strings that outlive
+// Process are copied where they are kept (see Task.Process).
+//
+// After release the chunks the transaction used are the free ones, in the
+// order they were used; the chunks of the transaction before that it did
+// not need are dropped, so a slab holds about what its largest recent
+// transaction emitted.
 type slab struct {
 	recs []kgo.Record
 	buf  []byte
 	enc  schemas.Encoder
+
+	// Chunks filled in this transaction (the current recs and buf are
+	// not among them), and the free ones to use before allocating.
+	usedRecs, freeRecs [][]kgo.Record
+	usedBufs, freeBufs [][]byte
 }
 
 const (
@@ -33,19 +49,58 @@ const (
 // newRecord returns a zero record from the slab.
 func (s *slab) newRecord() *kgo.Record {
 	if len(s.recs) == cap(s.recs) {
-		s.recs = make([]kgo.Record, 0, slabRecords)
+		if s.recs != nil {
+			s.usedRecs = append(s.usedRecs, s.recs)
+		}
+		if n := len(s.freeRecs); n > 0 {
+			s.recs, s.freeRecs = s.freeRecs[n-1][:0], s.freeRecs[:n-1]
+		} else {
+			s.recs = make([]kgo.Record, 0, slabRecords)
+		}
 	}
 	s.recs = s.recs[:len(s.recs)+1]
-	return &s.recs[len(s.recs)-1]
+	r := &s.recs[len(s.recs)-1]
+	*r = kgo.Record{}
+	return r
 }
 
 // reserve returns an empty slice over at least n free bytes of the slab,
 // to append to; bytes or text then claim what was appended.
 func (s *slab) reserve(n int) []byte {
 	if cap(s.buf)-len(s.buf) < n {
-		s.buf = make([]byte, 0, max(slabBytes, n))
+		if s.buf != nil {
+			s.usedBufs = append(s.usedBufs, s.buf)
+		}
+		if k := len(s.freeBufs); k > 0 && n <= slabBytes {
+			s.buf, s.freeBufs = s.freeBufs[k-1][:0], s.freeBufs[:k-1]
+		} else {
+			s.buf = make([]byte, 0, max(slabBytes, n))
+		}
 	}
 	return s.buf[len(s.buf):]
+}
+
+// release ends the transaction: every chunk it used may be handed out
+// again (see the hazard above).
+func (s *slab) release() {
+	s.freeRecs = reuse(s.freeRecs, s.usedRecs)
+	s.freeBufs = reuse(s.freeBufs, s.usedBufs)
+	s.usedRecs, s.usedBufs = s.usedRecs[:0], s.usedBufs[:0]
+	s.recs, s.buf = s.recs[:0], s.buf[:0]
+}
+
+// reuse returns the free list after a transaction that filled used (the
+// chunk it was filling stays the current one): used, in free's storage,
+// to be taken in the order they were filled. The free chunks the
+// transaction did not take are dropped.
+func reuse[T any](free, used [][]T) [][]T {
+	clear(free)
+	free = free[:0]
+	for i := len(used) - 1; i >= 0; i-- {
+		free = append(free, used[i][:0])
+	}
+	clear(used)
+	return free
 }
 
 // bytes claims b, a slice reserve returned and appended to. If the
@@ -60,8 +115,8 @@ func (s *slab) bytes(b []byte) []byte {
 	return b[:len(b):len(b)]
 }
 
-// text claims b like bytes and returns it as a string without copying: the
-// slab never overwrites it.
+// text claims b like bytes and returns it as a string without copying:
+// valid until the chunk is handed out again (see the hazard above).
 func (s *slab) text(b []byte) string {
 	b = s.bytes(b)
 	return unsafe.String(unsafe.SliceData(b), len(b))

@@ -21,8 +21,9 @@ type Topics struct {
 // committed seen-set (a packed table per kind of key, see seentable.go),
 // the changes of the open transaction, and expiry queues for tombstones
 // (see expiry.go). Its state holds no pointers per key, and the records it
-// emits are carved from slabs it allocates in bulk (see out.go), so a
-// request costs few allocations.
+// emits are carved from a slab of chunks reused from one transaction to
+// the next (see out.go), so a request costs few allocations and leaves
+// little for the garbage collector.
 type Task struct {
 	policy    Policy
 	topics    Topics
@@ -335,6 +336,7 @@ func (t *Task) Commit() {
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
 	t.decisions.Commit()
+	t.out.release()
 }
 
 // Abort implements stage.Task.
@@ -348,4 +350,5 @@ func (t *Task) Abort() {
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
 	t.decisions.Abort()
+	t.out.release()
 }

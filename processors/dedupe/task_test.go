@@ -1,6 +1,7 @@
 package dedupe
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -27,6 +28,14 @@ type txn struct {
 	accepted   []string
 	seen       []*kgo.Record // changelog records, tombstones included
 	tombstones []string      // keys
+}
+
+// stored is r as the broker stores it: its key and value copied out of the
+// task's slab, which the task reuses after the transaction ends.
+func stored(r *kgo.Record) *kgo.Record {
+	c := *r
+	c.Key, c.Value = bytes.Clone(r.Key), bytes.Clone(r.Value)
+	return &c
 }
 
 // feed processes reqs, in order, as one transaction starting at offset
@@ -61,7 +70,7 @@ func feed(t *testing.T, task *Task, first int64, reqs []sent) txn {
 			}
 			x.accepted = append(x.accepted, a.NotificationID)
 		case "seen":
-			x.seen = append(x.seen, o)
+			x.seen = append(x.seen, stored(o))
 			if o.Value == nil {
 				x.tombstones = append(x.tombstones, string(o.Key))
 			}
