@@ -513,11 +513,12 @@ func TestWithoutDecisionsInTimeASendAnswersPending(t *testing.T) {
 
 // TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions: one send of two
 // recipients with Prefer: wait is one committed transaction of one write
-// and two records, and one complete wait for decisions.
+// and two records, and one complete wait for decisions. (Its dedupe key
+// makes the stage write seen entries, which the API's replica reads.)
 func TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions(t *testing.T) {
 	reg := metrics.NewRegistry()
 	p := startPipeline(t, func(c *Config) { c.Metrics = reg })
-	a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"t","recipients":["u1","u2"],"title":"x","body":"y"}`, "Prefer", "wait=60")
+	a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"t","recipients":["u1","u2"],"title":"x","body":"y","dedupeKey":"metered"}`, "Prefer", "wait=60")
 	if a.status != 202 {
 		t.Fatalf("%d %s", a.status, a.body)
 	}
@@ -548,20 +549,23 @@ func TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions(t *testing.T) {
 			t.Errorf("%s: %v, want one transaction of %v", name, f, want)
 		}
 	}
-	// Both of the API's consumers of the pipeline's topics report their
-	// lag on the partitions they have read records from: the live
-	// decisions consumer read the send's decisions; the read model reads
-	// its requests, maybe after the answer.
-	decisions, requests := p.cat.Name(topics.Decisions), p.cat.Name(topics.Requests)
+	// The API's consumers of the pipeline's topics report their lag on
+	// the partitions they have read records from: the live decisions
+	// consumer read the send's decisions; the read model reads its
+	// requests, and the replica the dedupe stage's seen entries, maybe
+	// after the answer.
+	decisions, requests, seen := p.cat.Name(topics.Decisions), p.cat.Name(topics.Requests), p.cat.Name(topics.Seen)
 	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
 		m := scrapeRegistry(t, reg)
 		live := m.Has("herald_consumer_lag_records", "consumer", "api-live-decisions", "topic", decisions)
 		model := m.Has("herald_consumer_lag_records", "consumer", "api-read-model", "topic", requests)
-		if live && model {
+		replica := m.Has("herald_consumer_lag_records", "consumer", "api-replica", "topic", seen)
+		if live && model && replica {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lag of the live decisions consumer on %s: %v; of the read model on %s: %v; want both", decisions, live, requests, model)
+			t.Fatalf("lag of the live decisions consumer on %s: %v; of the read model on %s: %v; of the replica on %s: %v; want all three",
+				decisions, live, requests, model, seen, replica)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/catchup"
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -273,8 +274,8 @@ func (r *replica) topics() []string {
 // ready once it has read every partition up to its last stable offset as
 // of the start: before that, explain and device lookups would answer from
 // a partial copy.
-func (r *replica) consume(ctx context.Context, cl *kgo.Client, log *slog.Logger) error {
-	err := catchup.Follow(ctx, cl, r.topics(), log.With("component", "replica"), func(rec *kgo.Record) { r.apply(rec, log) }, func() {
+func (r *replica) consume(ctx context.Context, cl *kgo.Client, lag *metrics.Lag, log *slog.Logger) error {
+	err := catchup.Follow(ctx, cl, r.topics(), log.With("component", "replica"), lag, func(rec *kgo.Record) { r.apply(rec, log) }, func() {
 		r.ready.Store(true)
 		log.Info("replica caught up")
 	})

@@ -413,7 +413,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer s.wg.Done()
-		if err := s.rep.consume(runCtx, repCl, s.log); err != nil {
+		if err := s.rep.consume(runCtx, repCl, metrics.ConsumerLag(s.cfg.Metrics, "api-replica"), s.log); err != nil {
 			s.log.Error("replica stopped", "err", err)
 		}
 	}()

@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/metrics"
 )
 
 // Tracker follows a read_committed consumer of some topics towards the
@@ -69,9 +71,10 @@ func (t *Tracker) Saw(rec *kgo.Record) bool {
 // keeping control records) until ctx ends or the client closes: apply
 // gets every data record, and ready is called once, when the consumer has
 // read every partition up to its last stable offset as of the call (at
-// once for empty topics). It returns an error only when it cannot list
-// the offsets.
-func Follow(ctx context.Context, cl *kgo.Client, topics []string, log *slog.Logger, apply func(*kgo.Record), ready func()) error {
+// once for empty topics). lag, when not nil, reports how far behind each
+// partition the consumer is, at each fetch with records. It returns an
+// error only when it cannot list the offsets.
+func Follow(ctx context.Context, cl *kgo.Client, topics []string, log *slog.Logger, lag *metrics.Lag, apply func(*kgo.Record), ready func()) error {
 	track, err := New(ctx, cl, topics...)
 	if err != nil {
 		return err
@@ -90,6 +93,9 @@ func Follow(ctx context.Context, cl *kgo.Client, topics []string, log *slog.Logg
 				log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
+		if lag != nil {
+			lag.Observe(fs)
+		}
 		fs.EachRecord(func(rec *kgo.Record) {
 			if !rec.Attrs.IsControl() {
 				apply(rec)

@@ -2,12 +2,15 @@ package catchup_test
 
 import (
 	"context"
+	"log/slog"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/catchup"
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -65,4 +68,63 @@ func TestTheTrackerIsDoneAtTheLastStableOffsetsOfItsStart(t *testing.T) {
 			t.Fatalf("done after %d records and %d markers, want all 4 and their markers", data, markers)
 		}
 	})
+}
+
+// TestFollowReportsHowFarBehindItIs: with a Lag, Follow reports each
+// partition it has read records from, caught up (0) once ready; without
+// one it reports nothing and still follows.
+func TestFollowReportsHowFarBehindItIs(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx := testenv.Guarded(t)
+	topic := testenv.Topic(t, brokers, 2, nil)
+	w := testenv.Client(t, brokers, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := range int32(2) {
+		for _, k := range []string{"a", "b", "c"} {
+			if err := w.ProduceSync(ctx, &kgo.Record{Key: []byte(k), Value: []byte(k), Partition: p}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, withLag := range []bool{true, false} {
+		name := "with a lag, each partition read is reported, caught up"
+		if !withLag {
+			name = "without a lag, nothing is reported"
+		}
+		t.Run(name, func(t *testing.T) {
+			reg := metrics.NewRegistry()
+			var lag *metrics.Lag
+			if withLag {
+				lag = metrics.ConsumerLag(reg, "follower")
+			}
+			r := testenv.Client(t, brokers, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			ready, applied := make(chan struct{}), 0
+			done := make(chan error, 1)
+			go func() {
+				done <- catchup.Follow(fctx, r, []string{topic}, slog.Default(), lag, func(*kgo.Record) { applied++ }, func() { close(ready) })
+			}()
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				t.Fatal("Follow never caught up")
+			}
+			cancel()
+			if err := <-done; err != nil || applied != 6 {
+				t.Fatalf("Follow returned %v after %d records, want nil after 6", err, applied)
+			}
+			hs := httptest.NewServer(reg.Handler())
+			defer hs.Close()
+			m := testenv.Scrape(t, hs.URL)
+			for _, p := range []string{"0", "1"} {
+				v, ok := m.Value("herald_consumer_lag_records", "consumer", "follower", "topic", topic, "partition", p)
+				if withLag && (!ok || v != 0) {
+					t.Fatalf("partition %s: lag %v (reported %v), want 0", p, v, ok)
+				}
+				if !withLag && ok {
+					t.Fatalf("partition %s: lag %v reported without a Lag", p, v)
+				}
+			}
+		})
+	}
 }

@@ -447,7 +447,7 @@ func TestTheWebhookChannelOnKfakeSendsEachEventOnce(t *testing.T) {
 			t.Fatalf("%d records of the notification, the last %q: want a tombstone last", n, last)
 		}
 	})
-	t.Run("the stages count their records in the sink's metrics and log through its logger", func(t *testing.T) {
+	t.Run("the stages count their records in the sink's metrics, the table reports its lag there, and they log through the sink's logger", func(t *testing.T) {
 		fams, err := reg.Gatherer().Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -469,6 +469,18 @@ func TestTheWebhookChannelOnKfakeSendsEachEventOnce(t *testing.T) {
 			if counted[s] == 0 {
 				t.Errorf("stage %s counted no record (counts %v)", s, counted)
 			}
+		}
+		// The endpoints table's consumer reports its lag beside the stages'.
+		tableLag := false
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					tableLag = tableLag || f.GetName() == "herald_consumer_lag_records" && l.GetName() == "consumer" && l.GetValue() == "webhook-table"
+				}
+			}
+		}
+		if !tableLag {
+			t.Error("no herald_consumer_lag_records of the endpoints table (consumer webhook-table)")
 		}
 		if !logs.has("skip an undecodable outcome", "stage=webhook-fanout") || !logs.has("skip an undecodable decision", "stage=webhook-decisions") ||
 			!logs.has("skip a record of another schema", "stage=webhook-completion") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/topics"
@@ -87,6 +88,11 @@ func NewChannel(o ChannelOptions) (*Runners, error) {
 	if f.Metrics == nil {
 		f.Metrics = o.Sink.Metrics
 	}
+	reg := f.Metrics
+	if reg == nil {
+		reg = metrics.Default
+	}
+	r.Table.Lag = metrics.ConsumerLag(reg, "webhook-table")
 	if r.FanOut, err = NewFanOut(f); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/catchup"
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -23,6 +24,11 @@ import (
 // start; it then lags the topic by the time a committed change takes to
 // be read.
 type Table struct {
+	// Lag, when not nil, reports how far Run's consumer is behind the
+	// topic (herald_consumer_lag_records{consumer="webhook-table"} from
+	// NewChannel).
+	Lag *metrics.Lag
+
 	topic string
 	ready chan struct{}
 	once  sync.Once
@@ -169,7 +175,7 @@ func (t *Table) Run(ctx context.Context, opts []kgo.Opt, log *slog.Logger) error
 		return fmt.Errorf("webhook: table client: %w", err)
 	}
 	defer cl.Close()
-	err = catchup.Follow(ctx, cl, []string{t.topic}, log.With("component", "webhook-table"), func(rec *kgo.Record) { t.apply(rec, log) }, t.markReady)
+	err = catchup.Follow(ctx, cl, []string{t.topic}, log.With("component", "webhook-table"), t.Lag, func(rec *kgo.Record) { t.apply(rec, log) }, t.markReady)
 	if err != nil {
 		return fmt.Errorf("webhook: table: %w", err)
 	}
