@@ -65,13 +65,14 @@ func (s *slab) newRecord() *kgo.Record {
 }
 
 // reserve returns an empty slice over at least n free bytes of the slab,
-// to append to; bytes or text then claim what was appended.
+// to append to; bytes or text then claim what was appended. n is at most
+// valueRoom, far below a chunk's size.
 func (s *slab) reserve(n int) []byte {
 	if cap(s.buf)-len(s.buf) < n {
 		if s.buf != nil {
 			s.usedBufs = append(s.usedBufs, s.buf)
 		}
-		if k := len(s.freeBufs); k > 0 && n <= slabBytes {
+		if k := len(s.freeBufs); k > 0 {
 			s.buf, s.freeBufs = s.freeBufs[k-1][:0], s.freeBufs[:k-1]
 		} else {
 			s.buf = make([]byte, 0, max(slabBytes, n))
