@@ -17,15 +17,15 @@ import (
 // again only after release, which the task calls in Commit and Abort: by
 // then the stage has flushed the transaction (the producer calls every
 // record's promise before Flush returns and holds none of them after it)
-// and ended it, and it reads no output of the transaction after the
-// task's next Process (stage.Task documents both). Nothing the task keeps
-// across a transaction may point into a chunk: strings that outlive
-// Process are copied where they are kept (see Task.Process).
+// and reads none of its records any more (stage.Task documents both;
+// internal/stage's reuse test holds the runtime to it). Nothing the task
+// keeps across a transaction may point into a chunk: strings that
+// outlive Process are copied where they are kept (see Task.Process).
 //
 // After release the chunks the transaction used are the free ones, in the
 // order they were used; the chunks of the transaction before that it did
-// not need are dropped, so a slab holds about what its largest recent
-// transaction emitted.
+// not need are dropped, so a slab holds about what its last transaction
+// emitted (and byte chunks stale records in kept chunks point into).
 type slab struct {
 	recs []kgo.Record
 	buf  []byte
