@@ -78,6 +78,13 @@
 //     state and apply them on Commit or drop them on Abort: after an abort the
 //     session rewinds the input to the last committed offsets and the same
 //     records are processed again against the committed state.
+//   - The records a task emits belong to the runtime until it calls the
+//     task's Commit or Abort, which it does only after the transaction's
+//     flush (the producer holds none of them then) and after taking what
+//     it needs of an unwritable output; from then on the task may reuse
+//     their memory, as the dedupe task does (reuse_test.go). A runtime
+//     change that reads an output later, or pipelines a transaction's
+//     flush with the next batch, must move Commit and Abort with it.
 //   - Rebalances are blocked while a batch is processed (BlockRebalanceOnPoll)
 //     and allowed between transactions, so a revoke never interrupts a batch:
 //     the batch commits or aborts first. Keep batches short (MaxBatchRecords)
