@@ -58,9 +58,6 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 				return Row{}, fmt.Errorf("bench: task: process %d@%d: %w", rec.Partition, rec.Offset, err)
 			}
 		}
-		for _, t := range tasks {
-			t.Commit()
-		}
 		for _, r := range out.Records() {
 			switch r.Topic {
 			case tp.Decisions:
@@ -70,6 +67,9 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 			}
 		}
 		outputs += out.Len()
+		for _, t := range tasks {
+			t.Commit() // after the count: from here the tasks reuse the outputs' memory
+		}
 	}
 	elapsed := time.Since(start)
 	return Row{

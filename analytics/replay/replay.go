@@ -365,12 +365,12 @@ func replayPartition(ctx context.Context, o Options, topic string, p partitionPl
 				if err := task.Process(rec, &out); err != nil {
 					return fmt.Errorf("replay: process %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)
 				}
-				task.Commit()
 				if rec.Offset >= p.compareAt {
 					if err := compare(ctx, rec, out.Records(), audit, rep); err != nil {
 						return err
 					}
 				}
+				task.Commit() // after compare: from here the task reuses the outputs' memory
 			}
 			progress(rec.Offset + 1 - p.readFrom)
 			if rec.Offset >= p.end-1 {
