@@ -93,9 +93,7 @@ func Follow(ctx context.Context, cl *kgo.Client, topics []string, log *slog.Logg
 				log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
-		if lag != nil {
-			lag.Observe(fs)
-		}
+		lag.Observe(fs)
 		fs.EachRecord(func(rec *kgo.Record) {
 			if !rec.Attrs.IsControl() {
 				apply(rec)

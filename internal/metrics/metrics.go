@@ -251,8 +251,12 @@ type Lag struct {
 	Labels []string
 }
 
-// Observe sets the lag of every partition in fs that returned records.
+// Observe sets the lag of every partition in fs that returned records. A
+// nil Lag reports nothing.
 func (l *Lag) Observe(fs kgo.Fetches) {
+	if l == nil {
+		return
+	}
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
 			return
