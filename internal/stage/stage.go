@@ -62,7 +62,8 @@ type Out struct {
 	records []*kgo.Record
 }
 
-// Emit adds r to the transaction.
+// Emit adds r to the transaction. r is a record of its own, emitted once:
+// the producer owns it until the transaction ends.
 func (o *Out) Emit(r *kgo.Record) { o.records = append(o.records, r) }
 
 // Len is the number of records emitted so far.
@@ -666,8 +667,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	if err := r.sess.Client().Flush(ctx); err != nil {
 		return false, 0, fmt.Errorf("stage %s: flush: %w", r.cfg.Name, err)
 	}
-	errMu, errs := &sent.mu, sent.errs
-	errMu.Lock()
+	errs := sent.errors(&out)
 	var produceErr error
 	var poisoned []int // outputs that can never be written
 	for i, err := range errs {
@@ -681,7 +681,6 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 			poisoned = append(poisoned, i)
 		}
 	}
-	errMu.Unlock()
 	// What the poison handling below needs of the culprit is copied now:
 	// from Commit or Abort on, the tasks may reuse their records.
 	var culprit unwritableOutput
@@ -756,18 +755,37 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 var produceChunk = 1000
 
 // sending hands one transaction's outputs to the producer, beginning the
-// transaction with the first of them, and collects each output's produce
-// error by its index in Out.
+// transaction with the first of them, and collects the outputs the
+// producer failed: one promise for all of them, as a closure per output
+// would cost an allocation each.
 type sending struct {
-	r     *Runner
-	ctx   context.Context
-	began bool
-	n     int // outputs handed to the producer
-	mu    sync.Mutex
-	errs  []error // by index in Out; written by the producer's callbacks
+	r       *Runner
+	ctx     context.Context
+	began   bool
+	n       int // outputs handed to the producer
+	promise func(*kgo.Record, error)
+	mu      sync.Mutex
+	failed  []failedOutput // written by promise
 }
 
-func (r *Runner) newSending(ctx context.Context) *sending { return &sending{r: r, ctx: ctx} }
+// failedOutput is an output the producer failed, and why.
+type failedOutput struct {
+	rec *kgo.Record
+	err error
+}
+
+func (r *Runner) newSending(ctx context.Context) *sending {
+	s := &sending{r: r, ctx: ctx}
+	s.promise = func(rec *kgo.Record, err error) {
+		if err == nil {
+			return
+		}
+		s.mu.Lock()
+		s.failed = append(s.failed, failedOutput{rec, err})
+		s.mu.Unlock()
+	}
+	return s
+}
 
 // send begins the transaction if it has not begun (also with nothing to
 // produce: a batch whose inputs emit nothing still commits their offsets
@@ -779,18 +797,32 @@ func (s *sending) send(out *Out, upto int) error {
 		}
 		s.began = true
 	}
-	s.mu.Lock()
-	s.errs = append(s.errs, make([]error, upto-len(s.errs))...)
-	s.mu.Unlock()
-	for i := s.n; i < upto; i++ {
-		s.r.sess.Produce(s.ctx, out.records[i], func(_ *kgo.Record, err error) {
-			s.mu.Lock()
-			s.errs[i] = err
-			s.mu.Unlock()
-		})
+	for _, rec := range out.records[s.n:upto] {
+		s.r.sess.Produce(s.ctx, rec, s.promise)
 	}
 	s.n = upto
 	return nil
+}
+
+// errors is each produced output's error by its index in out (nil: every
+// output was written). Called after the producer's flush, when every
+// promise has run. Each output is a record of its own (Out.Emit), so its
+// pointer finds its index.
+func (s *sending) errors(out *Out) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.failed) == 0 {
+		return nil
+	}
+	at := make(map[*kgo.Record]int, s.n)
+	for i, rec := range out.records[:s.n] {
+		at[rec] = i
+	}
+	errs := make([]error, s.n)
+	for _, f := range s.failed {
+		errs[at[f.rec]] = f.err
+	}
+	return errs
 }
 
 // abandon aborts the transaction if it began (a task failed while its

@@ -31,8 +31,12 @@ type Task struct {
 
 	seen    [2]*seenTable     // by kind: kindIdem-1, kindDedupe-1
 	queued  [2]queue[posItem] // the expiries of seen, by kind
-	pending map[seenKey]pendingVal
-	order   []seenKey         // the keys of pending, in the order first changed
+	// The open transaction's changes: one per key, in the order each key
+	// was first changed, indexed by pending. The values are in a slice,
+	// not in the map: a map's values of more than 128 bytes are allocated
+	// one by one, and the map holds no pointers for the collector.
+	pending map[seenKey]int32
+	changes []pendingChange
 	pendQ   queue[expiryItem] // the expiries of pending
 	popped  []poppedItem      // popped from queued in this transaction, re-queued on abort
 
@@ -68,6 +72,12 @@ type pendingVal struct {
 	deleted bool
 }
 
+// pendingChange is the open transaction's latest change of a key.
+type pendingChange struct {
+	key seenKey
+	pendingVal
+}
+
 // poppedItem is an item popped from queued[kind-1].
 type poppedItem struct {
 	kind seenKind
@@ -80,7 +90,7 @@ var _ stage.Task = (*Task)(nil)
 func NewTask(p Policy, t Topics, partition int32) *Task {
 	return &Task{policy: p, topics: t, partition: partition,
 		seen:    [2]*seenTable{newSeenTable(partition, true), newSeenTable(partition, false)},
-		pending: map[seenKey]pendingVal{}}
+		pending: map[seenKey]int32{}}
 }
 
 // Len is the number of committed seen-set entries.
@@ -91,10 +101,19 @@ func (t *Task) table(kind seenKind) *seenTable { return t.seen[kind-1] }
 
 // setPending notes a change of the open transaction.
 func (t *Task) setPending(k seenKey, p pendingVal) {
-	if _, ok := t.pending[k]; !ok {
-		t.order = append(t.order, k)
+	if i, ok := t.pending[k]; ok {
+		t.changes[i].pendingVal = p
+		return
 	}
-	t.pending[k] = p
+	t.pending[k] = int32(len(t.changes))
+	t.changes = append(t.changes, pendingChange{key: k, pendingVal: p})
+}
+
+// dropPending forgets the open transaction's changes.
+func (t *Task) dropPending() {
+	clear(t.pending)
+	clear(t.changes) // their strings are not kept alive until overwritten
+	t.changes = t.changes[:0]
 }
 
 // Restore implements stage.Task. A value that is not a seen entry fails the
@@ -149,7 +168,8 @@ func (t *Task) restoreVal(b []byte) (seenVal, seenStrings, error) {
 // get implements seenStore: the open transaction's changes over the
 // committed seen-set.
 func (t *Task) get(k seenKey) (seenVal, seenStrings, bool) {
-	if p, ok := t.pending[k]; ok {
+	if i, ok := t.pending[k]; ok {
+		p := &t.changes[i]
 		return p.val, p.strs, !p.deleted
 	}
 	return t.table(k.kind).get(&k.id)
@@ -316,22 +336,21 @@ func (t *Task) nextDue(now int64) (key seenKey, at int64, ok bool) {
 	}
 }
 
-// Commit implements stage.Task. The changes are applied in the order they
-// were made, so positions, and the order of tombstones of one expiry, do
-// not depend on map iteration.
+// Commit implements stage.Task. Each changed key's last change is applied,
+// in the order the keys were first changed, so positions, and the order of
+// tombstones of one expiry, do not depend on map iteration.
 func (t *Task) Commit() {
-	for _, k := range t.order {
-		p := t.pending[k]
-		tb := t.table(k.kind)
+	for i := range t.changes {
+		p := &t.changes[i]
+		tb := t.table(p.key.kind)
 		if p.deleted {
-			tb.delete(&k.id)
+			tb.delete(&p.key.id)
 			continue
 		}
-		pos := tb.set(&k.id, p.val, p.strs)
-		t.queued[k.kind-1].push(newPosItem(p.val.expiresAt, pos))
+		pos := tb.set(&p.key.id, p.val, p.strs)
+		t.queued[p.key.kind-1].push(newPosItem(p.val.expiresAt, pos))
 	}
-	clear(t.pending)
-	t.order = t.order[:0]
+	t.dropPending()
 	t.pendQ = t.pendQ[:0]
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
@@ -341,8 +360,7 @@ func (t *Task) Commit() {
 
 // Abort implements stage.Task.
 func (t *Task) Abort() {
-	clear(t.pending)
-	t.order = t.order[:0]
+	t.dropPending()
 	t.pendQ = t.pendQ[:0]
 	for _, p := range t.popped {
 		t.queued[p.kind-1].push(p.item)
