@@ -29,8 +29,8 @@ type Task struct {
 	topics    Topics
 	partition int32
 
-	seen    [2]*seenTable     // by kind: kindIdem-1, kindDedupe-1
-	queued  [2]queue[posItem] // the expiries of seen, by kind
+	seen   [2]*seenTable     // by kind: kindIdem-1, kindDedupe-1
+	queued [2]queue[posItem] // the expiries of seen, by kind
 	// The open transaction's changes: one per key, in the order each key
 	// was first changed, indexed by pending. The values are in a slice,
 	// not in the map: a map's values of more than 128 bytes are allocated
