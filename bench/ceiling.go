@@ -41,8 +41,9 @@ func copyOnKafka(ctx context.Context, cat *topics.Catalog, group string, n int, 
 	}
 	defer sess.Close()
 
+	meter := o.meter()
 	var (
-		start     time.Time
+		start     spanStart
 		committed int
 		txns      int
 		mu        sync.Mutex
@@ -62,8 +63,8 @@ func copyOnKafka(ctx context.Context, cat *topics.Catalog, group string, n int, 
 		if len(in) == 0 {
 			continue
 		}
-		if start.IsZero() {
-			start = time.Now()
+		if start.at.IsZero() {
+			start = meter.start()
 		}
 		if err := sess.Begin(); err != nil {
 			return Row{}, fmt.Errorf("bench: kafka: copy loop: begin: %w", err)
@@ -92,7 +93,8 @@ func copyOnKafka(ctx context.Context, cat *topics.Catalog, group string, n int, 
 			txns++
 		}
 	}
-	elapsed := time.Since(start)
+	sp := meter.end(start)
+	elapsed := sp.elapsed
 	for _, short := range ceilingOutputs {
 		copies := 0
 		if err := readCommitted(ctx, cat.Name(short), o, func(*kgo.Record) error { copies++; return nil }); err != nil {
@@ -110,6 +112,8 @@ func copyOnKafka(ctx context.Context, cat *topics.Catalog, group string, n int, 
 		Accepted:  -1,
 		Decisions: -1,
 		Elapsed:   elapsed,
+		CPU:       sp.cpu,
+		ServerCPU: sp.serverCPU,
 		Note: fmt.Sprintf("not a decision: each request copied to %d topics (the stage writes 3.25 records); %d commits (%.0f rec/txn)",
 			len(ceilingOutputs), txns, float64(n)/float64(max(txns, 1))),
 	}, nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
-	"time"
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/schemas"
@@ -44,15 +43,16 @@ func chunks(reqs []schemas.Request, size int, f func([]schemas.Request) error) e
 }
 
 // timed runs work for every shard at once, each on its own goroutine, and
-// returns the summed accepted count and the time from the start of the
-// first to the end of the last. Set-up (connecting) belongs before it.
-func timed(ctx context.Context, shards [][]schemas.Request, work func(ctx context.Context, i int, reqs []schemas.Request) (int, error)) (int, time.Duration, error) {
+// returns the summed accepted count and the span from the start of the
+// first to the end of the last, measured by meter. Set-up (connecting)
+// belongs before it.
+func timed(ctx context.Context, meter cpuMeter, shards [][]schemas.Request, work func(ctx context.Context, i int, reqs []schemas.Request) (int, error)) (int, span, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	accepted := make([]int, len(shards))
 	errs := make([]error, len(shards))
-	start := time.Now()
+	start := meter.start()
 	for i, reqs := range shards {
 		wg.Go(func() {
 			accepted[i], errs[i] = work(ctx, i, reqs)
@@ -62,15 +62,15 @@ func timed(ctx context.Context, shards [][]schemas.Request, work func(ctx contex
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	sp := meter.end(start)
 	total := 0
 	for i := range shards {
 		if errs[i] != nil {
-			return 0, elapsed, fmt.Errorf("connection %d: %w", i, errs[i])
+			return 0, sp, fmt.Errorf("connection %d: %w", i, errs[i])
 		}
 		total += accepted[i]
 	}
-	return total, elapsed, nil
+	return total, sp, nil
 }
 
 // connsNote names the connection count when there is more than one.

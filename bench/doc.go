@@ -24,6 +24,13 @@
 // row is the median round with the range of all of them: on a shared host
 // one run of the same stage has measured anywhere from 52k to 89k
 // requests/s (BENCHMARKS.md), more than most changes being measured.
+// Each row also reports the CPU time spent per record in its timed part
+// (the "cpu µs/rec" column, see cpu.go): this process's (herald's stage,
+// or the PostgreSQL and Redis clients), plus the server's when it listens
+// on this machine (the broker; PostgreSQL with its backends; Redis). CPU
+// time per record moves far less than records/s on a shared host, and
+// the cores divided by the sum of the two is what the machine can carry
+// when the backend and its clients share it.
 // Results are rows of a plain aligned table or of a Markdown table for
 // BENCHMARKS.md.
 //

@@ -382,7 +382,8 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	if err != nil {
 		return Row{}, err
 	}
-	start := time.Now()
+	meter := o.meter()
+	start := meter.start()
 	var last int64
 	err = poll("every input offset committed", func() (bool, error) {
 		offs, err := adm.FetchOffsets(ctx, group)
@@ -404,13 +405,14 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	if err != nil {
 		return Row{}, fmt.Errorf("%w (%d of %d offsets committed)", err, last, n)
 	}
-	elapsed := time.Since(start)
+	sp := meter.end(start)
+	elapsed := sp.elapsed
 	if err := stopStage(); err != nil {
 		return Row{}, fmt.Errorf("bench: kafka: the dedupe stage: %w", err)
 	}
 	txns, aborts := committedTxns.Value()-txns0, abortedTxns.Value()-aborts0
 	note := fmt.Sprintf("%d commits (%.0f rec/txn), replication %d, startup %.2fs untimed",
-		txns, float64(n)/float64(max(txns, 1)), o.Replication, start.Sub(launched).Seconds())
+		txns, float64(n)/float64(max(txns, 1)), o.Replication, start.at.Sub(launched).Seconds())
 	if rn.instances > 1 {
 		note = fmt.Sprintf("%d instances in one process, ", rn.instances) + note
 	}
@@ -419,12 +421,23 @@ func decideOnKafka(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, g
 	}
 	log.Info("stream decided", "elapsed", elapsed.Round(time.Millisecond), "transactions", txns, "aborted", aborts)
 	return Row{
-		Backend: KafkaBackend,
-		Variant: fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d, %s, records %s", rn.txn, rn.codec, rn.format),
-		Records: n,
-		Elapsed: elapsed,
-		Note:    note,
+		Backend:   KafkaBackend,
+		Variant:   fmt.Sprintf("dedupe stage, exactly-once, txn ≤ %d, %s, records %s", rn.txn, rn.codec, rn.format),
+		Records:   n,
+		Elapsed:   elapsed,
+		CPU:       sp.cpu,
+		ServerCPU: sp.serverCPU,
+		Note:      note,
 	}, nil
+}
+
+// meter measures this process (the stage runs in it) and the first seed
+// broker when it runs on this machine.
+func (o KafkaOptions) meter() cpuMeter {
+	if len(o.Brokers) == 0 {
+		return cpuMeter{}
+	}
+	return newCPUMeter(o.Brokers[0])
 }
 
 // countDecisions reads the decisions and accepted topics read_committed and

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,6 +223,16 @@ func RunPostgres(ctx context.Context, s *Stream, o PostgresOptions) ([]Row, erro
 	return rows, nil
 }
 
+// meter measures this process and the PostgreSQL server when it listens
+// on this machine over TCP.
+func (o PostgresOptions) meter() cpuMeter {
+	cfg, err := pgx.ParseConfig(o.DSN)
+	if err != nil {
+		return cpuMeter{}
+	}
+	return newCPUMeter(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+}
+
 func postgresVariant(ctx context.Context, o PostgresOptions, shards [][]schemas.Request, n int, name string,
 	work func(ctx context.Context, conn *pgx.Conn, reqs []schemas.Request) (int, error)) (Row, error) {
 	conns := make([]*pgx.Conn, len(shards))
@@ -238,13 +250,14 @@ func postgresVariant(ctx context.Context, o PostgresOptions, shards [][]schemas.
 		}
 		conns[i] = c
 	}
-	accepted, elapsed, err := timed(ctx, shards, func(ctx context.Context, i int, reqs []schemas.Request) (int, error) {
+	accepted, sp, err := timed(ctx, o.meter(), shards, func(ctx context.Context, i int, reqs []schemas.Request) (int, error) {
 		return work(ctx, conns[i], reqs)
 	})
 	if err != nil {
 		return Row{}, fmt.Errorf("bench: postgres: %s: %w", name, err)
 	}
-	return Row{Backend: PostgresBackend, Variant: name + connsNote(len(shards)), Records: n, Accepted: accepted, Decisions: n, Elapsed: elapsed}, nil
+	return Row{Backend: PostgresBackend, Variant: name + connsNote(len(shards)), Records: n, Accepted: accepted, Decisions: n,
+		Elapsed: sp.elapsed, CPU: sp.cpu, ServerCPU: sp.serverCPU}, nil
 }
 
 // postgresDurability names the settings that decide what a commit waits

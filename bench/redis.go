@@ -127,6 +127,7 @@ func RunRedis(ctx context.Context, s *Stream, o RedisOptions) ([]Row, error) {
 		return nil, err
 	}
 	shards := shard(s.Requests, o.Conns)
+	meter := newCPUMeter(o.Addr)
 	var rows []Row
 	for vi, v := range variants {
 		keys := make([][]string, len(shards))
@@ -140,13 +141,14 @@ func RunRedis(ctx context.Context, s *Stream, o RedisOptions) ([]Row, error) {
 		if err := warm(ctx, rdb, len(shards)); err != nil {
 			return rows, err
 		}
-		acc, elapsed, err := timed(ctx, shards, func(ctx context.Context, i int, reqs []schemas.Request) (int, error) {
+		acc, sp, err := timed(ctx, meter, shards, func(ctx context.Context, i int, reqs []schemas.Request) (int, error) {
 			return v.work(ctx, keys[i], reqs)
 		})
 		if err != nil {
 			return rows, fmt.Errorf("bench: redis: %s: %w", v.name, err)
 		}
-		row := Row{Backend: RedisBackend, Variant: v.name + connsNote(len(shards)), Records: len(s.Requests), Accepted: acc, Decisions: len(s.Requests), Elapsed: elapsed, Note: durability}
+		row := Row{Backend: RedisBackend, Variant: v.name + connsNote(len(shards)), Records: len(s.Requests), Accepted: acc, Decisions: len(s.Requests),
+			Elapsed: sp.elapsed, CPU: sp.cpu, ServerCPU: sp.serverCPU, Note: durability}
 		rows = append(rows, row)
 		stored, err := unlink(context.WithoutCancel(ctx), rdb, keys, o.Batch)
 		if err != nil {
@@ -155,7 +157,7 @@ func RunRedis(ctx context.Context, s *Stream, o RedisOptions) ([]Row, error) {
 		if stored != acc {
 			return rows, fmt.Errorf("bench: redis: %s: %d keys set but %d found afterwards", v.name, acc, stored)
 		}
-		o.Logger.Info("stream decided", "backend", RedisBackend, "variant", v.name, "elapsed", elapsed.Round(time.Millisecond), "accepted", acc)
+		o.Logger.Info("stream decided", "backend", RedisBackend, "variant", v.name, "elapsed", sp.elapsed.Round(time.Millisecond), "accepted", acc)
 	}
 	return rows, nil
 }

@@ -30,6 +30,10 @@ type Row struct {
 	// the stage owning all its partitions) to the last decision durable
 	// (herald: every input offset committed).
 	Elapsed time.Duration
+	// CPU is the CPU time this process spent in Elapsed (herald's stage, or
+	// the PostgreSQL and Redis clients), ServerCPU the backend server's
+	// when it runs on this machine (see cpu.go); 0 when not measured.
+	CPU, ServerCPU time.Duration
 	// Note holds what else the reader needs: transactions, setup times.
 	Note string
 }
@@ -51,7 +55,22 @@ var columns = []struct {
 	right bool
 }{
 	{"backend", false}, {"variant", false}, {"records", true}, {"accepted", true},
-	{"seconds", true}, {"records/s", true}, {"decisions/s", true}, {"notes", false},
+	{"seconds", true}, {"records/s", true}, {"decisions/s", true}, {"cpu µs/rec", true}, {"notes", false},
+}
+
+// cpuCell is the CPU time per record of this process, and of the server
+// when it was measured: "9.1 + 6.3", "9.1" or "-".
+func (r Row) cpuCell() string {
+	if r.CPU <= 0 || r.Records <= 0 {
+		return "-"
+	}
+	per := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d.Nanoseconds())/1e3/float64(r.Records), 'f', 1, 64)
+	}
+	if r.ServerCPU <= 0 {
+		return per(r.CPU)
+	}
+	return per(r.CPU) + " + " + per(r.ServerCPU)
 }
 
 func (r Row) cells() []string {
@@ -69,6 +88,7 @@ func (r Row) cells() []string {
 		strconv.FormatFloat(r.Elapsed.Seconds(), 'f', 2, 64),
 		strconv.FormatFloat(r.PerSecond(r.Records), 'f', 0, 64),
 		na(r.Decisions, strconv.FormatFloat(r.PerSecond(r.Decisions), 'f', 0, 64)),
+		r.cpuCell(),
 		r.Note,
 	}
 }

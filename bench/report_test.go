@@ -8,8 +8,8 @@ import (
 
 var sampleRows = []Row{
 	{Backend: KafkaBackend, Variant: "produce the stream (setup)", Records: 1000, Accepted: -1, Decisions: -1, Elapsed: 500 * time.Millisecond, Note: "not a decision"},
-	{Backend: KafkaBackend, Variant: "dedupe stage, txn ≤ 100", Records: 1000, Accepted: 700, Decisions: 1000, Elapsed: 2 * time.Second, Note: "10 txns"},
-	{Backend: PostgresBackend, Variant: "a|b", Records: 1000, Accepted: 700, Decisions: 1000, Elapsed: 250 * time.Millisecond},
+	{Backend: KafkaBackend, Variant: "dedupe stage, txn ≤ 100", Records: 1000, Accepted: 700, Decisions: 1000, Elapsed: 2 * time.Second, CPU: 9 * time.Millisecond, ServerCPU: 6500 * time.Microsecond, Note: "10 txns"},
+	{Backend: PostgresBackend, Variant: "a|b", Records: 1000, Accepted: 700, Decisions: 1000, Elapsed: 250 * time.Millisecond, CPU: 2 * time.Millisecond},
 }
 
 func TestWriteTable(t *testing.T) {
@@ -19,12 +19,12 @@ func TestWriteTable(t *testing.T) {
 		want string
 	}{
 		{"no rows print the header alone", nil,
-			"backend  variant  records  accepted  seconds  records/s  decisions/s  notes\n"},
-		{"text is left-aligned, numbers right-aligned, setup rows show no counts", sampleRows, "" +
-			"backend       variant                     records  accepted  seconds  records/s  decisions/s  notes\n" +
-			"herald/kafka  produce the stream (setup)     1000         -     0.50       2000            -  not a decision\n" +
-			"herald/kafka  dedupe stage, txn ≤ 100        1000       700     2.00        500          500  10 txns\n" +
-			"postgres      a|b                            1000       700     0.25       4000         4000\n"},
+			"backend  variant  records  accepted  seconds  records/s  decisions/s  cpu µs/rec  notes\n"},
+		{"text is left-aligned, numbers right-aligned, setup rows show no counts, CPU per record of the bench and of the server when measured", sampleRows, "" +
+			"backend       variant                     records  accepted  seconds  records/s  decisions/s  cpu µs/rec  notes\n" +
+			"herald/kafka  produce the stream (setup)     1000         -     0.50       2000            -           -  not a decision\n" +
+			"herald/kafka  dedupe stage, txn ≤ 100        1000       700     2.00        500          500   9.0 + 6.5  10 txns\n" +
+			"postgres      a|b                            1000       700     0.25       4000         4000         2.0\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
@@ -45,11 +45,11 @@ func TestWriteMarkdown(t *testing.T) {
 		want string
 	}{
 		{"numbers are right-aligned and pipes in cells escaped", sampleRows, "" +
-			"| backend | variant | records | accepted | seconds | records/s | decisions/s | notes |\n" +
-			"| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n" +
-			"| herald/kafka | produce the stream (setup) | 1000 | - | 0.50 | 2000 | - | not a decision |\n" +
-			"| herald/kafka | dedupe stage, txn ≤ 100 | 1000 | 700 | 2.00 | 500 | 500 | 10 txns |\n" +
-			"| postgres | a\\|b | 1000 | 700 | 0.25 | 4000 | 4000 |  |\n"},
+			"| backend | variant | records | accepted | seconds | records/s | decisions/s | cpu µs/rec | notes |\n" +
+			"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n" +
+			"| herald/kafka | produce the stream (setup) | 1000 | - | 0.50 | 2000 | - | - | not a decision |\n" +
+			"| herald/kafka | dedupe stage, txn ≤ 100 | 1000 | 700 | 2.00 | 500 | 500 | 9.0 + 6.5 | 10 txns |\n" +
+			"| postgres | a\\|b | 1000 | 700 | 0.25 | 4000 | 4000 | 2.0 |  |\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder

@@ -50,7 +50,8 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 	}
 
 	accepted, decisions, outputs := 0, 0, 0
-	start := time.Now()
+	meter := cpuMeter{} // this process: the tasks run on this goroutine
+	start := meter.start()
 	for off := 0; off < len(recs); off += txn {
 		var out stage.Out
 		for _, rec := range recs[off:min(off+txn, len(recs))] {
@@ -71,14 +72,15 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 			t.Commit() // after the count: from here the tasks reuse the outputs' memory
 		}
 	}
-	elapsed := time.Since(start)
+	sp := meter.end(start)
 	return Row{
 		Backend:   TaskBackend,
 		Variant:   fmt.Sprintf("dedupe tasks only, no Kafka, batches of %d, records %s", txn, f),
 		Records:   len(recs),
 		Accepted:  accepted,
 		Decisions: decisions,
-		Elapsed:   elapsed,
+		Elapsed:   sp.elapsed,
+		CPU:       sp.cpu,
 		Note:      fmt.Sprintf("1 goroutine; %d output records (%.2f per request) encoded, not sent", outputs, float64(outputs)/float64(len(recs))),
 	}, nil
 }
