@@ -28,6 +28,7 @@ type sinkFlags struct {
 	rebalanceTimeout                time.Duration
 	batch, maxInFlight, maxAttempts int
 	interval, txnTimeout, callTO    time.Duration
+	linger                          time.Duration
 	backoffMin, backoffMax, maxAge  time.Duration
 	recordFormat                    *string
 }
@@ -39,6 +40,7 @@ func (s *sinkFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.batch, "batch-records", 0, "most delivery commands in one transaction (default twice --max-in-flight)")
 	fs.DurationVar(&s.interval, "batch-interval", 100*time.Millisecond, "longest a transaction collects commands")
 	fs.DurationVar(&s.txnTimeout, "transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
+	fs.DurationVar(&s.linger, "producer-linger", stage.DefaultProducerLinger, "how long the producer lets a batch of outputs fill while a transaction's inputs are processed (the end of every transaction sends at once); 0: none")
 	fs.IntVar(&s.maxInFlight, "max-in-flight", 1000, "most provider calls in flight")
 	fs.DurationVar(&s.callTO, "call-timeout", 10*time.Second, "longest one provider call may take (keep well below the group's rebalance timeout)")
 	fs.IntVar(&s.maxAttempts, "max-attempts", 8, "most calls per delivery; then it fails and is dead-lettered")
@@ -63,6 +65,9 @@ func (s *sinkFlags) check() error {
 	}
 	if err := stage.CheckResetOffsets(s.reset); err != nil {
 		errs = append(errs, badField("reset-offsets", "%v", err))
+	}
+	if err := checkProducerLinger(s.linger); err != nil {
+		errs = append(errs, err)
 	}
 	if s.maxInFlight < 1 {
 		errs = append(errs, badField("max-in-flight", "must be at least 1, got %d", s.maxInFlight))
@@ -91,7 +96,7 @@ func (s *sinkFlags) options(channel string, p sinks.Provider, kf *kafkaFlags) (s
 		return sinks.Options{}, err
 	}
 	return sinks.Options{
-		Instance:     stage.Instance{Brokers: seeds, ClientOpts: kopts, Group: s.group, InstanceID: s.instance, MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset},
+		Instance:     stage.Instance{Brokers: seeds, ClientOpts: kopts, Group: s.group, InstanceID: s.instance, MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout, RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset, ProducerLinger: producerLinger(s.linger)},
 		Channel:      channel,
 		Provider:     p,
 		Catalog:      kf.catalog(),

@@ -19,6 +19,7 @@ type stageFlags struct {
 	instance, group, reset                 string
 	batch, restoreParallelism              int
 	interval, txnTimeout, rebalanceTimeout time.Duration
+	linger                                 time.Duration
 }
 
 // register adds the flags; stateName names the stage's changelog state in
@@ -31,6 +32,7 @@ func (s *stageFlags) register(fs *flag.FlagSet, stageName, group, stateName, rep
 	fs.DurationVar(&s.interval, "batch-interval", 100*time.Millisecond,
 		"longest an idle poll waits (timers fire at least this often); a transaction closes as soon as the fetch is drained")
 	fs.DurationVar(&s.txnTimeout, "transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
+	fs.DurationVar(&s.linger, "producer-linger", stage.DefaultProducerLinger, "how long the producer lets a batch of outputs fill while a transaction's inputs are processed (the end of every transaction sends at once); 0: none")
 	fs.DurationVar(&s.rebalanceTimeout, "rebalance-timeout", time.Minute,
 		"how long the group waits for members to rejoin a rebalance; partitions restore inside it, so set it above the longest restore: "+
 			"records in the largest "+stateName+" partition ÷ the records_per_s logged by \"partition restored\" × ⌈partitions per instance ÷ --restore-parallelism⌉")
@@ -55,6 +57,9 @@ func (s *stageFlags) check() error {
 	if err := stage.CheckResetOffsets(s.reset); err != nil {
 		errs = append(errs, badField("reset-offsets", "%v", err))
 	}
+	if err := checkProducerLinger(s.linger); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
 	}
@@ -66,5 +71,25 @@ func (s *stageFlags) check() error {
 func (s *stageFlags) runtime(brokers []string, opts []kgo.Opt) stage.Instance {
 	return stage.Instance{Brokers: brokers, ClientOpts: opts, Group: s.group, InstanceID: s.instance,
 		MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout,
-		RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset, RestoreParallelism: s.restoreParallelism}
+		RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset, RestoreParallelism: s.restoreParallelism,
+		ProducerLinger: producerLinger(s.linger)}
+}
+
+// checkProducerLinger refuses a --producer-linger the producer cannot
+// take: negative, or longer than a minute.
+func checkProducerLinger(d time.Duration) error {
+	if d < 0 || d > time.Minute {
+		return badField("producer-linger", "must be between 0 and 1m, got %v", d)
+	}
+	return nil
+}
+
+// producerLinger is the runtime's ProducerLinger for the
+// --producer-linger flag, whose 0 means none (the runtime's 0 is its
+// default).
+func producerLinger(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

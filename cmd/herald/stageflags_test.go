@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/internal/stage"
 )
 
 func TestStageCommandsTakeOnlyAnExplicitOffsetReset(t *testing.T) {
@@ -54,4 +57,51 @@ func TestStageCommandsRestoreAtLeastOnePartitionAtATime(t *testing.T) {
 			t.Fatalf("RestoreParallelism %d, want 12", got)
 		}
 	})
+}
+
+func TestProducerLingerReachesTheStageRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		want time.Duration
+	}{
+		{"no flag is the runtime's default", nil, "", stage.DefaultProducerLinger},
+		{"a duration is the linger", []string{"--producer-linger", "20ms"}, "", 20 * time.Millisecond},
+		{"0 is no linger at all (the runtime's negative)", []string{"--producer-linger", "0"}, "", -1},
+		{"the environment sets it too", nil, "15ms", 15 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("HERALD_PRODUCER_LINGER", tc.env)
+			}
+			fs := newFlagSet("dedupe")
+			var sf stageFlags
+			sf.register(fs, "dedupe", "herald-dedupe", "the seen-set", "replays")
+			if err := parseFlags(fs, append([]string{"--instance-id", "d-0"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			if got := sf.runtime(nil, nil).Config("dedupe").ProducerLinger; got != tc.want {
+				t.Fatalf("linger %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAProducerLingerTheProducerCannotTakeIsRefused(t *testing.T) {
+	for _, command := range []string{"dedupe", "route", "sink"} {
+		for _, d := range []string{"-1ms", "2m"} {
+			t.Run(command+": --producer-linger "+d+" is refused naming the flag", func(t *testing.T) {
+				args := []string{command, "--brokers", "127.0.0.1:1", "--producer-linger", d}
+				if command == "sink" {
+					args = append(args, "--channel", "webhook")
+				}
+				var out, errb bytes.Buffer
+				code := run(t.Context(), args, &out, &errb)
+				if code != 2 || !strings.Contains(errb.String(), "--producer-linger must be between 0 and 1m, got "+d) {
+					t.Fatalf("exit %d, stderr %q; want 2 and a message naming --producer-linger", code, errb.String())
+				}
+			})
+		}
+	}
 }

@@ -36,8 +36,11 @@ type Instance struct {
 	ResetOffsets       string
 	// RestoreParallelism is Config's: how many partitions restore at once.
 	RestoreParallelism int
-	ClientOpts         []kgo.Opt
-	Logger             *slog.Logger
+	// ProducerLinger is Config's: how long outputs wait to fill a batch
+	// while a transaction's inputs are processed.
+	ProducerLinger time.Duration
+	ClientOpts     []kgo.Opt
+	Logger         *slog.Logger
 	// Metrics receives the stage's metrics (metrics.Default when nil).
 	Metrics *metrics.Registry
 }
@@ -59,6 +62,7 @@ func (i Instance) Config(name string) Config {
 		RebalanceTimeout:   i.RebalanceTimeout,
 		ResetOffsets:       i.ResetOffsets,
 		RestoreParallelism: i.RestoreParallelism,
+		ProducerLinger:     i.ProducerLinger,
 		ClientOpts:         i.ClientOpts,
 		Logger:             i.Logger,
 		Metrics:            i.Metrics,
