@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -120,6 +121,23 @@ func (r *rig) outputs() []string {
 
 // awaitOut waits until the output holds at least n committed records (or
 // the stage fails) and returns their values.
+// produceDistinct produces n distinct keys, half to each of the first two
+// input partitions, and returns the counter's outputs for them: each key
+// once, with count 1.
+func (r *rig) produceDistinct(n int) []string {
+	r.t.Helper()
+	want := make([]string, 0, n)
+	for p := range int32(2) {
+		keys := make([]string, n/2)
+		for i := range keys {
+			keys[i] = "p" + strconv.Itoa(int(p)) + "k" + strconv.Itoa(i)
+			want = append(want, keys[i]+"=1")
+		}
+		r.produce(p, keys...)
+	}
+	return want
+}
+
 func (r *rig) awaitOut(s *running, n int) []string {
 	r.t.Helper()
 	got, err := r.awaitOutOrErr(s, n)

@@ -1,7 +1,6 @@
 package stage_test
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,15 +55,7 @@ func TestATransactionDoesNotWaitForTheProducersLinger(t *testing.T) {
 		stage.SetProduceChunk(t, 3)
 		r := newRig(t, brokers, opts, 2, nil)
 		const n = 40
-		want := make([]string, 0, n)
-		for p := range int32(2) {
-			keys := make([]string, n/2)
-			for i := range keys {
-				keys[i] = "p" + strconv.Itoa(int(p)) + "k" + strconv.Itoa(i)
-				want = append(want, keys[i]+"=1")
-			}
-			r.produce(p, keys...)
-		}
+		want := r.produceDistinct(n)
 		cfg := r.config()
 		cfg.ProducerLinger = time.Minute
 		cfg.MaxBatchRecords = 10

@@ -1,7 +1,6 @@
 package stage_test
 
 import (
-	"strconv"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -60,15 +59,7 @@ func TestATaskMayReuseItsOutputsOnceTheTransactionEnds(t *testing.T) {
 		stage.SetProduceChunk(t, 7)
 		r := newRig(t, brokers, opts, 2, nil)
 		const n = 300
-		want := make([]string, 0, n)
-		for p := range int32(2) {
-			keys := make([]string, n/2)
-			for i := range keys {
-				keys[i] = "p" + strconv.Itoa(int(p)) + "k" + strconv.Itoa(i)
-				want = append(want, keys[i]+"=1")
-			}
-			r.produce(p, keys...)
-		}
+		want := r.produceDistinct(n)
 		cfg := r.config()
 		newCounter := cfg.NewTask
 		cfg.NewTask = func(p int32) stage.Task { return &reusing{Task: newCounter(p)} }
