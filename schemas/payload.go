@@ -22,15 +22,20 @@ import (
 // decode-and-marshal it replaces.
 
 // appendCanonical appends the canonical text of the valid JSON document
-// raw to dst.
-func appendCanonical(dst, raw []byte) []byte {
-	p := canonParser{in: raw}
-	return p.value(dst)
+// raw to dst. members is room for the parser's objects' members (nil: it
+// allocates its own); the room it used is returned for the next call.
+func appendCanonical(dst, raw []byte, members []member) ([]byte, []member) {
+	p := canonParser{in: raw, members: members[:0]}
+	return p.value(dst), p.members[:0]
 }
 
 type canonParser struct {
 	in []byte
 	i  int
+	// members is a stack of the open objects' members: an object's are
+	// above those of the objects it is nested in, and are popped when it
+	// is written.
+	members []member
 }
 
 // space skips white space. It is called only where valid JSON has a
@@ -111,7 +116,7 @@ func (p *canonParser) object(dst []byte) []byte {
 	// Each member's text is written after dst's end, then the members are
 	// copied back in key order.
 	base := len(dst)
-	var members []member
+	mb := len(p.members) // this object's members are p.members[mb:]
 	for {
 		p.space()
 		tok := p.stringToken()
@@ -122,7 +127,7 @@ func (p *canonParser) object(dst []byte) []byte {
 		p.i++ // :
 		dst = append(dst, ':')
 		dst = p.value(dst)
-		members = append(members, member{key: key, start: start, end: len(dst)})
+		p.members = append(p.members, member{key: key, start: start, end: len(dst)})
 		p.space()
 		if p.in[p.i] == '}' {
 			p.i++
@@ -133,6 +138,7 @@ func (p *canonParser) object(dst []byte) []byte {
 	// The last of a key given twice wins, as in a decoded map: a stable
 	// sort keeps members of one key in their order, and only the last of
 	// each run is written.
+	members := p.members[mb:]
 	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 	// The object is written after the members' texts, then moved down
 	// over them.
@@ -148,6 +154,7 @@ func (p *canonParser) object(dst []byte) []byte {
 		dst = append(dst, dst[m.start:m.end]...)
 	}
 	dst = append(dst, '}')
+	p.members = p.members[:mb]
 	return dst[:base+copy(dst[base:], dst[end:])]
 }
 

@@ -78,17 +78,18 @@ func (r Request) ContentHash() string {
 // payload is empty; any other one through encoding/json, as before.
 func (r *Request) ContentSum() [sha256.Size]byte {
 	c := requestContent{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, jsonNull, r.Locale, r.Channels, r.TargetDevice}
+	s := contentScratch.Get().(*scratch)
+	defer contentScratch.Put(s)
 	if len(r.Payload) != 0 {
 		// The canonical payload is what encoding/json writes for it as it
 		// is, and the generated encoder copies it unchanged.
-		c.Payload = compactJSON(r.Payload)
+		s.payload, s.members = appendCompactJSON(s.payload[:0], r.Payload, s.members)
+		c.Payload = s.payload
 	}
 	if !c.plain() {
 		b, _ := json.Marshal(c) // only strings, slices and valid raw JSON: cannot fail
 		return sha256.Sum256(b)
 	}
-	s := contentScratch.Get().(*scratch)
-	defer contentScratch.Put(s)
 	s.e.start(s.buf[:0])
 	c.MarshalEasyJSON(&s.e.w)
 	b, _ := s.e.finish(s.buf[:0]) // cannot fail: strings and slices only
@@ -96,12 +97,15 @@ func (r *Request) ContentSum() [sha256.Size]byte {
 	return sha256.Sum256(b)
 }
 
-// contentScratch holds the buffers ContentSum encodes into.
+// contentScratch holds the buffers ContentSum encodes into: the content,
+// the canonical payload, and the room for the payload's objects' members.
 var contentScratch = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 1000)} }}
 
 type scratch struct {
-	e   Encoder
-	buf []byte
+	e       Encoder
+	buf     []byte
+	payload []byte
+	members []member
 }
 
 var jsonNull = json.RawMessage("null")
@@ -151,10 +155,17 @@ func (c *requestContent) plain() bool {
 // json.Number, each number replaced by canonicalNumber's text; it is
 // written without the decoding (appendCanonical).
 func compactJSON(raw json.RawMessage) json.RawMessage {
+	b, _ := appendCompactJSON(make([]byte, 0, len(raw)), raw, nil)
+	return b
+}
+
+// appendCompactJSON appends compactJSON(raw) to dst, with members as
+// appendCanonical's room (returned for the next call).
+func appendCompactJSON(dst []byte, raw json.RawMessage, members []member) ([]byte, []member) {
 	if len(raw) == 0 || !json.Valid(raw) {
-		return json.RawMessage("null")
+		return append(dst, "null"...), members
 	}
-	return appendCanonical(make([]byte, 0, len(raw)), raw)
+	return appendCanonical(dst, raw, members)
 }
 
 // canonicalNumber returns one text per numeric value of a JSON number
