@@ -143,10 +143,9 @@ type Config struct {
 	// ProducerLinger is how long the producer lets a batch of outputs
 	// fill before sending it while the transaction's inputs are still
 	// being processed (5 ms by default; negative: none; at most a
-	// minute). The end of every
-	// transaction flushes at once, so a transaction never waits for it;
-	// what it saves is broker work: fewer, larger batches (BENCHMARKS.md,
-	// "CPU time per record").
+	// minute). The end of every transaction flushes at once, so a
+	// transaction never waits for it; what it saves is broker work:
+	// fewer, larger batches (BENCHMARKS.md, "CPU time per record").
 	ProducerLinger time.Duration
 	// ClientOpts are appended to the runtime's client options (logging,
 	// kfake workarounds).
