@@ -44,8 +44,10 @@
 //     often).
 //   - A transaction begins with its batch's first 1,000 outputs, which go to
 //     the producer while the rest of the batch is processed (its
-//     goroutines encode, compress and send them on the other core). A task
-//     that fails after that aborts the transaction at once, so no
+//     goroutines encode, compress and send them on the other core), each
+//     batch lingering up to ProducerLinger to fill; the transaction's end
+//     flushes at once, so it never waits for a linger (linger_test.go). A
+//     task that fails after that aborts the transaction at once, so no
 //     read_committed reader of the outputs waits for its timeout
 //     (transient_test.go, on kfake and the real broker).
 //   - An input record whose output can never be written (MESSAGE_TOO_LARGE,
