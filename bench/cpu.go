@@ -31,11 +31,6 @@ type cpuMeter struct {
 	server int // pid of the server's listening process; 0: not measured
 }
 
-// cpuMark is what a cpuMeter read at one moment.
-type cpuMark struct {
-	self, server time.Duration
-}
-
 // newCPUMeter measures this process and, when addr ("host:port") is
 // served by a process of this machine that this process may read, that
 // process's tree. Finding none is not an error: the server is remote, or
@@ -53,17 +48,22 @@ func newCPUMeter(addr string) cpuMeter {
 	return cpuMeter{server: pid}
 }
 
-// mark reads both CPU times now.
-func (m cpuMeter) mark() cpuMark {
+// selfCPU is this process's user and system time so far.
+func selfCPU() time.Duration {
 	var ru syscall.Rusage
-	var c cpuMark
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
 	}
-	if m.server != 0 {
-		c.server, _ = treeCPU(m.server)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the server's tree's CPU time so far (0: not measured).
+func (m cpuMeter) serverCPU() time.Duration {
+	if m.server == 0 {
+		return 0
 	}
-	return c
+	d, _ := treeCPU(m.server)
+	return d
 }
 
 // span is a timed part of a run: its wall time, and the CPU time this
@@ -74,19 +74,26 @@ type span struct {
 
 // spanStart is where a span began.
 type spanStart struct {
-	at  time.Time
-	cpu cpuMark
+	at          time.Time
+	cpu, server time.Duration
 }
 
-// start begins a span now.
-func (m cpuMeter) start() spanStart { return spanStart{at: time.Now(), cpu: m.mark()} }
+// start begins a span now. The server is read first and the clock last,
+// so the scan of /proc that reading the server takes is in neither this
+// process's CPU time nor the span's wall time.
+func (m cpuMeter) start() spanStart {
+	server := m.serverCPU()
+	cpu := selfCPU()
+	return spanStart{at: time.Now(), cpu: cpu, server: server}
+}
 
-// end ends the span begun at s now.
+// end ends the span begun at s now: the clock first, the server last, as
+// in start.
 func (m cpuMeter) end(s spanStart) span {
-	now, elapsed := m.mark(), time.Since(s.at)
-	sp := span{elapsed: elapsed, cpu: now.self - s.cpu.self}
+	elapsed := time.Since(s.at)
+	sp := span{elapsed: elapsed, cpu: selfCPU() - s.cpu}
 	if m.server != 0 {
-		sp.serverCPU = now.server - s.cpu.server
+		sp.serverCPU = m.serverCPU() - s.server
 	}
 	return sp
 }

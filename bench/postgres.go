@@ -200,12 +200,13 @@ func RunPostgres(ctx context.Context, s *Stream, o PostgresOptions) ([]Row, erro
 		return nil, err
 	}
 	shards := shard(s.Requests, o.Conns)
+	meter := o.meter()
 	var rows []Row
 	for _, v := range variants {
 		if _, err := admin.Exec(ctx, "TRUNCATE "+table+" RESTART IDENTITY"); err != nil {
 			return rows, fmt.Errorf("bench: postgres: truncate %s: %w", table, err)
 		}
-		row, err := postgresVariant(ctx, o, shards, len(s.Requests), v.name, v.work)
+		row, err := postgresVariant(ctx, o, meter, shards, len(s.Requests), v.name, v.work)
 		if err != nil {
 			return rows, err
 		}
@@ -233,7 +234,7 @@ func (o PostgresOptions) meter() cpuMeter {
 	return newCPUMeter(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 }
 
-func postgresVariant(ctx context.Context, o PostgresOptions, shards [][]schemas.Request, n int, name string,
+func postgresVariant(ctx context.Context, o PostgresOptions, meter cpuMeter, shards [][]schemas.Request, n int, name string,
 	work func(ctx context.Context, conn *pgx.Conn, reqs []schemas.Request) (int, error)) (Row, error) {
 	conns := make([]*pgx.Conn, len(shards))
 	defer func() {
@@ -250,7 +251,7 @@ func postgresVariant(ctx context.Context, o PostgresOptions, shards [][]schemas.
 		}
 		conns[i] = c
 	}
-	accepted, sp, err := timed(ctx, o.meter(), shards, func(ctx context.Context, i int, reqs []schemas.Request) (int, error) {
+	accepted, sp, err := timed(ctx, meter, shards, func(ctx context.Context, i int, reqs []schemas.Request) (int, error) {
 		return work(ctx, conns[i], reqs)
 	})
 	if err != nil {

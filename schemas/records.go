@@ -74,8 +74,9 @@ func (r Request) ContentHash() string {
 
 // ContentSum is the sha256 that ContentHash writes in hex. A request
 // whose strings hold no \b or \f (the usual request) is hashed from its
-// generated encoding (see requestContent), without allocating when its
-// payload is empty; any other one through encoding/json, as before.
+// generated encoding (see requestContent), without allocating unless its
+// payload holds a string or number in an unusual form (see
+// appendCanonical); any other one through encoding/json, as before.
 func (r *Request) ContentSum() [sha256.Size]byte {
 	c := requestContent{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, jsonNull, r.Locale, r.Channels, r.TargetDevice}
 	s := contentScratch.Get().(*scratch)
