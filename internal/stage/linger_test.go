@@ -16,7 +16,7 @@ func TestTheProducersLingerIsTheConfiguredOne(t *testing.T) {
 		linger time.Duration
 		want   time.Duration
 	}{
-		{"an unset linger is the default", 0, stage.DefaultProducerLinger},
+		{"an unset linger is the documented default, 5 ms", 0, 5 * time.Millisecond},
 		{"a set linger is used as it is", 40 * time.Millisecond, 40 * time.Millisecond},
 		{"a negative linger is none", -1, 0},
 		{"the longest linger is a minute", time.Minute, time.Minute},
