@@ -17,8 +17,8 @@ import (
 
 // TestTheTrackerIsDoneAtTheLastStableOffsetsOfItsStart: records committed
 // in a transaction (its markers written) before the tracker is made must
-// all be read (their commit marker included) before it is done; an empty topic is done at
-// once; records written after it do not hold it back.
+// all be read (their commit marker included) before it is done; an empty
+// topic is done at once; records written after it do not hold it back.
 func TestTheTrackerIsDoneAtTheLastStableOffsetsOfItsStart(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	ctx := context.Background()
