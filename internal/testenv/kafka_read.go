@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -13,10 +14,20 @@ import (
 )
 
 // ReadCommitted returns every record of topic that a read_committed
-// consumer sees, from the start of each partition up to its last stable
-// offset at the time of the call: no more (nothing produced later) and no
-// fewer (it waits for records below that offset). It works on any cluster
-// (kfake or the real broker).
+// consumer sees, from the start of each partition up to its settled end at
+// the time of the call: no more (nothing produced later) and no fewer (it
+// waits for records below that offset). It works on any cluster (kfake or
+// the real broker).
+//
+// The settled end (stage.SettledEnd) is the last stable offset once every
+// transaction open at the call has finished. Kafka writes a transaction's
+// commit markers after EndTransaction returns, one partition at a time, so
+// right after a commit the last stable offset can still stop before it, on
+// some of its partitions and not others: a test that saw a transaction's
+// decision and reads its accepted record, or that committed and reads at
+// once, would miss records it rightly expects. A transaction still open
+// after settleWait (a producer the test left hanging on purpose) is not
+// waited for further: its partition ends at its last stable offset then.
 func ReadCommitted(t testing.TB, brokers []string, topic string, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -27,7 +38,7 @@ func ReadCommitted(t testing.TB, brokers []string, topic string, opts ...kgo.Opt
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 	}, opts...)...)
-	ends := lastStable(ctx, t, cl, topic)
+	ends := settledEnds(ctx, t, cl, topic)
 	pos := map[int32]int64{}
 	done := func() bool {
 		for p, end := range ends {
@@ -57,15 +68,35 @@ func ReadCommitted(t testing.TB, brokers []string, topic string, opts ...kgo.Opt
 	return out
 }
 
-func lastStable(ctx context.Context, t testing.TB, cl *kgo.Client, topic string) map[int32]int64 {
+// settleWait bounds how long ReadCommitted waits for the transactions open
+// at its call to finish; commit markers take milliseconds to write.
+const settleWait = 5 * time.Second
+
+func settledEnds(ctx context.Context, t testing.TB, cl *kgo.Client, topic string) map[int32]int64 {
 	t.Helper()
 	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ends, err := stage.LastStableOffsets(ctx, cl, topic, td[topic].Partitions.Numbers()...)
-	if err != nil {
-		t.Fatal(err)
+	wait, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+	ends := map[int32]int64{}
+	for _, p := range td[topic].Partitions.Numbers() {
+		end, err := stage.SettledEnd(wait, cl, topic, p, quiet)
+		if err == nil {
+			ends[p] = end
+			continue
+		}
+		if wait.Err() == nil {
+			t.Fatalf("read %s/%d: %v", topic, p, err)
+		}
+		lso, err := stage.LastStableOffsets(ctx, cl, topic, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("read %s/%d: a transaction is still open after %v; reading up to the last stable offset %d", topic, p, settleWait, lso[p])
+		ends[p] = lso[p]
 	}
 	return ends
 }
@@ -103,10 +134,8 @@ func DeleteCatalogOnCleanup(t testing.TB, adm *kadm.Client, cat *topics.Catalog)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), topicSetupTimeout)
 		defer cancel()
-		var names []string
-		for _, tp := range cat.Topics() {
-			names = append(names, tp.Name)
+		if _, err := cat.Delete(ctx, adm); err != nil {
+			t.Logf("delete the test's topics: %v", err)
 		}
-		adm.DeleteTopics(ctx, names...)
 	})
 }

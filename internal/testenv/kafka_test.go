@@ -155,3 +155,73 @@ func consumeUntil(t *testing.T, cl *kgo.Client, last string) []string {
 		}
 	}
 }
+
+// TestReadCommitted checks the helper most Kafka tests read their outputs
+// with: a transaction open at the call and committed within its settle wait
+// is read whole on every partition (as is one whose EndTransaction returned
+// before its markers were written), and a transaction left open is not read
+// and holds the call up for no more than the settle wait.
+func TestReadCommitted(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx := t.Context()
+	t.Run("a transaction committing during the call is read on every partition", func(t *testing.T) {
+		// The window between EndTransaction's return and the last marker
+		// is milliseconds and rarely hit on purpose; a transaction that
+		// commits while the call waits is the same case, made certain.
+		topic := testenv.Topic(t, brokers, 12, nil)
+		producer := testenv.Client(t, brokers,
+			kgo.TransactionalID("testenv-"+topic),
+			kgo.TransactionTimeout(time.Minute),
+			kgo.DefaultProduceTopic(topic),
+			kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		)
+		transact(ctx, t, producer, kgo.TryCommit, "committed")
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var open []*kgo.Record
+		for i := range 24 {
+			open = append(open, &kgo.Record{Value: []byte(fmt.Sprint("committing-", i))})
+		}
+		if err := producer.ProduceSync(ctx, open...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		commit := make(chan error, 1)
+		go func() {
+			time.Sleep(time.Second)
+			commit <- producer.EndTransaction(ctx, kgo.TryCommit)
+		}()
+		got := testenv.ReadCommitted(t, brokers, topic)
+		if err := <-commit; err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 25 {
+			t.Fatalf("read %d records, want 25: the one committed before and the 24 committed during the call", len(got))
+		}
+	})
+	t.Run("an open transaction is not read", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("waits out the settle wait")
+		}
+		topic := testenv.Topic(t, brokers, 1, nil)
+		producer := testenv.Client(t, brokers,
+			kgo.TransactionalID("testenv-"+topic),
+			kgo.TransactionTimeout(time.Minute),
+			kgo.DefaultProduceTopic(topic),
+		)
+		transact(ctx, t, producer, kgo.TryCommit, "committed")
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := producer.ProduceSync(ctx, &kgo.Record{Value: []byte("open")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range testenv.ReadCommitted(t, brokers, topic) {
+			got = append(got, string(r.Value))
+		}
+		if want := []string{"committed"}; !slices.Equal(got, want) {
+			t.Fatalf("read %q, want %q", got, want)
+		}
+	})
+}
