@@ -219,7 +219,7 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 		// Clean up even when ctx is done (an interrupted or failed run).
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer ccancel()
-		if cerr := deleteTopics(cctx, adm, cat); cerr != nil {
+		if _, cerr := cat.Delete(cctx, adm); cerr != nil {
 			log.Warn("deleting the benchmark topics failed", "err", cerr)
 			err = errors.Join(err, cerr)
 		}
@@ -588,21 +588,6 @@ func topicNames(cat *topics.Catalog) []string {
 		names = append(names, t.Name)
 	}
 	return names
-}
-
-// deleteTopics deletes every topic of cat that exists.
-func deleteTopics(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
-	names := topicNames(cat)
-	resp, err := adm.DeleteTopics(ctx, names...)
-	if err != nil {
-		return fmt.Errorf("bench: kafka: delete topics %s*: %w", cat.Options().Prefix, err)
-	}
-	for _, r := range resp {
-		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
-			err = errors.Join(err, fmt.Errorf("bench: kafka: delete topic %s: %w", r.Topic, r.Err))
-		}
-	}
-	return err
 }
 
 // stageLogger is log at warnings and above, unless log is at debug level:

@@ -182,3 +182,34 @@ func (c *Catalog) FixConfigs(ctx context.Context, adm *kadm.Client, drift []Drif
 	}
 	return unfixed, nil
 }
+
+// Delete deletes every topic of the catalog that exists, with all its
+// records, and returns the names it deleted; topics already gone are
+// skipped, so it is safe to run again after a partial failure. It deletes
+// nothing outside the catalog: only the catalog's names, under its prefix.
+//
+// Hazard: deleting a live deployment's topics loses its requests, seen-set
+// and audit trail still in Kafka. Callers ask for confirmation (`herald
+// topics delete --confirm <prefix>`); benchmarks delete their own.
+func (c *Catalog) Delete(ctx context.Context, adm *kadm.Client) ([]string, error) {
+	var names []string
+	for _, t := range c.Topics() {
+		names = append(names, t.Name)
+	}
+	resp, err := adm.DeleteTopics(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("topics: delete %s*: %w", c.opts.Prefix, err)
+	}
+	var deleted []string
+	for _, r := range resp {
+		switch {
+		case r.Err == nil:
+			deleted = append(deleted, r.Topic)
+		case errors.Is(r.Err, kerr.UnknownTopicOrPartition):
+		default:
+			err = errors.Join(err, fmt.Errorf("topics: delete %s: %w", r.Topic, r.Err))
+		}
+	}
+	sort.Strings(deleted)
+	return deleted, err
+}

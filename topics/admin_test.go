@@ -204,3 +204,62 @@ func TestSegmentBytesIsSetOnEveryTopicWhenGiven(t *testing.T) {
 		}
 	})
 }
+
+func TestDeleteRemovesEveryCatalogTopicAndNothingElse(t *testing.T) {
+	clusters(t, func(t *testing.T, adm *kadm.Client) {
+		ctx := context.Background()
+		cat := testCatalog(t, adm)
+		if _, err := cat.Create(ctx, adm); err != nil {
+			t.Fatal(err)
+		}
+		// A topic under the same prefix that is not in the catalog.
+		other := cat.Name("not-herald")
+		if resp, err := adm.CreateTopic(ctx, 1, 1, nil, other); err != nil || resp.Err != nil {
+			t.Fatalf("create %s: %v %v", other, err, resp.Err)
+		}
+		t.Cleanup(func() { adm.DeleteTopics(context.Background(), other) })
+
+		var want []string
+		for _, tp := range cat.Topics() {
+			want = append(want, tp.Name)
+		}
+		t.Run("it deletes every topic of the catalog and names them", func(t *testing.T) {
+			deleted, err := cat.Delete(ctx, adm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(deleted, want) {
+				t.Fatalf("deleted %v, want %v", deleted, want)
+			}
+		})
+		t.Run("the cluster then has none of them, and keeps the other topic", func(t *testing.T) {
+			var left []string
+			for i := 0; i < 50; i++ { // deletion reaches the metadata asynchronously
+				td, err := adm.ListTopics(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				left = left[:0]
+				for _, name := range want {
+					if td.Has(name) {
+						left = append(left, name)
+					}
+				}
+				if len(left) == 0 {
+					if !td.Has(other) {
+						t.Fatalf("%s, not in the catalog, was deleted too", other)
+					}
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("still listed after delete: %v", left)
+		})
+		t.Run("deleting again deletes nothing and does not fail", func(t *testing.T) {
+			deleted, err := cat.Delete(ctx, adm)
+			if err != nil || len(deleted) != 0 {
+				t.Fatalf("deleted %v, err %v; want nothing and no error", deleted, err)
+			}
+		})
+	})
+}

@@ -42,6 +42,7 @@ var examples = map[string]string{
 		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0",
 	"topics create": "herald topics create --brokers kafka-1:9092 --partitions 12 --replication 3",
 	"topics verify": "herald topics verify --config /etc/herald/herald.yaml",
+	"topics delete": "herald topics delete --brokers kafka-1:9092 --topic-prefix staging. --confirm staging.",
 }
 
 // commandPaths lists the keys of examples: every command path that makes a

@@ -3,7 +3,7 @@
 //
 //	herald dev                 run everything in one process (kfake, chDB, emulators)
 //	herald id ...              print a canonical notification id
-//	herald topics create|verify
+//	herald topics create|verify|delete
 //	herald sink --channel C    deliver one channel's pushes (apns, fcm, webpush, feed)
 //	herald emulate apns|fcm|webhook|webpush  a local APNs, FCM, webhook receiver or Web Push service
 //
@@ -56,7 +56,7 @@ func commands() []command {
 		{"route", "run the route stage (rate limits, digests, preferences, quiet hours, fan-out to devices)", runRoute},
 		{"replay", "re-run requests through the dedupe stage (or, with --stage route, accepted notifications through the route stage) in a sandbox and diff with the record", runReplay},
 		{"sink", "run a channel's sink (--channel apns|fcm|webpush|feed|webhook): deliver with a sent-set, safe retries and dead letters", runSink},
-		{"topics", "create or verify herald's Kafka topics (create|verify)", runTopics},
+		{"topics", "create, verify or delete herald's Kafka topics (create|verify|delete)", runTopics},
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
 	return cs

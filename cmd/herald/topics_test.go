@@ -17,7 +17,8 @@ import (
 
 // TestTopicsCreateThenVerifyOnTheRealBroker runs the commands an operator
 // runs: create, verify (no drift), then verify again after someone changed a
-// config by hand (drift reported, exit 1), and create --fix-configs.
+// config by hand (drift reported, exit 1), create --fix-configs, and
+// delete (refused unless confirmed with the prefix; idempotent).
 func TestTopicsCreateThenVerifyOnTheRealBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	prefix := fmt.Sprintf("t%08x.herald.", rand.Uint32())
@@ -55,6 +56,15 @@ func TestTopicsCreateThenVerifyOnTheRealBroker(t *testing.T) {
 		{name: "verify --segment-bytes then finds no drift", args: []string{"topics", "verify", "--segment-bytes", "1073741824"}, want: "topics match the catalog", retry: true},
 		{name: "a negative --segment-bytes is refused", args: []string{"topics", "create", "--segment-bytes", "-1"}, wantCode: 2,
 			want: "--segment-bytes must not be negative"},
+		{name: "delete without --confirm is refused", args: []string{"topics", "delete"}, wantCode: 2,
+			want: "--confirm must repeat the topic prefix " + fmt.Sprintf("%q", prefix)},
+		{name: "delete with another prefix confirmed is refused", args: []string{"topics", "delete", "--confirm", "herald."}, wantCode: 2,
+			want: "--confirm must repeat the topic prefix"},
+		{name: "verify after a refused delete finds every topic", args: []string{"topics", "verify"}, want: "topics match the catalog"},
+		{name: "delete --confirm with the prefix deletes every topic", args: []string{"topics", "delete", "--confirm", prefix},
+			want: "deleted " + prefix + "seen"},
+		{name: "verify then reports them missing", args: []string{"topics", "verify"}, wantCode: 1, want: prefix + "seen: missing", retry: true},
+		{name: "delete again deletes nothing", args: []string{"topics", "delete", "--confirm", prefix}, want: "ok: 0 of the catalog's", retry: true},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
