@@ -51,6 +51,16 @@ func testCatalog(t *testing.T, adm *kadm.Client) *topics.Catalog {
 	return cat
 }
 
+// createdCatalog is testCatalog with its topics created.
+func createdCatalog(t *testing.T, adm *kadm.Client) *topics.Catalog {
+	t.Helper()
+	cat := testCatalog(t, adm)
+	if _, err := cat.Create(context.Background(), adm); err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
+
 func TestCreateThenVerifyReportsNoDrift(t *testing.T) {
 	clusters(t, func(t *testing.T, adm *kadm.Client) {
 		ctx := context.Background()
@@ -79,10 +89,7 @@ func TestCreateThenVerifyReportsNoDrift(t *testing.T) {
 func TestVerifyReportsAChangedConfigAndFixConfigsRestoresIt(t *testing.T) {
 	clusters(t, func(t *testing.T, adm *kadm.Client) {
 		ctx := context.Background()
-		cat := testCatalog(t, adm)
-		if _, err := cat.Create(ctx, adm); err != nil {
-			t.Fatal(err)
-		}
+		cat := createdCatalog(t, adm)
 		seen := cat.Name(topics.Seen)
 		v := "delete"
 		if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &v}}, seen); err != nil {
@@ -208,10 +215,7 @@ func TestSegmentBytesIsSetOnEveryTopicWhenGiven(t *testing.T) {
 func TestDeleteRemovesEveryCatalogTopicAndNothingElse(t *testing.T) {
 	clusters(t, func(t *testing.T, adm *kadm.Client) {
 		ctx := context.Background()
-		cat := testCatalog(t, adm)
-		if _, err := cat.Create(ctx, adm); err != nil {
-			t.Fatal(err)
-		}
+		cat := createdCatalog(t, adm)
 		// A topic under the same prefix that is not in the catalog.
 		other := cat.Name("not-herald")
 		if resp, err := adm.CreateTopic(ctx, 1, 1, nil, other); err != nil || resp.Err != nil {
