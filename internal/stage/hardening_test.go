@@ -183,24 +183,83 @@ func (r *rig) awaitRecords(s *running, topic string, n int) ([]*kgo.Record, erro
 	}
 }
 
-// logWatch is a slog handler that closes seen when a message is logged.
+// logWatch is a slog handler that closes seen when a message is logged,
+// and keeps the attributes of each time it is.
 type logWatch struct {
 	msg  string
 	once sync.Once
 	seen chan struct{}
+
+	mu    sync.Mutex
+	lines []map[string]slog.Value
 }
 
 func newLogWatch(msg string) *logWatch { return &logWatch{msg: msg, seen: make(chan struct{})} }
 
 func (w *logWatch) Enabled(context.Context, slog.Level) bool { return true }
 func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == w.msg {
-		w.once.Do(func() { close(w.seen) })
+	if r.Message != w.msg {
+		return nil
 	}
+	attrs := map[string]slog.Value{}
+	r.Attrs(func(a slog.Attr) bool {
+		attrs[a.Key] = a.Value
+		return true
+	})
+	w.mu.Lock()
+	w.lines = append(w.lines, attrs)
+	w.mu.Unlock()
+	w.once.Do(func() { close(w.seen) })
 	return nil
+}
+
+// logged returns the attributes of each line logged so far.
+func (w *logWatch) logged() []map[string]slog.Value {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines)
 }
 func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler { return w }
 func (w *logWatch) WithGroup(string) slog.Handler      { return w }
+
+// TestTheRestoreLogLineReportsWhatWasRestoredAndHowFast: an operator
+// reads a slow rebalance from this line (records, elapsed, records/s).
+func TestTheRestoreLogLineReportsWhatWasRestoredAndHowFast(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		keys := make([]string, 20)
+		for i := range keys {
+			keys[i] = fmt.Sprint("k", i)
+		}
+		r.produce(0, keys...)
+		first := r.start(r.config())
+		r.awaitOut(first, len(keys))
+		if err := first.stop(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := r.config()
+		watch := newLogWatch("partition restored")
+		cfg.Logger = slog.New(watch)
+		r.start(cfg)
+		select {
+		case <-watch.seen:
+		case <-time.After(testenv.Guard()):
+			t.Fatal("no partition restored")
+		}
+		line := watch.logged()[0]
+		records, el, rate := line["records"].Int64(), line["elapsed"].Duration(), line["records_per_s"].Int64()
+		if records != int64(len(keys)) {
+			t.Fatalf("records=%d, want the changelog's %d", records, len(keys))
+		}
+		// elapsed is logged rounded to the millisecond; the rate is of the
+		// unrounded time, and of at least a millisecond.
+		lo := float64(records) / max((el+time.Millisecond/2).Seconds(), 1e-3)
+		hi := float64(records) / max((el-time.Millisecond/2).Seconds(), 1e-3)
+		if float64(rate) < lo-1 || float64(rate) > hi+1 {
+			t.Fatalf("records_per_s=%d for %d records in %v, want %.0f to %.0f", rate, records, el, lo, hi)
+		}
+	})
+}
 
 func TestRestoreWaitsForTheChangelogsLastTransactionBeforeReadingIt(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
@@ -528,6 +587,28 @@ func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {
 				t.Fatalf("outputs %v: the replay must continue from the restored counts (a=2, b=2)", got)
 			}
 		})
+		t.Run("with the group's offset set to 0 by hand it starts without a reset flag and replays against its restored state", func(t *testing.T) {
+			// An operator's reset to the earliest offset (kafka-consumer-groups
+			// --reset-offsets --to-earliest) commits offset 0: an explicit
+			// position, not a lost one.
+			r := r.forTest(t)
+			loseOffsets(t)
+			adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
+			var offs kadm.Offsets
+			offs.Add(kadm.Offset{Topic: r.in, Partition: 0, At: 0, LeaderEpoch: -1})
+			if resp, err := adm.CommitOffsets(context.Background(), r.group, offs); err != nil || resp.Error() != nil {
+				t.Fatalf("commit offset 0: %v %v", err, resp.Error())
+			}
+			before := len(r.outputs())
+			s := r.start(r.config())
+			got, err := r.awaitOutOrErr(s, before+2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[before] != "a=3" || got[before+1] != "b=3" {
+				t.Fatalf("outputs %v: the replay from offset 0 must continue from the restored counts (a=3, b=3)", got)
+			}
+		})
 	})
 }
 
@@ -609,13 +690,24 @@ func TestARetriableProduceErrorIsRetriedAfterABackoffUntilItClears(t *testing.T)
 		newCounter := cfg.NewTask
 		cfg.NewTask = func(p int32) stage.Task { return lateTopic{newCounter(p).(*counter), late} }
 		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}
+		// The producer gives a missing topic's records up after a few
+		// metadata loads; quick loads let a retry fail again within the
+		// transaction timeout, so retries follow each other in one session.
+		cfg.ClientOpts = append(slices.Clone(cfg.ClientOpts), kgo.MetadataMinAge(50*time.Millisecond))
 		watch := newLogWatch("transaction aborted after a produce error; retrying after a backoff")
 		cfg.Logger = slog.New(watch)
 		s := r.start(cfg)
-		select {
-		case <-watch.seen: // the missing topic (UNKNOWN_TOPIC_OR_PARTITION) is retriable
-		case <-time.After(testenv.Guard()):
-			t.Fatal("no retry after a produce error")
+		// The missing topic (UNKNOWN_TOPIC_OR_PARTITION) is retriable: wait
+		// for two retries, which must count up.
+		for deadline := time.Now().Add(testenv.Guard()); len(watch.logged()) < 2; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d retries after a produce error, want 2", len(watch.logged()))
+			}
+		}
+		for i, line := range watch.logged()[:2] {
+			if got := line["retry"].Int64(); got != int64(i+1) {
+				t.Fatalf("retry %d logged as retry=%d, want %d", i+1, got, i+1)
+			}
 		}
 		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
 		if _, err := adm.CreateTopic(context.Background(), 1, 1, nil, late); err != nil {

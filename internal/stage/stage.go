@@ -941,7 +941,9 @@ type unwritableOutput struct {
 	err                  error
 }
 
-// largest is the index, among at, of the largest record of out.
+// largest is the index, among at, of the largest record of out (key,
+// value and headers, as Kafka counts a record's size); of equal sizes, the
+// first in at.
 func largest(out []*kgo.Record, at []int) int {
 	best, size := at[0], -1
 	for _, i := range at {

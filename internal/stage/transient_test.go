@@ -2,6 +2,7 @@ package stage_test
 
 import (
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,6 +93,14 @@ func TestATaskErrorStopsTheStageUnlessItIsTransient(t *testing.T) {
 						return f
 					}
 					cfg.Metrics = reg
+					failedAbort := newLogWatch("aborting the transaction of a failed batch")
+					cfg.Logger = slog.New(failedAbort)
+					// The abort succeeds: nothing may say it failed.
+					t.Cleanup(func() {
+						if lines := failedAbort.logged(); len(lines) > 0 {
+							t.Errorf("a failed abort was logged (%v) though the transaction was aborted", lines)
+						}
+					})
 					// Longer than the guard below: a transaction left open
 					// would outlast it.
 					cfg.TransactionTimeout = testenv.Guard() + time.Minute
