@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 )
@@ -444,6 +445,77 @@ func (b big) Process(r *kgo.Record, out *stage.Out) error {
 		out.Records()[out.Len()-2].Value = append([]byte(nil), r.Value...) // the output record
 	}
 	return nil
+}
+
+// holdSecond is a big counter that, the second time it processes key,
+// signals held and waits for release.
+type holdSecond struct {
+	big
+	key           string
+	seen          int
+	held, release chan struct{}
+}
+
+func (h *holdSecond) Process(r *kgo.Record, out *stage.Out) error {
+	if string(r.Key) == h.key {
+		if h.seen++; h.seen == 2 {
+			close(h.held)
+			<-h.release
+		}
+	}
+	return h.big.Process(r, out)
+}
+
+// TestIsolationAfterAPoisonedBatchEndsAtThatBatchsLastRecord: a batch
+// with an output that can never be written is reprocessed one record per
+// transaction up to its last record, and no further: the records after it
+// are batched again.
+func TestIsolationAfterAPoisonedBatchEndsAtThatBatchsLastRecord(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		maxBytes := "2048"
+		r := newRig(t, brokers, opts, 1, map[string]*string{"max.message.bytes": &maxBytes})
+		noise := make([]byte, 8192) // incompressible: the producer compresses batches
+		rand.Read(noise)
+		// All in the log before the stage starts: its first batch holds them.
+		r.produce(0, "a", "x="+string(noise), "c", "d", "g")
+		cfg := r.config()
+		reg := metrics.NewRegistry()
+		cfg.Metrics = reg
+		newCounter := cfg.NewTask
+		hold := &holdSecond{key: "g", held: make(chan struct{}), release: make(chan struct{})}
+		cfg.NewTask = func(p int32) stage.Task {
+			hold.big = big{newCounter(p).(*counter)}
+			return hold
+		}
+		s := r.start(cfg)
+		// g a second time: alone, the poisoned batch's last record.
+		select {
+		case <-hold.held:
+		case <-time.After(testenv.Guard()):
+			t.Fatal("g was not processed a second time")
+		}
+		// h, i and j in one record batch, in the log before g's transaction
+		// ends: the consumer fetches them together.
+		cl := testenv.Client(t, brokers, append([]kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(time.Second)}, opts...)...)
+		for _, k := range []string{"h", "i", "j"} {
+			cl.Produce(context.Background(), &kgo.Record{Topic: r.in, Partition: 0, Key: []byte(k)}, nil)
+		}
+		if err := cl.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		close(hold.release)
+		got := r.awaitOut(s, 7)
+		if want := []string{"a=1", "c=1", "d=1", "g=1", "h=1", "i=1", "j=1"}; !equal(got, want) {
+			t.Fatalf("outputs %v, want %v", got, want)
+		}
+		// Aborted: the first batch, then x alone. Committed: a, x's dead
+		// letter, c, d, g one at a time, then h, i and j together.
+		committed := reg.Counter("herald_stage_transactions_total", "", "stage", "counter", "result", "committed").Value()
+		aborted := reg.Counter("herald_stage_transactions_total", "", "stage", "counter", "result", "aborted").Value()
+		if committed != 6 || aborted != 2 {
+			t.Fatalf("%d transactions committed and %d aborted, want 6 and 2: a, x's dead letter, c, d and g alone, then h, i and j in one", committed, aborted)
+		}
+	})
 }
 
 func TestARecordWhoseOutputCanNeverBeWrittenIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
