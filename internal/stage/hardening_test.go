@@ -447,6 +447,25 @@ func (b big) Process(r *kgo.Record, out *stage.Out) error {
 	return nil
 }
 
+// newPoisonRig is a rig of one partition whose output topic takes records
+// of at most 2 KiB, with keys produced to its input in order; key x
+// carries 8 KiB, so a big counter's output for it can never be written
+// (MESSAGE_TOO_LARGE).
+func newPoisonRig(t *testing.T, brokers []string, opts []kgo.Opt, keys ...string) *rig {
+	t.Helper()
+	maxBytes := "2048"
+	r := newRig(t, brokers, opts, 1, map[string]*string{"max.message.bytes": &maxBytes})
+	noise := make([]byte, 8192) // incompressible: the producer compresses batches
+	rand.Read(noise)
+	for _, k := range keys {
+		if k == "x" {
+			k = "x=" + string(noise)
+		}
+		r.produce(0, k)
+	}
+	return r
+}
+
 // holdSecond is a big counter that, the second time it processes key,
 // signals held and waits for release.
 type holdSecond struct {
@@ -472,12 +491,8 @@ func (h *holdSecond) Process(r *kgo.Record, out *stage.Out) error {
 // are batched again.
 func TestIsolationAfterAPoisonedBatchEndsAtThatBatchsLastRecord(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		maxBytes := "2048"
-		r := newRig(t, brokers, opts, 1, map[string]*string{"max.message.bytes": &maxBytes})
-		noise := make([]byte, 8192) // incompressible: the producer compresses batches
-		rand.Read(noise)
 		// All in the log before the stage starts: its first batch holds them.
-		r.produce(0, "a", "x="+string(noise), "c", "d", "g")
+		r := newPoisonRig(t, brokers, opts, "a", "x", "c", "d", "g")
 		cfg := r.config()
 		reg := metrics.NewRegistry()
 		cfg.Metrics = reg
@@ -520,11 +535,7 @@ func TestIsolationAfterAPoisonedBatchEndsAtThatBatchsLastRecord(t *testing.T) {
 
 func TestARecordWhoseOutputCanNeverBeWrittenIsDeadLetteredAndThePartitionMovesOn(t *testing.T) {
 	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		maxBytes := "2048"
-		r := newRig(t, brokers, opts, 1, map[string]*string{"max.message.bytes": &maxBytes})
-		noise := make([]byte, 8192) // incompressible: the producer compresses batches
-		rand.Read(noise)
-		r.produce(0, "a", "x="+string(noise), "b")
+		r := newPoisonRig(t, brokers, opts, "a", "x", "b")
 		cfg := r.config()
 		newCounter := cfg.NewTask
 		cfg.NewTask = func(p int32) stage.Task { return big{newCounter(p).(*counter)} }
