@@ -96,8 +96,8 @@ func deleteTopics(ctx context.Context, fs *flag.FlagSet, kf *kafkaFlags, confirm
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "confirm" })
 	if !given || confirm != prefix {
-		return fmt.Errorf("%w: --confirm must repeat the topic prefix %q: delete removes every topic of the catalog (%s ... %s) with all its records",
-			errUsage, prefix, cat.Name(topics.Requests), cat.Name(topics.Seen))
+		return fmt.Errorf("%w: --confirm must repeat the topic prefix %q: delete removes every topic of the catalog (%s, %s and %d more) with all its records",
+			errUsage, prefix, cat.Name(topics.Requests), cat.Name(topics.Seen), len(cat.Topics())-2)
 	}
 	cl, err := kf.client()
 	if err != nil {
