@@ -550,7 +550,7 @@ func readCommitted(ctx context.Context, topic string, o KafkaOptions, f func(*kg
 // waitTopicsReady polls metadata until every topic of cat has all its
 // partitions, each with a leader.
 func waitTopicsReady(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
-	names := topicNames(cat)
+	names := cat.Names()
 	for {
 		details, err := adm.ListTopics(ctx, names...)
 		var missing []string
@@ -579,15 +579,6 @@ func waitTopicsReady(ctx context.Context, adm *kadm.Client, cat *topics.Catalog)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// topicNames lists the names of cat's topics.
-func topicNames(cat *topics.Catalog) []string {
-	var names []string
-	for _, t := range cat.Topics() {
-		names = append(names, t.Name)
-	}
-	return names
 }
 
 // stageLogger is log at warnings and above, unless log is at debug level:

@@ -192,11 +192,7 @@ func (c *Catalog) FixConfigs(ctx context.Context, adm *kadm.Client, drift []Drif
 // and audit trail still in Kafka. Callers ask for confirmation (`herald
 // topics delete --confirm <prefix>`); benchmarks delete their own.
 func (c *Catalog) Delete(ctx context.Context, adm *kadm.Client) ([]string, error) {
-	var names []string
-	for _, t := range c.Topics() {
-		names = append(names, t.Name)
-	}
-	resp, err := adm.DeleteTopics(ctx, names...)
+	resp, err := adm.DeleteTopics(ctx, c.Names()...)
 	if err != nil {
 		return nil, fmt.Errorf("topics: delete %s*: %w", c.opts.Prefix, err)
 	}

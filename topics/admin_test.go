@@ -187,10 +187,7 @@ func TestSegmentBytesIsSetOnEveryTopicWhenGiven(t *testing.T) {
 		if drift := verifyEventually(t, cat, adm, 0); len(drift) != 0 {
 			t.Fatalf("drift after create: %v", drift)
 		}
-		var names []string
-		for _, tp := range cat.Topics() {
-			names = append(names, tp.Name)
-		}
+		names := cat.Names()
 		rcs, err := adm.DescribeTopicConfigs(ctx, names...)
 		if err != nil {
 			t.Fatal(err)
@@ -223,10 +220,7 @@ func TestDeleteRemovesEveryCatalogTopicAndNothingElse(t *testing.T) {
 		}
 		t.Cleanup(func() { adm.DeleteTopics(context.Background(), other) })
 
-		var want []string
-		for _, tp := range cat.Topics() {
-			want = append(want, tp.Name)
-		}
+		want := cat.Names()
 		t.Run("it deletes every topic of the catalog and names them", func(t *testing.T) {
 			deleted, err := cat.Delete(ctx, adm)
 			if err != nil {

@@ -229,6 +229,15 @@ func (c *Catalog) Topics() []Topic {
 	return out
 }
 
+// Names returns the full name of every topic, sorted.
+func (c *Catalog) Names() []string {
+	var names []string
+	for _, t := range c.Topics() {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
 // Name returns the full name of a topic given its short name ("requests",
 // "deliveries.apns").
 func (c *Catalog) Name(short string) string { return c.opts.Prefix + short }
