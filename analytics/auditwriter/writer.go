@@ -554,27 +554,8 @@ const insertTimeout = time.Minute
 // lines to know that a kill landed during an insert).
 func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 	n := b.len()
-	tok := token(t.name, b)
 	started := time.Now()
-	var err error
-	pause := w.retryPause
-	for attempt := 0; attempt <= w.o.InsertRetries; attempt++ {
-		if attempt > 0 {
-			t.retries.Inc()
-			w.log.Warn("insert failed; retrying with the same token", "table", t.name, "rows", n, "attempt", attempt, "err", err)
-			time.Sleep(pause)
-			pause *= 2
-		}
-		w.log.Debug("insert started", "table", t.name, "month", b.month(), "rows", n, "attempt", attempt)
-		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
-		err = w.insertBatch(ictx, t.name, b, tok)
-		cancel()
-		w.log.Debug("insert ended", "table", t.name, "ok", err == nil)
-		if err == nil {
-			break
-		}
-	}
-	if err != nil {
+	if err := w.insertRetrying(context.WithoutCancel(ctx), t, b, token(t.name, b)); err != nil {
 		return fmt.Errorf("auditwriter: insert %d rows into %s: %w", n, t.name, err)
 	}
 	t.rows.Add(int64(n))
@@ -582,6 +563,37 @@ func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 	t.batchRows.Observe(float64(n))
 	w.log.Debug("inserted", "table", t.name, "rows", n, "took", time.Since(started).Round(time.Millisecond))
 	return nil
+}
+
+// insertRetrying sends b into t's table with token tok, and a failed
+// attempt again with the same token, InsertRetries times, after a pause
+// that doubles each time (retryPause first); it returns the last attempt's
+// error. Each attempt is bounded by insertTimeout; a pause ends early, with
+// the last error, when ctx ends.
+func (w *Writer) insertRetrying(ctx context.Context, t *table, b batch, tok string) error {
+	var err error
+	pause := w.retryPause
+	for attempt := 0; attempt <= w.o.InsertRetries; attempt++ {
+		if attempt > 0 {
+			t.retries.Inc()
+			w.log.Warn("insert failed; retrying with the same token", "table", t.name, "rows", b.len(), "attempt", attempt, "err", err)
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(pause):
+			}
+			pause *= 2
+		}
+		w.log.Debug("insert started", "table", t.name, "month", b.month(), "rows", b.len(), "attempt", attempt)
+		ictx, cancel := context.WithTimeout(ctx, insertTimeout)
+		err = w.insertBatch(ictx, t.name, b, tok)
+		cancel()
+		w.log.Debug("insert ended", "table", t.name, "ok", err == nil)
+		if err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 func (w *Writer) insert(ctx context.Context, table string, b batch, tok string) error {
@@ -758,6 +770,11 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 // Kafka's retention or the rows to the table's TTL) is not sent: that
 // insert's roll-ups are then left as they are, and a warning says so.
 //
+// A failed send is retried with its token as a batch's insert is
+// (insertRetrying): a session start that gave up on the first failure
+// would make every start of a writer whose inserts fail now and then
+// depend on one send landing (the session test once saw every restart end
+// this way, one table's resend failing each time, until its deadline).
 // It runs after the wait for inserts in flight and its insert has a query
 // id the next wait looks for; run twice, it changes nothing. (ClickHouse
 // does not tell the client whether a roll-up stored the block: 26.7's
@@ -788,9 +805,7 @@ func (w *Writer) resendLastInsert(ctx context.Context, t *table) error {
 			"table", t.name, "token", tok, "rebuilt_token", got, "rows", b.len())
 		return nil
 	}
-	ictx, cancel := context.WithTimeout(ctx, insertTimeout)
-	defer cancel()
-	if err := w.insertBatch(ictx, t.name, b, tok); err != nil {
+	if err := w.insertRetrying(ctx, t, b, tok); err != nil {
 		return fmt.Errorf("auditwriter: send the last insert into %s again (%d rows, token %s): %w", t.name, b.len(), tok, err)
 	}
 	w.log.Info("last insert sent again for the roll-ups", "table", t.name, "rows", b.len(), "token", tok)
