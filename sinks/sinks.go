@@ -312,6 +312,7 @@ func (o *Options) defaults() error {
 func (o Options) stageConfig(rt *runtime) stage.Config {
 	cfg := o.Config("sink-" + o.Channel)
 	cfg.Input, cfg.Changelogs = rt.topics.Deliveries, []string{rt.topics.State}
+	cfg.Outputs = []string{rt.topics.Decisions, rt.topics.Outcomes, rt.topics.Attempts, rt.topics.Devices}
 	cfg.DeadLetterTopic = rt.topics.DeadLetters
 	cfg.NewTask = func(p int32) stage.Task { return rt.newTask(p) }
 	cfg.AfterCommit = rt.afterCommit

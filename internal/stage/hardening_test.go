@@ -56,7 +56,7 @@ func (r *rig) forTest(t *testing.T) *rig {
 func (r *rig) config() stage.Config {
 	return stage.Config{
 		Name: "counter", Brokers: r.brokers, Group: r.group, TransactionalID: r.txnID,
-		Input: r.in, Changelogs: []string{r.changelog}, Partitioner: manualFor{r.changelog},
+		Input: r.in, Changelogs: []string{r.changelog}, Outputs: []string{r.out}, Partitioner: manualFor{r.changelog},
 		NewTask: func(p int32) stage.Task {
 			return &counter{p: p, out: r.out, changelog: r.changelog, counts: map[string]int{}, pending: map[string]int{}}
 		},
@@ -584,6 +584,44 @@ func TestAStageRefusesAChangelogThatIsNotCoPartitionedWithItsInput(t *testing.T)
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not name %q", err, want)
 			}
+		}
+	})
+}
+
+// TestAStageStartsOnlyOnceEveryTopicItWritesExists: a stage whose output
+// topic does not exist yet starts no session (it commits nothing) and says
+// which topic is missing; once the topic is created it starts, after a
+// backoff, and copies its input once.
+func TestAStageStartsOnlyOnceEveryTopicItWritesExists(t *testing.T) {
+	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+		r := newRig(t, brokers, opts, 1, nil)
+		r.out += "-later"
+		r.produce(0, "a", "b")
+		watch := newLogWatch("stage session failed; starting a new one after a backoff (its partitions are restored again)")
+		cfg := r.config()
+		cfg.Logger = slog.New(watch)
+		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+		s := r.start(cfg)
+		testenv.Await(t, watch.seen, "a session to fail")
+		for len(watch.logged()) < 3 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, line := range watch.logged() {
+			if err := line["err"].String(); !strings.Contains(err, r.out) || !strings.Contains(err, "does not exist") {
+				t.Fatalf("a session failed with %q, want it to name the missing topic %s", err, r.out)
+			}
+		}
+		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
+		ctx := testenv.Guarded(t)
+		if committed, err := adm.FetchOffsets(ctx, r.group); err == nil && len(committed.Offsets()) > 0 {
+			t.Fatalf("offsets %v committed while an output topic was missing", committed.Offsets())
+		}
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, r.out); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = adm.DeleteTopic(context.Background(), r.out) })
+		if got, want := r.awaitOut(s, 2), []string{"a=1", "b=1"}; !equal(got, want) {
+			t.Fatalf("outputs %v, want %v", got, want)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,15 @@ type Config struct {
 	// partition's task before any input is processed. They must be
 	// co-partitioned with Input.
 	Changelogs []string
+	// Outputs are the topics the tasks write besides the changelogs and
+	// DeadLetterTopic. A session starts only once the input, the
+	// changelogs, the outputs and the dead-letter topic all exist: until
+	// then each session ends at once with an error naming the first one
+	// missing, and the next starts after a backoff. (A transaction that
+	// produced to a missing topic would fail only after the producer's
+	// metadata retries, and its abort wait out TransactionTimeout, each
+	// session again until the topic is created.)
+	Outputs []string
 	// NewTask returns the empty task of one input partition.
 	NewTask func(partition int32) Task
 	// Partitioner places output records (honouring Record.Partition for
@@ -395,7 +405,7 @@ func (r *Runner) Run(ctx context.Context) error {
 // whether it committed any transaction.
 func (r *Runner) runSession(parent context.Context) (progressed bool, err error) {
 	r.resetSession()
-	if err := r.checkCoPartitioned(parent); err != nil {
+	if err := r.checkTopics(parent); err != nil {
 		return false, err
 	}
 	ctx, cancel := context.WithCancel(parent)
@@ -531,19 +541,17 @@ func isFatal(err error) bool {
 	return false
 }
 
-// checkCoPartitioned refuses a changelog whose partition count differs from
-// the input's: its partition p would not hold the state of input
-// partition p.
-func (r *Runner) checkCoPartitioned(ctx context.Context) error {
-	if len(r.cfg.Changelogs) == 0 {
-		return nil
-	}
+// checkTopics makes sure the stage's topics exist (an error naming the
+// first one missing, not fatal: the operator may be creating them) and
+// refuses, fatally, a changelog whose partition count differs from the
+// input's: its partition p would not hold the state of input partition p.
+func (r *Runner) checkTopics(ctx context.Context) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(r.cfg.Brokers...)}, r.cfg.ClientOpts...)...)
 	if err != nil {
 		return fmt.Errorf("stage %s: admin client: %w", r.cfg.Name, err)
 	}
 	defer cl.Close()
-	names := append([]string{r.cfg.Input}, r.cfg.Changelogs...)
+	names := r.topicNames()
 	td, err := kadm.NewClient(cl).ListTopics(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("stage %s: list topics: %w", r.cfg.Name, err)
@@ -551,8 +559,8 @@ func (r *Runner) checkCoPartitioned(ctx context.Context) error {
 	counts := make(map[string]int, len(names))
 	for _, name := range names {
 		d, ok := td[name]
-		if !ok {
-			return fatal(fmt.Errorf("stage %s: topic %s: not in metadata (create herald's topics first: herald topics create)", r.cfg.Name, name))
+		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("stage %s: topic %s does not exist (create herald's topics first: herald topics create)", r.cfg.Name, name)
 		} else if d.Err != nil {
 			return fmt.Errorf("stage %s: topic %s: %w", r.cfg.Name, name, d.Err)
 		}
@@ -565,6 +573,21 @@ func (r *Runner) checkCoPartitioned(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// topicNames are the input, the changelogs, the outputs and the dead-letter
+// topic, each once, in that order.
+func (r *Runner) topicNames() []string {
+	names := append(append([]string{r.cfg.Input}, r.cfg.Changelogs...), r.cfg.Outputs...)
+	if r.cfg.DeadLetterTopic != "" {
+		names = append(names, r.cfg.DeadLetterTopic)
+	}
+	seen := make(map[string]bool, len(names))
+	return slices.DeleteFunc(names, func(n string) bool {
+		dup := seen[n]
+		seen[n] = true
+		return dup
+	})
 }
 
 // poll collects one batch. It waits up to BatchInterval for the first

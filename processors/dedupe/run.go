@@ -58,7 +58,7 @@ func New(o Options) (*stage.Runner, error) {
 	}
 	decisions := metrics.NewDecisions(o.Metrics, "dedupe")
 	cfg := o.Config("dedupe")
-	cfg.Input, cfg.Changelogs = t.Requests, []string{t.Seen}
+	cfg.Input, cfg.Changelogs, cfg.Outputs = t.Requests, []string{t.Seen}, []string{t.Decisions, t.Accepted}
 	cfg.NewTask = func(p int32) stage.Task {
 		task := NewTask(o.Policy, t, p)
 		task.decisions = decisions.Tally()

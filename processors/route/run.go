@@ -55,7 +55,7 @@ func New(o Options) (*Stage, error) {
 	decisions := metrics.NewDecisions(o.Metrics, "route")
 	now := timerClock(o.TimerGrace, time.Now)
 	cfg := o.Config("route")
-	cfg.Input, cfg.Changelogs = t.Accepted, []string{t.Route}
+	cfg.Input, cfg.Changelogs, cfg.Outputs = t.Accepted, []string{t.Route}, t.outputs()
 	cfg.NewTask = func(p int32) stage.Task {
 		task := NewTask(o.Policy, t, p, table, now)
 		task.decisions = decisions.Tally()

@@ -37,6 +37,16 @@ func TopicsOf(c *topics.Catalog) Topics {
 	return t
 }
 
+// outputs are the topics the stage writes besides its changelog: the
+// decisions and every channel's deliveries, in topics.Channels' order.
+func (t Topics) outputs() []string {
+	out := []string{t.Decisions}
+	for _, ch := range topics.Channels {
+		out = append(out, t.Deliveries[ch])
+	}
+	return out
+}
+
 // Task is the route stage's state for one herald.accepted partition: the
 // committed state, the changes of the open transaction and a timer queue.
 //

@@ -283,6 +283,7 @@ func NewForwarder(o ForwardOptions) (*stage.Runner, error) {
 		return nil, err
 	}
 	topic := o.Catalog.Name(topics.Completions)
+	cfg.Outputs = []string{topic}
 	cfg.NewTask = func(int32) stage.Task { return &forwardTask{table: o.Table, topic: topic, log: log} }
 	return stage.New(cfg)
 }
@@ -356,6 +357,7 @@ func NewCompletion(o CompletionOptions) (*stage.Runner, error) {
 		o.Logger = slog.Default()
 	}
 	cfg.Changelogs = []string{o.Catalog.Name(topics.CompletionState)}
+	cfg.Outputs = []string{o.Catalog.Name(topics.Deliveries(Channel))}
 	cfg.NewTask = func(p int32) stage.Task { return NewCompletionTask(o, p) }
 	return stage.New(cfg)
 }

@@ -105,6 +105,7 @@ func NewFanOut(o FanOutOptions) (*stage.Runner, error) {
 		return nil, err
 	}
 	deliveries, completions := o.Catalog.Name(topics.Deliveries(Channel)), o.Catalog.Name(topics.Completions)
+	cfg.Outputs = []string{deliveries, completions}
 	cfg.NewTask = func(int32) stage.Task {
 		return &fanTask{table: o.Table, topic: deliveries, completions: completions, log: log}
 	}
