@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -235,11 +234,10 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 			log.Warn("deleting the benchmark group failed", "group", group, "err", cerr)
 		}
 	}()
+	// The prefix is new: Create makes every topic and waits until it is
+	// ready.
 	if _, err := cat.Create(ctx, adm); err != nil {
 		return row, 0, fmt.Errorf("bench: kafka: %w", err)
-	}
-	if err := waitTopicsReady(ctx, adm, cat); err != nil {
-		return row, 0, err
 	}
 
 	produced, err = produceStream(ctx, cat, values, s, rn.format, o)
@@ -545,40 +543,6 @@ func readCommitted(ctx context.Context, topic string, o KafkaOptions, f func(*kg
 		}
 	}
 	return nil
-}
-
-// waitTopicsReady polls metadata until every topic of cat has all its
-// partitions, each with a leader.
-func waitTopicsReady(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) error {
-	names := cat.Names()
-	for {
-		details, err := adm.ListTopics(ctx, names...)
-		var missing []string
-		if err != nil {
-			missing = append(missing, err.Error())
-		}
-		for _, t := range cat.Topics() {
-			d, ok := details[t.Name]
-			if !ok || d.Err != nil || int32(len(d.Partitions)) != t.Partitions {
-				missing = append(missing, t.Name)
-				continue
-			}
-			for _, p := range d.Partitions {
-				if p.Err != nil || p.Leader < 0 {
-					missing = append(missing, t.Name)
-					break
-				}
-			}
-		}
-		if len(missing) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bench: kafka: topics not ready (%s): %w", strings.Join(missing, ", "), ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // stageLogger is log at warnings and above, unless log is at debug level:

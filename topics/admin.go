@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -29,8 +30,9 @@ func (d Drift) String() string {
 
 // Create makes every missing topic of the catalog and leaves existing ones
 // alone; it is safe to run any number of times, also concurrently. It
-// returns the names it created. Run Verify afterwards to see drift in topics
-// that already existed.
+// returns the names it created, once each is ready (AwaitReady, for at
+// most 30 s). Run Verify afterwards to see drift in topics that already
+// existed.
 func (c *Catalog) Create(ctx context.Context, adm *kadm.Client) ([]string, error) {
 	var created []string
 	for _, t := range c.Topics() {
@@ -50,42 +52,69 @@ func (c *Catalog) Create(ctx context.Context, adm *kadm.Client) ([]string, error
 			return created, fmt.Errorf("topics: create %s: %w", t.Name, err)
 		}
 	}
-	return created, c.awaitVisible(ctx, adm, created)
-}
-
-// awaitVisible waits until the brokers' metadata shows every named topic
-// with all its partitions led, so a Verify right after Create does not
-// report topics that are still being set up.
-func (c *Catalog) awaitVisible(ctx context.Context, adm *kadm.Client, names []string) error {
-	if len(names) == 0 {
-		return nil
-	}
+	// Wait for the created topics only: one that existed may differ from
+	// the catalog (Verify reports it) and would never be ready here.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	return created, AwaitReady(ctx, adm, c.opts.Partitions, created...)
+}
+
+// AwaitReady waits until the brokers' metadata shows every named topic
+// with partitions partitions, each with a leader: a topic just created is
+// not at once in every broker's metadata, nor its partitions led, and a
+// client that produces or checks it (Verify, a stage's start) in that
+// moment sees it missing. It polls every 50 ms until ctx ends; the error
+// then names each topic not ready and why.
+func AwaitReady(ctx context.Context, adm *kadm.Client, partitions int32, names ...string) error {
 	for {
-		details, err := adm.ListTopics(ctx, names...)
-		ready := err == nil
-		for _, name := range names {
-			d, ok := details[name]
-			if !ok || d.Err != nil || int32(len(d.Partitions)) != c.opts.Partitions {
-				ready = false
-				break
-			}
-			for _, p := range d.Partitions {
-				if p.Leader < 0 || p.Err != nil {
-					ready = false
-				}
-			}
-		}
-		if ready {
+		notReady := notReady(ctx, adm, partitions, names)
+		if len(notReady) == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("topics: created topics not visible yet: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("topics: not ready: %s: %w", strings.Join(notReady, "; "), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// notReady says, for each named topic whose metadata does not yet show
+// partitions partitions each with a leader, which and why.
+func notReady(ctx context.Context, adm *kadm.Client, partitions int32, names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return []string{"list topics: " + err.Error()}
+	}
+	var out []string
+	for _, name := range names {
+		d, ok := details[name]
+		switch {
+		case !ok:
+			out = append(out, name+" is not in metadata")
+			continue
+		case d.Err != nil:
+			out = append(out, name+": "+d.Err.Error())
+			continue
+		case int32(len(d.Partitions)) != partitions:
+			out = append(out, fmt.Sprintf("%s has %d of %d partitions in metadata", name, len(d.Partitions), partitions))
+			continue
+		}
+		for _, p := range d.Partitions.Sorted() {
+			if p.Err != nil {
+				out = append(out, fmt.Sprintf("%s partition %d: %v", name, p.Partition, p.Err))
+				break
+			}
+			if p.Leader < 0 {
+				out = append(out, fmt.Sprintf("%s partition %d has no leader", name, p.Partition))
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Verify compares the cluster with the catalog: missing topics, partition

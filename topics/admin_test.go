@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -259,5 +260,51 @@ func TestDeleteRemovesEveryCatalogTopicAndNothingElse(t *testing.T) {
 				t.Fatalf("deleted %v, err %v; want nothing and no error", deleted, err)
 			}
 		})
+	})
+}
+
+// TestAwaitReadyWaitsForEveryTopicWithAllItsPartitions: topics created
+// with the partitions asked for are ready; one that does not exist, or has
+// fewer partitions than asked for, is not, and the error when the wait
+// ends names it and why.
+func TestAwaitReadyWaitsForEveryTopicWithAllItsPartitions(t *testing.T) {
+	clusters(t, func(t *testing.T, adm *kadm.Client) {
+		cat := createdCatalog(t, adm)
+		requests, decisions := cat.Name(topics.Requests), cat.Name(topics.Decisions)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Guard())
+		defer cancel()
+		if err := topics.AwaitReady(ctx, adm, 3, requests, decisions); err != nil {
+			t.Fatalf("created topics not ready: %v", err)
+		}
+		missing := requests + ".never"
+		cases := []struct {
+			name       string
+			partitions int32
+			topics     []string
+			want       []string
+		}{
+			{"a topic that does not exist is not ready", 3, []string{requests, missing},
+				[]string{missing, "not ready"}},
+			{"a topic with fewer partitions than asked for is not ready", 4, []string{decisions},
+				[]string{decisions + " has 3 of 4 partitions in metadata"}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				err := topics.AwaitReady(ctx, adm, c.partitions, c.topics...)
+				if err == nil {
+					t.Fatal("ready")
+				}
+				for _, w := range c.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not say %q", err, w)
+					}
+				}
+				if strings.Contains(err.Error(), requests+" ") || strings.HasSuffix(err.Error(), requests) {
+					t.Errorf("error %q names %s, which is ready", err, requests)
+				}
+			})
+		}
 	})
 }

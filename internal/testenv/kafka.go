@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/topics"
 )
 
 // EnvKafkaBrokers names the environment variable holding the test broker's
@@ -118,50 +120,8 @@ func Topic(t testing.TB, brokers []string, partitions int32, configs map[string]
 			t.Errorf("testenv: delete topic %s: %v", name, err)
 		}
 	})
-	if err := waitTopicReady(ctx, adm, name, resp.NumPartitions); err != nil {
+	if err := topics.AwaitReady(ctx, adm, resp.NumPartitions, name); err != nil {
 		t.Fatalf("testenv: topic %s: %v", name, err)
 	}
 	return name
-}
-
-// waitTopicReady polls metadata until topic has all partitions, each with a
-// leader.
-func waitTopicReady(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
-	var last error
-	for {
-		last = topicReady(ctx, adm, topic, partitions)
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("metadata not ready: %w (%w)", last, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func topicReady(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
-	topics, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		return err
-	}
-	d, ok := topics[topic]
-	switch {
-	case !ok:
-		return errors.New("not in metadata")
-	case d.Err != nil:
-		return d.Err
-	case int32(len(d.Partitions)) != partitions:
-		return fmt.Errorf("%d of %d partitions in metadata", len(d.Partitions), partitions)
-	}
-	for _, p := range d.Partitions {
-		if p.Err != nil {
-			return fmt.Errorf("partition %d: %w", p.Partition, p.Err)
-		}
-		if p.Leader < 0 {
-			return fmt.Errorf("partition %d has no leader", p.Partition)
-		}
-	}
-	return nil
 }
