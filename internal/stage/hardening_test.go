@@ -589,41 +589,53 @@ func TestAStageRefusesAChangelogThatIsNotCoPartitionedWithItsInput(t *testing.T)
 }
 
 // TestAStageStartsOnlyOnceEveryTopicItWritesExists: a stage whose output
-// topic does not exist yet starts no session (it commits nothing) and says
-// which topic is missing; once the topic is created it starts, after a
-// backoff, and copies its input once.
+// or dead-letter topic does not exist yet starts no session (it commits
+// nothing) and says which topic is missing; once the topic is created it
+// starts, after a backoff, and copies its input once.
 func TestAStageStartsOnlyOnceEveryTopicItWritesExists(t *testing.T) {
-	onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
-		r := newRig(t, brokers, opts, 1, nil)
-		r.out += "-later"
-		r.produce(0, "a", "b")
-		watch := newLogWatch("stage session failed; starting a new one after a backoff (its partitions are restored again)")
-		cfg := r.config()
-		cfg.Logger = slog.New(watch)
-		cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
-		s := r.start(cfg)
-		testenv.Await(t, watch.seen, "a session to fail")
-		for len(watch.logged()) < 3 {
-			time.Sleep(10 * time.Millisecond)
-		}
-		for _, line := range watch.logged() {
-			if err := line["err"].String(); !strings.Contains(err, r.out) || !strings.Contains(err, "does not exist") {
-				t.Fatalf("a session failed with %q, want it to name the missing topic %s", err, r.out)
-			}
-		}
-		adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
-		ctx := testenv.Guarded(t)
-		if committed, err := adm.FetchOffsets(ctx, r.group); err == nil && len(committed.Offsets()) > 0 {
-			t.Fatalf("offsets %v committed while an output topic was missing", committed.Offsets())
-		}
-		if _, err := adm.CreateTopic(ctx, 1, 1, nil, r.out); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = adm.DeleteTopic(context.Background(), r.out) })
-		if got, want := r.awaitOut(s, 2), []string{"a=1", "b=1"}; !equal(got, want) {
-			t.Fatalf("outputs %v, want %v", got, want)
-		}
-	})
+	cases := []struct {
+		name    string
+		missing func(r *rig) *string // the rig's topic to leave missing
+	}{
+		{"an output topic", func(r *rig) *string { return &r.out }},
+		{"the dead-letter topic", func(r *rig) *string { return &r.deadLetters }},
+	}
+	for _, c := range cases {
+		t.Run("without "+c.name, func(t *testing.T) {
+			onClusters(t, func(t *testing.T, brokers []string, opts []kgo.Opt) {
+				r := newRig(t, brokers, opts, 1, nil)
+				missing := c.missing(r)
+				*missing += "-later"
+				r.produce(0, "a", "b")
+				watch := newLogWatch("stage session failed; starting a new one after a backoff (its partitions are restored again)")
+				cfg := r.config()
+				cfg.Logger = slog.New(watch)
+				cfg.Backoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+				s := r.start(cfg)
+				testenv.Await(t, watch.seen, "a session to fail")
+				for len(watch.logged()) < 3 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				for _, line := range watch.logged() {
+					if err := line["err"].String(); !strings.Contains(err, *missing) || !strings.Contains(err, "does not exist") {
+						t.Fatalf("a session failed with %q, want it to name the missing topic %s", err, *missing)
+					}
+				}
+				adm := kadm.NewClient(testenv.Client(t, brokers, opts...))
+				ctx := testenv.Guarded(t)
+				if committed, err := adm.FetchOffsets(ctx, r.group); err == nil && len(committed.Offsets()) > 0 {
+					t.Fatalf("offsets %v committed while %s was missing", committed.Offsets(), *missing)
+				}
+				if _, err := adm.CreateTopic(ctx, 1, 1, nil, *missing); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _, _ = adm.DeleteTopic(context.Background(), *missing) })
+				if got, want := r.awaitOut(s, 2), []string{"a=1", "b=1"}; !equal(got, want) {
+					t.Fatalf("outputs %v, want %v", got, want)
+				}
+			})
+		})
+	}
 }
 
 func TestAStageWhoseGroupLostItsOffsetsRefusesToReplayUnlessTold(t *testing.T) {

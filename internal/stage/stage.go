@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -576,18 +575,13 @@ func (r *Runner) checkTopics(ctx context.Context) error {
 }
 
 // topicNames are the input, the changelogs, the outputs and the dead-letter
-// topic, each once, in that order.
+// topic, in that order (a name given twice is asked for twice).
 func (r *Runner) topicNames() []string {
 	names := append(append([]string{r.cfg.Input}, r.cfg.Changelogs...), r.cfg.Outputs...)
 	if r.cfg.DeadLetterTopic != "" {
 		names = append(names, r.cfg.DeadLetterTopic)
 	}
-	seen := make(map[string]bool, len(names))
-	return slices.DeleteFunc(names, func(n string) bool {
-		dup := seen[n]
-		seen[n] = true
-		return dup
-	})
+	return names
 }
 
 // poll collects one batch. It waits up to BatchInterval for the first
