@@ -60,7 +60,7 @@ func (c *Catalog) Create(ctx context.Context, adm *kadm.Client) ([]string, error
 }
 
 // AwaitReady waits until the brokers' metadata shows every named topic
-// with partitions partitions, each with a leader: a topic just created is
+// with the given number of partitions, each with a leader: a topic just created is
 // not at once in every broker's metadata, nor its partitions led, and a
 // client that produces or checks it (Verify, a stage's start) in that
 // moment sees it missing. It polls every 50 ms until ctx ends; the error
@@ -80,7 +80,7 @@ func AwaitReady(ctx context.Context, adm *kadm.Client, partitions int32, names .
 }
 
 // notReady says, for each named topic whose metadata does not yet show
-// partitions partitions each with a leader, which and why.
+// the given number of partitions, each with a leader, which and why.
 func notReady(ctx context.Context, adm *kadm.Client, partitions int32, names []string) []string {
 	if len(names) == 0 {
 		return nil
