@@ -516,9 +516,9 @@ func (k *fakeKafka) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {
 // TestSessionsCopyEveryRecordOnceThroughFailedInserts runs the writer's
 // sessions (Kafka on kfake, ClickHouse replaced by a memoryTable) over
 // records of two tables, two Kafka partitions and two months, with inserts
-// that fail before landing, inserts that land and lose their answer, and
-// inserts that fail every retry so that the session starts over from what
-// is stored; every session starts by sending each table's last insert
+// that all land (one session copies everything), inserts that fail before
+// landing, inserts that land and lose their answer, and inserts that fail
+// every retry so that the session starts over from what is stored; every session starts by sending each table's last insert
 // again (resendLastInsert, reading it back from kfake). Every record must be
 // stored exactly once.
 func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
@@ -526,13 +526,15 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 		name     string
 		fault    func(call int, table string, month int32) (store, fail bool)
 		restarts bool // at least one session must start over
+		once     bool // no session may start over
 	}{
+		{"inserts that all land are made by one session", nil, false, true},
 		{"inserts that fail before landing are retried", func(call int, _ string, _ int32) (bool, bool) {
 			return call%3 != 1, call%3 == 1
-		}, false},
+		}, false, false},
 		{"inserts that land and lose their answer are retried with their token", func(call int, _ string, _ int32) (bool, bool) {
 			return true, call%2 == 1
-		}, false},
+		}, false, false},
 		{"a month that fails every retry makes the session start over from what is stored", func() func(int, string, int32) (bool, bool) {
 			tries := 0 // of the later month's decisions: the first 4 fail, more than one session's 3 attempts
 			return func(_ int, table string, month int32) (bool, bool) {
@@ -542,7 +544,7 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 				tries++
 				return tries > 4, tries <= 4
 			}
-		}(), true},
+		}(), true, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -595,11 +597,14 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 					}
 				}
 			}
-			if mem.calls <= len(recs)/15 {
+			if c.fault != nil && mem.calls <= len(recs)/15 {
 				t.Errorf("%d insert calls: the faults were never injected", mem.calls)
 			}
 			if c.restarts && w.errs.Value() == 0 {
 				t.Error("no session started over")
+			}
+			if c.once && w.errs.Value() != 0 {
+				t.Errorf("sessions started over %d times with every insert landing", w.errs.Value())
 			}
 			// A session that starts over sends the last insert of the
 			// decisions again (November's, stored before December's
