@@ -60,10 +60,10 @@ func (c *Catalog) Create(ctx context.Context, adm *kadm.Client) ([]string, error
 }
 
 // AwaitReady waits until the brokers' metadata shows every named topic
-// with the given number of partitions, each with a leader: a topic just created is
-// not at once in every broker's metadata, nor its partitions led, and a
-// client that produces or checks it (Verify, a stage's start) in that
-// moment sees it missing. It polls every 50 ms until ctx ends; the error
+// with the given number of partitions, each with a leader: a topic just
+// created is not at once in every broker's metadata, nor its partitions
+// led, and a client that produces or checks it (Verify, a stage's start)
+// in that moment sees it missing. It polls every 50 ms until ctx ends; the error
 // then names each topic not ready and why.
 func AwaitReady(ctx context.Context, adm *kadm.Client, partitions int32, names ...string) error {
 	for {

@@ -518,8 +518,9 @@ func (k *fakeKafka) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {
 // records of two tables, two Kafka partitions and two months, with inserts
 // that all land (one session copies everything), inserts that fail before
 // landing, inserts that land and lose their answer, and inserts that fail
-// every retry so that the session starts over from what is stored; every session starts by sending each table's last insert
-// again (resendLastInsert, reading it back from kfake). Every record must be
+// every retry so that the session starts over from what is stored; every
+// session starts by sending each table's last insert again
+// (resendLastInsert, reading it back from kfake). Every record must be
 // stored exactly once.
 func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 	cases := []struct {

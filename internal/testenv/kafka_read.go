@@ -118,7 +118,9 @@ func CatalogWith(t testing.TB, brokers []string, o topics.Options) *topics.Catal
 	ctx, cancel := context.WithTimeout(context.Background(), topicSetupTimeout)
 	defer cancel()
 	DeleteCatalogOnCleanup(t, adm, cat)
-	if _, err := cat.Create(ctx, adm); err != nil { // the prefix is new: Create makes every topic and waits until it is ready
+	// The prefix is new: Create makes every topic and waits until it is
+	// ready.
+	if _, err := cat.Create(ctx, adm); err != nil {
 		t.Fatal(err)
 	}
 	return cat
