@@ -17,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/analytics/dashboard/dashboardtest"
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/topics"
 )
 
 func TestAPICommandFlags(t *testing.T) {
@@ -47,26 +48,40 @@ func TestAPICommandFlags(t *testing.T) {
 	}
 }
 
-func TestAPICommandServesUntilCancelled(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	cat := testenv.Catalog(t, brokers, 1)
+// startAPICommand runs `herald api` on a new topic catalog of one
+// partition, with the key k1 of tenant acme, until it is healthy. It
+// returns its address, its catalog, and cancel, which stops it and returns
+// its exit code.
+func startAPICommand(t *testing.T, brokers []string) (addr string, cat *topics.Catalog, cancel func() int) {
+	t.Helper()
+	cat = testenv.Catalog(t, brokers, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	addr = ln.Addr().String()
 	ln.Close()
 	keys := filepath.Join(t.TempDir(), "keys")
 	if err := os.WriteFile(keys, []byte("acme:billing:"+api.HashKey("k1")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
 		var out, errb bytes.Buffer
 		done <- run(ctx, []string{"api", "--brokers", strings.Join(brokers, ","), "--topic-prefix", cat.Options().Prefix,
 			"--partitions", "1", "--listen", addr, "--api-keys", keys, "--instance-id", "cmd-test"}, &out, &errb)
 	}()
+	stopped := false
+	cancel = func() int {
+		if stopped {
+			return 0
+		}
+		stopped = true
+		stop()
+		return <-done
+	}
+	t.Cleanup(func() { cancel() })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/healthz")
@@ -83,6 +98,11 @@ func TestAPICommandServesUntilCancelled(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return addr, cat, cancel
+}
+
+func TestAPICommandServesUntilCancelled(t *testing.T) {
+	addr, _, cancel := startAPICommand(t, testenv.Kafka(t))
 	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/users/u/devices", nil)
 	req.Header.Set("Authorization", "Bearer k1")
 	resp, err := http.DefaultClient.Do(req)
@@ -110,8 +130,7 @@ func TestAPICommandServesUntilCancelled(t *testing.T) {
 			t.Errorf("GET %s: %d %s, want %d %s", c.path, resp.StatusCode, resp.Header.Get("Content-Type"), c.status, c.contentType)
 		}
 	}
-	cancel()
-	if code := <-done; code != 0 {
+	if code := cancel(); code != 0 {
 		t.Fatalf("exit code %d after cancel, want 0", code)
 	}
 }

@@ -23,6 +23,9 @@ import (
 //
 //	herald bench --brokers 127.0.0.1:39092 --postgres postgres://... --redis 127.0.0.1:36379
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "api" {
+		return runBenchAPI(ctx, args[1:], stdout)
+	}
 	fs := newFlagSet("bench")
 	d := bench.DefaultStreamOptions()
 	brokers := fs.String("brokers", "", "Kafka bootstrap brokers, comma separated; empty skips herald's backend")

@@ -253,6 +253,7 @@ var secretFlags = map[string]bool{
 	"apns-cert-password":        true,
 	"webpush-vapid-private-key": true,
 	"hash-key":                  true,
+	"api-key":                   true, // herald bench api's key
 	"secret":                    true, // herald emulate webhook's whsec_ secrets
 }
 

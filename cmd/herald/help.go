@@ -17,8 +17,10 @@ var examples = map[string]string{
 	"audit timeline": "herald audit timeline --id 6f1c2b0e-9c57-5d0a-8e7e-1a2b3c4d5e6f\n" +
 		"herald audit timeline --recipient user-42 --since 72h --tenant acme\n" +
 		"herald audit timeline --dedupe-key order-1001-shipped --type order.shipped",
-	"audit-writer":      "herald audit-writer --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --migrate --metrics-addr :9464",
-	"bench":             "herald bench --brokers 127.0.0.1:39092 --redis 127.0.0.1:36379 --requests 200000 --markdown",
+	"audit-writer": "herald audit-writer --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --migrate --metrics-addr :9464",
+	"bench":        "herald bench --brokers 127.0.0.1:39092 --redis 127.0.0.1:36379 --requests 200000 --markdown",
+	"bench api": "HERALD_API_KEY=... herald bench api --url http://127.0.0.1:8080 --clients 64 --duration 20s\n" +
+		"HERALD_API_KEY=... herald bench api --url http://127.0.0.1:8080 --rate 5000 --prefer wait=10 --json",
 	"clickhouse-server": "herald clickhouse-server --path /var/lib/herald-chdb --tcp-port 39000 --http-port 39123",
 	"config check":      "herald config check --config /etc/herald/herald.yaml",
 	"dedupe": "herald dedupe --config /etc/herald/herald.yaml --instance-id dedupe-0 --metrics-addr :9464\n" +

@@ -43,7 +43,7 @@ func commands() []command {
 		{"api", "serve the HTTP API for producer services (notifications, devices, preferences)", runAPI},
 		{"audit", "print the audit timeline of a notification, recipient or dedupe key (timeline)", runAudit},
 		{"audit-writer", "copy requests, decisions, attempts and outcomes into ClickHouse, exactly once", runAuditWriter},
-		{"bench", "measure dedupe throughput side by side: herald on Kafka, PostgreSQL, Redis", runBench},
+		{"bench", "measure dedupe throughput side by side: herald on Kafka, PostgreSQL, Redis; or load an API (bench api)", runBench},
 		{"config", "check a configuration file: every bad setting, by name and line (herald config check --config FILE)", runConfig},
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
 		{"decode", "print a herald.seen, request, decision or accepted value (Protocol Buffers or JSON) as JSON for humans (decode seen|request|decision|accepted --file F, or stdin)", runDecode},

@@ -1,0 +1,370 @@
+// Package apiload is `herald bench api`: a load generator for herald's
+// HTTP API. Every send is a POST /v1/notifications of one distinct
+// notification (type "bench.load", recipient u0…u9999 in turn, key
+// {"run": Options.Run, "n": i}), so no send repeats another and the dedupe
+// stage accepts every one. It runs in one of two models:
+//
+//   - closed (Options.Clients): that many clients, each sending its next
+//     request when its last one is answered. The rate is what the server
+//     answers; this is the curve of sends/s against concurrency.
+//   - open (Options.Rate): sends fall due on a fixed schedule, Rate a
+//     second, whatever the answers, on at most Options.MaxInFlight
+//     connections at once. This is latency at a given load.
+//
+// In the open model a send's latency runs from when it fell due, not from
+// when it went out. A generator that falls behind (a full connection pool,
+// or its own share of the CPU) counts its delay against the server it
+// measures instead of hiding it: the hazard known as coordinated omission,
+// which a closed-loop measurement of a saturated server always has.
+//
+// The generator costs CPU beside the server it measures when both share a
+// host: it builds each body with strconv appends into a buffer of its own
+// and keeps its connections alive, so that its share stays small (see
+// BENCHMARKS.md for its cost per request against vegeta's).
+package apiload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configures a run. Exactly one of Clients and Rate is set.
+type Options struct {
+	// URL is the API's base URL, e.g. http://127.0.0.1:8080; sends go to
+	// URL + "/v1/notifications".
+	URL string
+	// APIKey is sent as "Authorization: Bearer <APIKey>".
+	APIKey string
+	// Run labels this run's notification keys, so that a second run on the
+	// same topics sends new notifications, not repeats.
+	Run string
+	// Clients is the closed model's number of clients.
+	Clients int
+	// Rate is the open model's sends a second.
+	Rate int
+	// MaxInFlight bounds the open model's sends in flight (and its
+	// connections); 0 means 1024. A send due while all are busy waits, and
+	// its wait counts in its latency.
+	MaxInFlight int
+	// Duration is how long sends are started; answers to sends in flight
+	// at its end are awaited (up to Timeout).
+	Duration time.Duration
+	// Prefer, when set, is sent as the Prefer header (e.g. "wait=10": the
+	// API answers once the send's decisions are known).
+	Prefer string
+	// Recipients is how many distinct recipients the sends cycle through;
+	// 0 means 10,000.
+	Recipients int
+	// Timeout bounds each send; 0 means 30 s. A send that runs out counts
+	// as an error.
+	Timeout time.Duration
+}
+
+func (o *Options) check() error {
+	var errs []error
+	if o.URL == "" {
+		errs = append(errs, errors.New("url: the API's base URL is required (e.g. http://127.0.0.1:8080)"))
+	} else if !strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://") {
+		errs = append(errs, fmt.Errorf("url: %q is not an http:// or https:// URL", o.URL))
+	}
+	switch {
+	case o.Clients < 0 || o.Rate < 0:
+		errs = append(errs, fmt.Errorf("clients, rate: must not be negative (got %d, %d)", o.Clients, o.Rate))
+	case (o.Clients == 0) == (o.Rate == 0):
+		errs = append(errs, errors.New("clients, rate: set exactly one: clients for the closed model, rate for the open one"))
+	}
+	if o.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("duration: must be positive (got %s)", o.Duration))
+	}
+	if o.MaxInFlight < 0 || o.Recipients < 0 || o.Timeout < 0 {
+		errs = append(errs, errors.New("max-in-flight, recipients, timeout: must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Report is a run's outcome.
+type Report struct {
+	// Requests is the number of sends made (answered or not).
+	Requests int `json:"requests"`
+	// Elapsed runs from the first send's due time to the last answer.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Answered2xxPerSecond is the sends answered 2xx over Elapsed.
+	Answered2xxPerSecond float64 `json:"answered_2xx_per_s"`
+	// Latency is over every send, answered or not, in nanoseconds.
+	Latency Latency `json:"latency_ns"`
+	// StatusCodes counts answers by status code; "error" counts sends
+	// without an answer (a refused connection, a timeout).
+	StatusCodes map[string]int `json:"status_codes"`
+	// Errors holds up to five distinct errors of the sends in "error".
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Latency holds percentiles by nearest rank, in nanoseconds.
+type Latency struct {
+	P50  time.Duration `json:"p50"`
+	P90  time.Duration `json:"p90"`
+	P99  time.Duration `json:"p99"`
+	Max  time.Duration `json:"max"`
+	Mean time.Duration `json:"mean"`
+}
+
+// String is the report in plain words, one line.
+func (r Report) String() string {
+	codes := make([]string, 0, len(r.StatusCodes))
+	for c := range r.StatusCodes {
+		codes = append(codes, c)
+	}
+	slices.Sort(codes)
+	for i, c := range codes {
+		codes[i] = fmt.Sprintf("%s: %d", c, r.StatusCodes[c])
+	}
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
+	s := fmt.Sprintf("%d sends in %.1f s: %.0f answered 2xx a second; latency p50 %s ms, p90 %s ms, p99 %s ms, max %s ms; %s",
+		r.Requests, r.Elapsed.Seconds(), r.Answered2xxPerSecond, ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99),
+		ms(r.Latency.Max), strings.Join(codes, ", "))
+	if len(r.Errors) > 0 {
+		s += "; errors: " + strings.Join(r.Errors, "; ")
+	}
+	return s
+}
+
+// Run sends load as o says and reports it. It returns an error only for
+// bad options; sends that fail are counted in the report. Cancelling ctx
+// ends the run early, with the sends made so far.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if err := o.check(); err != nil {
+		return Report{}, fmt.Errorf("bench api: %w", err)
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = 1024
+	}
+	if o.Recipients == 0 {
+		o.Recipients = 10000
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	conns := o.Clients
+	if o.Rate > 0 {
+		conns = o.MaxInFlight
+	}
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	defer tr.CloseIdleConnections()
+	g := &generator{o: o, client: &http.Client{Transport: tr, Timeout: o.Timeout}, codes: map[string]int{}}
+	g.prefix, g.middle = bodyParts(o.Run)
+	g.url = strings.TrimSuffix(o.URL, "/") + "/v1/notifications"
+	if o.Rate > 0 {
+		g.open(ctx)
+	} else {
+		g.closed(ctx)
+	}
+	return g.report(), nil
+}
+
+// bodyParts returns the fixed parts of every body: the part before the
+// recipient's number and the part between it and the send's number.
+func bodyParts(run string) (prefix, middle string) {
+	r, _ := json.Marshal(run) // a string: cannot fail
+	return `{"type":"bench.load","recipientId":"u`, `","title":"t","body":"b","key":{"run":` + string(r) + `,"n":`
+}
+
+// generator is one run's state. Its workers each keep their latencies and
+// merge them once, at their end.
+type generator struct {
+	o              Options
+	client         *http.Client
+	url            string
+	prefix, middle string
+
+	mu        sync.Mutex
+	next      int // the next send's number (closed model)
+	latencies []time.Duration
+	codes     map[string]int
+	errs      []string
+	first     time.Time
+	last      time.Time
+}
+
+// worker is what a sending goroutine keeps to itself.
+type worker struct {
+	body      []byte
+	latencies []time.Duration
+	codes     map[string]int
+	errs      []string
+	last      time.Time
+}
+
+// closed runs o.Clients clients, each sending its next request when its
+// last one is answered, until o.Duration has passed.
+func (g *generator) closed(ctx context.Context) {
+	g.first = time.Now()
+	end := g.first.Add(g.o.Duration)
+	var wg sync.WaitGroup
+	for range g.o.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &worker{codes: map[string]int{}}
+			for ctx.Err() == nil && time.Now().Before(end) {
+				g.mu.Lock()
+				n := g.next
+				g.next++
+				g.mu.Unlock()
+				start := time.Now()
+				g.send(ctx, w, n, start)
+			}
+			g.merge(w)
+		}()
+	}
+	wg.Wait()
+}
+
+// open starts sends on a fixed schedule, o.Rate a second, for o.Duration:
+// send n falls due at start + n/Rate. At most o.MaxInFlight are in flight;
+// a send due while all are busy waits for one, and its wait counts.
+func (g *generator) open(ctx context.Context) {
+	total := int(int64(g.o.Rate) * int64(g.o.Duration) / int64(time.Second))
+	due := make(chan int, g.o.MaxInFlight)
+	g.first = time.Now()
+	var wg sync.WaitGroup
+	for range g.o.MaxInFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &worker{codes: map[string]int{}}
+			for n := range due {
+				g.send(ctx, w, n, g.dueAt(n))
+			}
+			g.merge(w)
+		}()
+	}
+	// The schedule wakes at most every millisecond and hands out every
+	// send due by then: a timer per send would cost more than the send.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	n := 0
+schedule:
+	for n < total {
+		for n < total && !time.Now().Before(g.dueAt(n)) {
+			select {
+			case due <- n:
+				n++
+			case <-ctx.Done():
+				break schedule
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			break schedule
+		}
+	}
+	close(due)
+	wg.Wait()
+}
+
+func (g *generator) dueAt(n int) time.Time {
+	return g.first.Add(time.Duration(int64(n) * int64(time.Second) / int64(g.o.Rate)))
+}
+
+// send makes send n and records its answer and its latency from start.
+func (g *generator) send(ctx context.Context, w *worker, n int, start time.Time) {
+	w.body = append(w.body[:0], g.prefix...)
+	w.body = strconv.AppendInt(w.body, int64(n%g.o.Recipients), 10)
+	w.body = append(w.body, g.middle...)
+	w.body = strconv.AppendInt(w.body, int64(n), 10)
+	w.body = append(w.body, "}}"...)
+	code := "error"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(w.body))
+	if err == nil {
+		req.Header.Set("Authorization", "Bearer "+g.o.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		if g.o.Prefer != "" {
+			req.Header.Set("Prefer", g.o.Prefer)
+		}
+		var resp *http.Response
+		if resp, err = g.client.Do(req); err == nil {
+			// Read to the end, so the connection is kept for the next send.
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				code = strconv.Itoa(resp.StatusCode)
+			}
+		}
+	}
+	w.last = time.Now()
+	w.latencies = append(w.latencies, w.last.Sub(start))
+	w.codes[code]++
+	if err != nil {
+		w.errs = addError(w.errs, err.Error())
+	}
+}
+
+// addError adds e to errs unless errs holds it or five others already.
+func addError(errs []string, e string) []string {
+	if len(errs) < 5 && !slices.Contains(errs, e) {
+		errs = append(errs, e)
+	}
+	return errs
+}
+
+func (g *generator) merge(w *worker) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.latencies = append(g.latencies, w.latencies...)
+	for c, k := range w.codes {
+		g.codes[c] += k
+	}
+	for _, e := range w.errs {
+		g.errs = addError(g.errs, e)
+	}
+	if w.last.After(g.last) {
+		g.last = w.last
+	}
+}
+
+func (g *generator) report() Report {
+	r := Report{Requests: len(g.latencies), StatusCodes: g.codes, Errors: g.errs}
+	if r.Requests == 0 {
+		return r
+	}
+	r.Elapsed = g.last.Sub(g.first)
+	ok := 0
+	for c, k := range g.codes {
+		if len(c) == 3 && c[0] == '2' {
+			ok += k
+		}
+	}
+	if r.Elapsed > 0 {
+		r.Answered2xxPerSecond = float64(ok) / r.Elapsed.Seconds()
+	}
+	l := g.latencies
+	slices.Sort(l)
+	rank := func(p float64) time.Duration { // nearest rank: the smallest value with a share p of them at or below it
+		return l[max(int(math.Ceil(p*float64(len(l))))-1, 0)]
+	}
+	var sum time.Duration
+	for _, d := range l {
+		sum += d
+	}
+	r.Latency = Latency{P50: rank(0.50), P90: rank(0.90), P99: rank(0.99), Max: l[len(l)-1], Mean: sum / time.Duration(len(l))}
+	return r
+}

@@ -1,0 +1,212 @@
+package apiload
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// sent is what a test server saw of one send.
+type sent struct {
+	auth, prefer, contentType string
+	body                      struct {
+		Type        string `json:"type"`
+		RecipientID string `json:"recipientId"`
+		Title       string `json:"title"`
+		Body        string `json:"body"`
+		Key         struct {
+			Run string `json:"run"`
+			N   int    `json:"n"`
+		} `json:"key"`
+	}
+}
+
+// recorder is an HTTP server (on loopback, through net/http) that keeps
+// every send it is given and answers with status(n), after delay.
+type recorder struct {
+	mu     sync.Mutex
+	sends  []sent
+	status func(n int) int
+	delay  time.Duration
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var s sent
+	s.auth, s.prefer, s.contentType = r.Header.Get("Authorization"), r.Header.Get("Prefer"), r.Header.Get("Content-Type")
+	b, _ := io.ReadAll(r.Body)
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/notifications" || json.Unmarshal(b, &s.body) != nil {
+		http.Error(w, "not a send: "+r.Method+" "+r.URL.Path+" "+string(b), http.StatusBadRequest)
+		return
+	}
+	time.Sleep(rec.delay)
+	rec.mu.Lock()
+	rec.sends = append(rec.sends, s)
+	rec.mu.Unlock()
+	code := http.StatusAccepted
+	if rec.status != nil {
+		code = rec.status(s.body.Key.N)
+	}
+	w.WriteHeader(code)
+	io.WriteString(w, `{"requestId":"r"}`)
+}
+
+func serve(t *testing.T, rec *recorder) string {
+	t.Helper()
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestEverySendIsADistinctNotification(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{
+		{"closed-model clients each send their next when answered", Options{Clients: 4, Duration: 300 * time.Millisecond}},
+		{"open-model sends go out on schedule", Options{Rate: 400, Duration: 300 * time.Millisecond, Prefer: "wait=10"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			o := tc.o
+			o.URL, o.APIKey, o.Run, o.Recipients = serve(t, rec), "k-1", `run "7"`, 3
+			r, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if r.Requests == 0 || r.Requests != len(rec.sends) || r.StatusCodes["202"] != r.Requests || len(r.StatusCodes) != 1 {
+				t.Fatalf("report: %d sends, codes %v; the server saw %d", r.Requests, r.StatusCodes, len(rec.sends))
+			}
+			seen := map[int]bool{}
+			for _, s := range rec.sends {
+				b := s.body
+				if s.auth != "Bearer k-1" || s.contentType != "application/json" || s.prefer != o.Prefer {
+					t.Fatalf("headers: Authorization %q, Content-Type %q, Prefer %q", s.auth, s.contentType, s.prefer)
+				}
+				if b.Type != "bench.load" || b.Key.Run != `run "7"` || b.Title == "" || b.Body == "" {
+					t.Fatalf("body: %+v", b)
+				}
+				if want := "u" + string(rune('0'+b.Key.N%3)); b.RecipientID != want {
+					t.Fatalf("send %d went to %q, want %q (recipients cycle)", b.Key.N, b.RecipientID, want)
+				}
+				if seen[b.Key.N] {
+					t.Fatalf("send %d was made twice", b.Key.N)
+				}
+				seen[b.Key.N] = true
+			}
+			for n := range len(rec.sends) {
+				if !seen[n] {
+					t.Fatalf("sends are not numbered 0…%d: %d is missing", len(rec.sends)-1, n)
+				}
+			}
+			if o.Rate > 0 && r.Requests != o.Rate*3/10 {
+				t.Fatalf("%d sends at %d/s for %s, want %d", r.Requests, o.Rate, o.Duration, o.Rate*3/10)
+			}
+			if r.Answered2xxPerSecond <= 0 || r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
+				t.Fatalf("report: %+v", r)
+			}
+		})
+	}
+}
+
+func TestAnOpenModelSendsLatencyCountsItsWaitForAConnection(t *testing.T) {
+	// One connection, 20 ms a send, a send due every 10 ms: the 30th send
+	// falls due at 290 ms but cannot start before 29 × 20 = 580 ms. Timed
+	// from when it went out, every send would take about 20 ms.
+	rec := &recorder{delay: 20 * time.Millisecond}
+	r, err := Run(context.Background(), Options{URL: serve(t, rec), Rate: 100, MaxInFlight: 1, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != 30 || r.StatusCodes["202"] != 30 {
+		t.Fatalf("report: %+v", r)
+	}
+	if r.Latency.Max < 290*time.Millisecond {
+		t.Fatalf("the last send's latency is %s; it waited at least 290 ms for the connection after it fell due", r.Latency.Max)
+	}
+}
+
+func TestAnswersAreCountedByStatusAndFailuresAsErrors(t *testing.T) {
+	t.Run("each status code is counted and only 2xx answers make the rate", func(t *testing.T) {
+		rec := &recorder{status: func(n int) int {
+			if n%2 == 1 {
+				return http.StatusTooManyRequests
+			}
+			return http.StatusAccepted
+		}}
+		r, err := Run(context.Background(), Options{URL: serve(t, rec), Rate: 200, Duration: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.StatusCodes["202"] != 20 || r.StatusCodes["429"] != 20 || r.Requests != 40 {
+			t.Fatalf("codes %v of %d sends, want 20 × 202 and 20 × 429", r.StatusCodes, r.Requests)
+		}
+		if limit := 20 / r.Elapsed.Seconds(); r.Answered2xxPerSecond > limit*1.0001 {
+			t.Fatalf("%.0f answered 2xx a second counts more than the 20 sends answered 202 over %s", r.Answered2xxPerSecond, r.Elapsed)
+		}
+	})
+	t.Run("sends nobody answers are errors, named", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close() // nothing listens there now
+		r, err := Run(context.Background(), Options{URL: "http://" + addr, Clients: 2, Duration: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Requests == 0 || r.StatusCodes["error"] != r.Requests || r.Answered2xxPerSecond != 0 {
+			t.Fatalf("report: %+v", r)
+		}
+		if len(r.Errors) == 0 || !strings.Contains(r.Errors[0], "refused") || !strings.Contains(r.String(), "error: ") {
+			t.Fatalf("errors %q; in words: %s", r.Errors, r)
+		}
+	})
+}
+
+func TestLatencyPercentilesAreByNearestRank(t *testing.T) {
+	g := &generator{codes: map[string]int{"202": 100}}
+	for i := 100; i >= 1; i-- {
+		g.latencies = append(g.latencies, time.Duration(i)*time.Millisecond)
+	}
+	g.first, g.last = time.Unix(0, 0), time.Unix(2, 0)
+	r := g.report()
+	want := Latency{P50: 50 * time.Millisecond, P90: 90 * time.Millisecond, P99: 99 * time.Millisecond, Max: 100 * time.Millisecond, Mean: 50500 * time.Microsecond}
+	if r.Latency != want || r.Answered2xxPerSecond != 50 || r.Requests != 100 {
+		t.Fatalf("got %+v, %.1f/s; want %+v, 50/s", r.Latency, r.Answered2xxPerSecond, want)
+	}
+	if s := r.String(); !strings.Contains(s, "100 sends in 2.0 s: 50 answered 2xx a second; latency p50 50.0 ms, p90 90.0 ms, p99 99.0 ms, max 100.0 ms; 202: 100") {
+		t.Fatalf("in words: %s", s)
+	}
+}
+
+func TestBadOptionsAreRefusedNamingTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"a run without a URL", Options{Clients: 1, Duration: time.Second}, "url: the API's base URL is required"},
+		{"a URL that is not http", Options{URL: "127.0.0.1:8080", Clients: 1, Duration: time.Second}, `url: "127.0.0.1:8080" is not an http://`},
+		{"both models at once", Options{URL: "http://x", Clients: 1, Rate: 1, Duration: time.Second}, "clients, rate: set exactly one"},
+		{"neither model", Options{URL: "http://x", Duration: time.Second}, "clients, rate: set exactly one"},
+		{"a negative rate", Options{URL: "http://x", Rate: -1, Duration: time.Second}, "must not be negative"},
+		{"no duration", Options{URL: "http://x", Clients: 1}, "duration: must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Run(context.Background(), tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
