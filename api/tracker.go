@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +24,14 @@ import (
 // read_committed from Lookback ago: each notification's first request and
 // its timeline (GET /v1/notifications/{id}: requests, decisions, the sinks'
 // attempts, the deliveries' outcomes and the devices' receipts) and the
-// accepted count per tenant (quotas). It is eventually consistent: a request the API has just written appears once
-// the consumer reads it back, and a freshly started API shows a
-// notification only once the consumer has read up to it. The decisions
+// accepted count per tenant (quotas). It is eventually consistent: a
+// request the API has just written appears once the consumer reads it
+// back, and a freshly started API shows a notification only once the
+// consumer has read up to it.
+//
+// It holds up to MaxTracked notifications (100,000 by default), each note
+// packed: its events are the record values they were read from, one copy
+// each, decoded only when the notification is read (see note). The decisions
 // that callers wait for (Prefer: wait, idempotency keys) come from a second
 // consumer of herald.decisions that starts at its end (consumeLive), so
 // they never wait for that catch-up.
@@ -44,17 +51,45 @@ type tracker struct {
 	// of herald.decisions; set before either consumer starts, read-only
 	// after.
 	liveFrom map[int32]int64
+	// dec reads the records the add functions place, into scratch; only
+	// the read model's consumer (one goroutine) uses them. scratch is here,
+	// not on the consumer's stack, where passing a record to the decoder
+	// as a schemas.Record would move it to the heap each time.
+	dec     schemas.Decoder
+	scratch struct {
+		req      schemas.Request
+		decision schemas.Decision
+		attempt  schemas.Attempt
+		outcome  schemas.Outcome
+		receipt  schemas.Receipt
+	}
 }
 
 // noteKey scopes a notification id by tenant: canonical ids do not contain
 // the tenant, so two tenants can send notifications with one id.
 type noteKey struct{ tenant, id string }
 
+// note is one notification's read model, packed: each event is the value
+// of the record it was read from, as it was on its topic (a copy of its
+// own), decoded when the notification is read (GET
+// /v1/notifications/{id}, rare beside the records that build the model).
+// A note thus holds a few pointers however many strings its records
+// carry, and the collector, which follows every pointer of up to
+// MaxTracked notes at each cycle, does not (BENCHMARKS.md, "The API's read
+// model packed"). Events stay in the order they were read: the first
+// request and the first decision are the first events of their kinds.
 type note struct {
-	req      *schemas.Request
-	first    *schemas.Decision // first decision of any request
-	timeline []sdk.TimelineEvent
+	events   []event
 	receipts map[string]bool // receipt ids placed: a receipt sent again shows once
+}
+
+// event is one record of a note: its kind (an sdk.Event* name), its time
+// (a request's record time; the time inside the others' values), and its
+// value, decodable by schemas.Decode as the record of its kind.
+type event struct {
+	kind  string
+	at    int64
+	value []byte
 }
 
 // waiter collects the dedupe decisions about one call's records and, when
@@ -145,10 +180,14 @@ func (t *tracker) routedOf(w *waiter) map[string]schemas.Decision {
 	return maps.Clone(w.routed)
 }
 
+// noteFor returns k's note, made (and the oldest evicted past t.max) when
+// there is none. k's strings may point into a record being read: a new
+// note's key is a copy.
 func (t *tracker) noteFor(k noteKey) *note {
 	n := t.notes[k]
 	if n == nil {
-		n = &note{}
+		k = noteKey{strings.Clone(k.tenant), strings.Clone(k.id)}
+		n = &note{events: make([]event, 0, 2)} // a request and its decision, at least
 		t.notes[k] = n
 		t.order = append(t.order, k)
 		for len(t.notes) > t.max && len(t.order) > 0 {
@@ -162,96 +201,130 @@ func (t *tracker) noteFor(k noteKey) *note {
 	return n
 }
 
-func (t *tracker) addRequest(r schemas.Request, at int64) {
+// The add functions below place one record value of a read-model topic,
+// read at time at, into its notification's note. They read value in place
+// (schemas.Decoder.DecodeShared, with the tracker's decoder: call them
+// from one goroutine, the consumer's) and keep a copy of it; a value that
+// does not decode as its topic's record is returned as an error and
+// placed nowhere.
+
+// addRequest places a request.
+func (t *tracker) addRequest(value []byte, at int64) error {
+	r := &t.scratch.req
+	*r = schemas.Request{}
+	if err := t.dec.DecodeShared(value, r); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := t.noteFor(noteKey{r.Tenant, r.NotificationID})
-	if n.req == nil {
-		r := r
-		n.req = &r
-	}
-	n.timeline = append(n.timeline, sdk.TimelineEvent{At: at, Kind: sdk.EventRequested, RequestID: r.RequestID, Producer: r.Producer})
+	t.place(noteKey{r.Tenant, r.NotificationID}, sdk.EventRequested, at, value)
+	return nil
 }
 
-// addAttempt adds a sink's call to a provider to its notification's
-// timeline. Attempts are keyed by delivery id on their topic but carry the
-// notification id and the tenant; one without a tenant is not placed.
-func (t *tracker) addAttempt(a schemas.Attempt) {
+// addAttempt places a sink's call to a provider. Attempts are keyed by
+// delivery id on their topic but carry the notification id and the
+// tenant; one without a tenant is not placed.
+func (t *tracker) addAttempt(value []byte) error {
+	a := &t.scratch.attempt
+	*a = schemas.Attempt{}
+	if err := t.dec.DecodeShared(value, a); err != nil {
+		return err
+	}
 	if a.Tenant == "" || a.NotificationID == "" {
-		return
+		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := t.noteFor(noteKey{a.Tenant, a.NotificationID})
-	n.timeline = append(n.timeline, sdk.TimelineEvent{At: a.At, Kind: sdk.EventAttempt, DeliveryID: a.DeliveryID,
-		Channel: a.Channel, DeviceID: a.DeviceID, Attempt: a.Attempt, Result: a.Result,
-		Classification: a.Classification, Reason: a.ProviderReason})
+	t.place(noteKey{a.Tenant, a.NotificationID}, sdk.EventAttempt, a.At, value)
+	return nil
 }
 
-// addOutcome adds a delivery's final state to its notification's timeline.
-func (t *tracker) addOutcome(o schemas.Outcome) {
+// addOutcome places a delivery's final state.
+func (t *tracker) addOutcome(value []byte) error {
+	o := &t.scratch.outcome
+	*o = schemas.Outcome{}
+	if err := t.dec.DecodeShared(value, o); err != nil {
+		return err
+	}
 	if o.Tenant == "" || o.NotificationID == "" {
-		return
+		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := t.noteFor(noteKey{o.Tenant, o.NotificationID})
-	n.timeline = append(n.timeline, sdk.TimelineEvent{At: o.At, Kind: sdk.EventOutcome, DeliveryID: o.DeliveryID,
-		Channel: o.Channel, DeviceID: o.DeviceID, Status: o.Status, Attempts: o.Attempts, Reason: o.Reason})
+	t.place(noteKey{o.Tenant, o.NotificationID}, sdk.EventOutcome, o.At, value)
+	return nil
 }
 
-// addReceipt adds what a device reported to its notification's timeline,
-// once per receipt id.
-func (t *tracker) addReceipt(rc schemas.Receipt) {
+// addReceipt places what a device reported, once per receipt id.
+func (t *tracker) addReceipt(value []byte) error {
+	rc := &t.scratch.receipt
+	*rc = schemas.Receipt{}
+	if err := t.dec.DecodeShared(value, rc); err != nil {
+		return err
+	}
 	if rc.Tenant == "" || rc.NotificationID == "" {
-		return
+		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.noteFor(noteKey{rc.Tenant, rc.NotificationID})
 	if n.receipts[rc.ReceiptID] {
-		return
+		return nil
 	}
 	if n.receipts == nil {
 		n.receipts = map[string]bool{}
 	}
-	n.receipts[rc.ReceiptID] = true
-	n.timeline = append(n.timeline, sdk.TimelineEvent{At: rc.At, Kind: sdk.EventReceipt, DeliveryID: rc.DeliveryID,
-		Channel: rc.Channel, DeviceID: rc.DeviceID, Receipt: rc.Kind, ReceiptID: rc.ReceiptID})
+	n.receipts[strings.Clone(rc.ReceiptID)] = true
+	n.events = append(n.events, event{kind: sdk.EventReceipt, at: rc.At, value: bytes.Clone(value)})
+	return nil
 }
 
-// addDecision adds a decision to the read model, and counts it against the
-// quota when countQuota (decisions below the live consumer's start, which
-// counts the rest: see addLive).
-func (t *tracker) addDecision(d schemas.Decision, countQuota bool) {
+// addDecision places a decision, and counts it against the quota when
+// countQuota (decisions below the live consumer's start, which counts the
+// rest: see addLive).
+func (t *tracker) addDecision(value []byte, countQuota bool) error {
+	d := &t.scratch.decision
+	*d = schemas.Decision{}
+	if err := t.dec.DecodeShared(value, d); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if d.Tenant != "" {
-		n := t.noteFor(noteKey{d.Tenant, d.NotificationID})
-		if n.first == nil {
-			d := d
-			n.first = &d
-		}
-		n.timeline = append(n.timeline, sdk.TimelineEvent{At: d.At, Kind: sdk.EventDecision, RequestID: d.RequestID, Stage: d.Stage,
-			Outcome: d.Outcome, Detail: d.Detail, OriginalRequestID: d.OriginalRequestID, Producer: d.Producer})
+		t.place(noteKey{d.Tenant, d.NotificationID}, sdk.EventDecision, d.At, value)
 	}
 	if countQuota {
 		t.countAccepted(d)
 	}
+	return nil
+}
+
+// place appends a copy of value to k's note as an event of kind at time
+// at. Call it with t.mu held.
+func (t *tracker) place(k noteKey, kind string, at int64, value []byte) {
+	n := t.noteFor(k)
+	n.events = append(n.events, event{kind: kind, at: at, value: bytes.Clone(value)})
 }
 
 // countAccepted counts an accepted dedupe decision in its quota window.
-// Call it with t.mu held.
-func (t *tracker) countAccepted(d schemas.Decision) {
-	if d.Stage == "dedupe" && d.Outcome == schemas.DecisionAccepted && t.quotaW > 0 {
-		switch w := d.At / t.quotaW; {
-		case w > t.window:
-			t.window = w
-			clear(t.accepted)
-			t.accepted[d.Tenant]++
-		case w == t.window:
-			t.accepted[d.Tenant]++
-		}
+// d's strings may point into a record being read: a tenant counted for
+// the first time in a window is counted under a copy of its name. Call it
+// with t.mu held.
+func (t *tracker) countAccepted(d *schemas.Decision) {
+	if d.Stage != "dedupe" || d.Outcome != schemas.DecisionAccepted || t.quotaW == 0 {
+		return
+	}
+	switch w := d.At / t.quotaW; {
+	case w > t.window:
+		t.window = w
+		clear(t.accepted)
+	case w < t.window:
+		return
+	}
+	if _, ok := t.accepted[d.Tenant]; ok {
+		t.accepted[d.Tenant]++
+	} else {
+		t.accepted[strings.Clone(d.Tenant)] = 1
 	}
 }
 
@@ -261,7 +334,11 @@ func (t *tracker) countAccepted(d schemas.Decision) {
 // consumer (consumeLive) calls it: the read model's consumer starts
 // Lookback ago and reaches new decisions only once it has read the history
 // before them.
-func (t *tracker) addLive(d schemas.Decision) {
+//
+// d was read in place from value (its strings may point into the record
+// being read); a decision handed to a waiter is decoded again from value,
+// into strings of its own.
+func (t *tracker) addLive(d *schemas.Decision, value []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.countAccepted(d)
@@ -269,13 +346,21 @@ func (t *tracker) addLive(d schemas.Decision) {
 	if w == nil || !w.want[d.NotificationID] {
 		return
 	}
+	owned := func() (schemas.Decision, bool) {
+		var o schemas.Decision
+		return o, schemas.Decode(value, &o) == nil // decoded once already: cannot fail
+	}
 	switch {
 	case d.Stage == "dedupe":
 		if _, dup := w.got[d.NotificationID]; !dup {
-			w.got[d.NotificationID] = d
+			if o, ok := owned(); ok {
+				w.got[o.NotificationID] = o
+			}
 		}
 	case d.Stage == "route" && d.Channel == "":
-		w.routed[d.NotificationID] = d
+		if o, ok := owned(); ok {
+			w.routed[o.NotificationID] = o
+		}
 	}
 	if !w.closed && w.complete() {
 		w.closed = true
@@ -296,26 +381,43 @@ func (t *tracker) acceptedIn(tenant string, now int64) (int64, int64) {
 	return t.accepted[tenant], end
 }
 
-// record returns the read model of one notification of a tenant.
+// record returns the read model of one notification of a tenant: its
+// first request (or, without one, its first decision) and its timeline.
 func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.notes[noteKey{tenant, id}]
-	if n == nil || (n.req == nil && n.first == nil) {
+	if n == nil {
 		return sdk.NotificationRecord{}, false
 	}
-	rec := sdk.NotificationRecord{ID: id, Status: sdk.StatusPending, Timeline: slices.Clone(n.timeline)}
-	if r := n.req; r != nil {
+	rec := sdk.NotificationRecord{ID: id, Status: sdk.StatusPending, Timeline: make([]sdk.TimelineEvent, 0, len(n.events))}
+	var req *schemas.Request
+	var first *schemas.Decision // first decision of any request
+	for _, e := range n.events {
+		ev, r, d := decodeEvent(e)
+		rec.Timeline = append(rec.Timeline, ev)
+		if req == nil {
+			req = r
+		}
+		if first == nil {
+			first = d
+		}
+	}
+	switch {
+	case req != nil:
+		r := req
 		rec.Type, rec.Recipient, rec.Title, rec.Body = r.Type, r.Recipient, r.Title, r.Body
 		rec.Payload, rec.Locale, rec.Channels = r.Payload, r.Locale, r.Channels
 		rec.DedupeKey, rec.IdempotencyKey, rec.IDSource = r.DedupeKey, r.IdempotencyKey, r.IDSource
 		rec.RequestID, rec.Producer, rec.Source, rec.CreatedAt = r.RequestID, r.Producer, r.Source, r.CreatedAt
-	} else {
-		d := n.first
+	case first != nil:
+		d := first
 		rec.Type, rec.Recipient, rec.RequestID, rec.Producer = d.Type, d.Recipient, d.RequestID, d.Producer
 		rec.DedupeKey, rec.IdempotencyKey, rec.IDSource, rec.Source = d.DedupeKey, d.IdempotencyKey, "unknown", "unknown"
+	default:
+		return sdk.NotificationRecord{}, false // attempts, outcomes or receipts alone
 	}
-	for _, e := range n.timeline {
+	for _, e := range rec.Timeline {
 		if e.Kind == sdk.EventDecision && e.RequestID == rec.RequestID {
 			rec.Status = e.Outcome
 			break
@@ -328,6 +430,41 @@ func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 		return cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind])
 	})
 	return rec, true
+}
+
+// decodeEvent returns e as a timeline event and, for a request or a
+// decision, the record it was read from. e's value decoded when it was
+// placed, so it decodes again: an error cannot happen.
+func decodeEvent(e event) (sdk.TimelineEvent, *schemas.Request, *schemas.Decision) {
+	ev := sdk.TimelineEvent{At: e.at, Kind: e.kind}
+	switch e.kind {
+	case sdk.EventRequested:
+		r := new(schemas.Request)
+		_ = schemas.Decode(e.value, r)
+		ev.RequestID, ev.Producer = r.RequestID, r.Producer
+		return ev, r, nil
+	case sdk.EventDecision:
+		d := new(schemas.Decision)
+		_ = schemas.Decode(e.value, d)
+		ev.RequestID, ev.Stage, ev.Outcome, ev.Detail = d.RequestID, d.Stage, d.Outcome, d.Detail
+		ev.OriginalRequestID, ev.Producer = d.OriginalRequestID, d.Producer
+		return ev, nil, d
+	case sdk.EventAttempt:
+		var a schemas.Attempt
+		_ = schemas.Decode(e.value, &a)
+		ev.DeliveryID, ev.Channel, ev.DeviceID, ev.Attempt = a.DeliveryID, a.Channel, a.DeviceID, a.Attempt
+		ev.Result, ev.Classification, ev.Reason = a.Result, a.Classification, a.ProviderReason
+	case sdk.EventOutcome:
+		var o schemas.Outcome
+		_ = schemas.Decode(e.value, &o)
+		ev.DeliveryID, ev.Channel, ev.DeviceID = o.DeliveryID, o.Channel, o.DeviceID
+		ev.Status, ev.Attempts, ev.Reason = o.Status, o.Attempts, o.Reason
+	case sdk.EventReceipt:
+		var rc schemas.Receipt
+		_ = schemas.Decode(e.value, &rc)
+		ev.DeliveryID, ev.Channel, ev.DeviceID, ev.Receipt, ev.ReceiptID = rc.DeliveryID, rc.Channel, rc.DeviceID, rc.Kind, rc.ReceiptID
+	}
+	return ev, nil, nil
 }
 
 // kindOrder orders the events of one millisecond as they happen: a request,
@@ -344,13 +481,14 @@ type trackerTopics struct{ requests, decisions, attempts, outcomes, receipts str
 // however much the read model still has to catch up.
 func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, lag *metrics.Lag, log *slog.Logger) {
 	var dec schemas.Decoder
+	d := new(schemas.Decision) // one for every record: see tracker.scratch
 	pollEach(ctx, cl, lag, log, "live decisions", func(r *kgo.Record) {
-		var d schemas.Decision
-		if err := dec.Decode(r.Value, &d); err != nil {
+		*d = schemas.Decision{}
+		if err := dec.DecodeShared(r.Value, d); err != nil {
 			log.Debug("live decisions: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
 			return
 		}
-		t.addLive(d)
+		t.addLive(d, r.Value)
 	})
 }
 
@@ -375,44 +513,22 @@ func pollEach(ctx context.Context, cl *kgo.Client, lag *metrics.Lag, log *slog.L
 // consume reads requests, decisions, attempts and outcomes into the read
 // model until ctx ends.
 func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, lag *metrics.Lag, log *slog.Logger) {
-	var dec schemas.Decoder
 	pollEach(ctx, cl, lag, log, "read model", func(r *kgo.Record) {
+		var err error
 		switch r.Topic {
 		case tp.requests:
-			var req schemas.Request
-			if err := dec.Decode(r.Value, &req); err != nil {
-				log.Debug("read model: skip undecodable request", "partition", r.Partition, "offset", r.Offset, "err", err)
-				return
-			}
-			t.addRequest(req, r.Timestamp.UnixMilli())
+			err = t.addRequest(r.Value, r.Timestamp.UnixMilli())
 		case tp.decisions:
-			var d schemas.Decision
-			if err := dec.Decode(r.Value, &d); err != nil {
-				log.Debug("read model: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
-				return
-			}
-			t.addDecision(d, r.Offset < t.liveFrom[r.Partition])
+			err = t.addDecision(r.Value, r.Offset < t.liveFrom[r.Partition])
 		case tp.attempts:
-			var a schemas.Attempt
-			if err := dec.Decode(r.Value, &a); err != nil {
-				log.Debug("read model: skip undecodable attempt", "partition", r.Partition, "offset", r.Offset, "err", err)
-				return
-			}
-			t.addAttempt(a)
+			err = t.addAttempt(r.Value)
 		case tp.outcomes:
-			var o schemas.Outcome
-			if err := dec.Decode(r.Value, &o); err != nil {
-				log.Debug("read model: skip undecodable outcome", "partition", r.Partition, "offset", r.Offset, "err", err)
-				return
-			}
-			t.addOutcome(o)
+			err = t.addOutcome(r.Value)
 		case tp.receipts:
-			var rc schemas.Receipt
-			if err := dec.Decode(r.Value, &rc); err != nil {
-				log.Debug("read model: skip undecodable receipt", "partition", r.Partition, "offset", r.Offset, "err", err)
-				return
-			}
-			t.addReceipt(rc)
+			err = t.addReceipt(r.Value)
+		}
+		if err != nil {
+			log.Debug("read model: skip an undecodable record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 		}
 	})
 }

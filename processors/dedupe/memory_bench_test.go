@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // BenchmarkSeenSetMemory measures what a live seen-set key costs: the
@@ -22,10 +24,10 @@ func BenchmarkSeenSetMemory(b *testing.B) {
 	for _, n := range []int{1_000_000, 10_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			for range b.N {
-				before := heapInUse()
+				before := testenv.HeapInUse()
 				task := NewTask(DefaultPolicy(), testTopics, 0)
 				fillSeenSet(task, n)
-				after := heapInUse()
+				after := testenv.HeapInUse()
 				start := time.Now()
 				runtime.GC()
 				gc := time.Since(start)
@@ -38,14 +40,6 @@ func BenchmarkSeenSetMemory(b *testing.B) {
 			}
 		})
 	}
-}
-
-// heapInUse is the heap in use after a full collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse
 }
 
 // fillSeenSet commits n distinct entries into task as its transactions
