@@ -437,7 +437,7 @@ func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, reque
 
 // explainOne evaluates one request against the seen-set replica.
 func (s *Server) explainOne(rq schemas.Request, now time.Time) sdk.ExplainedNotification {
-	res := s.cfg.Policy.Decide(rq, now.UnixMilli(), dedupe.Source{Topic: "explain", Partition: -1, Offset: -1}, s.rep.lookupSeen)
+	res := s.rep.seen.Decide(s.cfg.Policy, rq, now.UnixMilli(), dedupe.Source{Topic: "explain", Partition: -1, Offset: -1})
 	d := res.Decision
 	e := sdk.ExplainedNotification{
 		ID: rq.NotificationID, Recipient: rq.Recipient, IDSource: rq.IDSource, Outcome: d.Outcome,

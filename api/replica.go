@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/catchup"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -37,8 +38,11 @@ type replica struct {
 
 	dec schemas.Decoder // apply's, from the one goroutine that consumes
 
+	// seen is herald.seen's copy, packed as the stage keeps it: every
+	// instance holds the whole seen-set.
+	seen *dedupe.SeenSet
+
 	mu      sync.RWMutex
-	seen    map[string]schemas.SeenEntry
 	devices map[string]map[string]schemas.Device // RecipientKey → device id → device
 	prefs   map[string]schemas.Preferences       // RecipientKey → preferences
 	segs    map[string]schemas.Segment           // RecipientKey(tenant, name) → segment
@@ -55,7 +59,7 @@ type replica struct {
 
 func newReplica(seen, devices, prefs, segments string) *replica {
 	return &replica{seenT: seen, devicesT: devices, prefsT: prefs, segmentsT: segments,
-		seen: map[string]schemas.SeenEntry{}, devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
+		seen: dedupe.NewSeenSet(), devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
 		segs: map[string]schemas.Segment{}, route: map[string]schemas.RouteEntry{},
 		feed: map[string]map[string]schemas.FeedItem{}, webhooks: map[string]schemas.Webhook{}}
 }
@@ -65,14 +69,6 @@ func (r *replica) lookupRoute(key string) (schemas.RouteEntry, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e, ok := r.route[key]
-	return e, ok
-}
-
-// lookupSeen is a dedupe.Lookup over the replica.
-func (r *replica) lookupSeen(key string) (schemas.SeenEntry, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	e, ok := r.seen[key]
 	return e, ok
 }
 
@@ -236,7 +232,7 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 	var err error
 	switch rec.Topic {
 	case r.seenT:
-		what, err = "seen entry", applyRecord(&r.dec, rec, func(key string, e *schemas.SeenEntry) { putKey(r, r.seen, key, e) })
+		what, err = "seen entry", r.seen.Apply(rec)
 	case r.devicesT:
 		what, err = "device", applyRecord(&r.dec, rec, r.putDevice)
 	case r.prefsT:

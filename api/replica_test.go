@@ -72,8 +72,10 @@ func TestTheReplicaAppliesEachTopicsRecords(t *testing.T) {
 		v                schemas.Record
 		has              func() bool
 	}{
-		{"a seen entry", "seen", "k1", &schemas.SeenEntry{NotificationID: "n1"},
-			func() bool { _, ok := r.lookupSeen("k1"); return ok }},
+		{"a seen entry", "seen", schemas.SeenKey(schemas.SeenDedupe, "0123456789abcdef0123456789abcdef"), &schemas.SeenEntry{
+			Kind: schemas.SeenDedupe, Scope: "0123456789abcdef0123456789abcdef", NotificationID: "fedcba9876543210fedcba9876543210",
+			RequestID: "00112233445566778899aabbccddeeff", Outcome: schemas.DecisionAccepted, FirstAt: 1, ExpiresAt: 2},
+			func() bool { return r.seen.Len() == 1 }},
 		{"a device", "devices", schemas.DeviceKey("ta", "u1", "d1"), &schemas.Device{Tenant: "ta", Recipient: "u1", DeviceID: "d1"},
 			func() bool { _, ok := r.device("ta", "u1", "d1"); return ok }},
 		{"preferences", "prefs", schemas.RecipientKey("ta", "u1"), &schemas.Preferences{Tenant: "ta", Recipient: "u1"},

@@ -141,8 +141,13 @@ type Lookup func(key string) (schemas.SeenEntry, bool)
 // time, its position and the seen-set in; the decision and its effects out.
 // The Task runs the same decision (decide) over its seen-set in memory.
 func (p Policy) Decide(req schemas.Request, at int64, src Source, lookup Lookup) Result {
+	return p.decideOver(req, at, src, lookupStore(lookup))
+}
+
+// decideOver is Decide over a seenStore whose strings the Result may keep.
+func (p Policy) decideOver(req schemas.Request, at int64, src Source, st seenStore) Result {
 	var e effects
-	p.decide(&req, at, src, lookupStore(lookup), &e)
+	p.decide(&req, at, src, st, &e)
 	if e.applied {
 		return Result{AlreadyApplied: true}
 	}

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
 )
 
 // BenchmarkSeenSetMemory measures what a live seen-set key costs: the
@@ -70,5 +73,64 @@ func fillSeenSet(task *Task, n int) {
 		if i%10_000 == 9_999 || i == n-1 {
 			task.Commit()
 		}
+	}
+}
+
+// BenchmarkSeenSetCopyMemory measures what a key of the API's copy of the
+// seen-set costs: n herald.seen records of distinct dedupe keys
+// (herald.seen/v2, as the stage writes them; see seenRecords) applied
+// to a SeenSet, and, beside it, to a map of decoded entries (how the API
+// kept its copy before SeenSet). bytes/key and gc-ms as in
+// BenchmarkSeenSetMemory (the records applied are dropped before the
+// collection is timed); reported, never asserted.
+//
+//	go test -run '^$' -bench SeenSetCopyMemory -benchtime 1x ./processors/dedupe
+func BenchmarkSeenSetCopyMemory(b *testing.B) {
+	const n = 1_000_000
+	for _, c := range []struct {
+		name  string
+		apply func(records []*kgo.Record) (keys int, keep any)
+	}{
+		{"SeenSet", func(records []*kgo.Record) (int, any) {
+			set := NewSeenSet()
+			for _, r := range records {
+				if err := set.Apply(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return set.Len(), set
+		}},
+		{"map of decoded entries", func(records []*kgo.Record) (int, any) {
+			m := map[string]schemas.SeenEntry{}
+			var dec schemas.Decoder
+			for _, r := range records {
+				var e schemas.SeenEntry
+				if err := dec.Decode(r.Value, &e); err != nil {
+					b.Fatal(err)
+				}
+				m[string(r.Key)] = e
+			}
+			return len(m), m
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				recs := seenRecords("seen", 0, n, schemas.SeenEntryV2)
+				before := testenv.HeapInUse()
+				keys, keep := c.apply(recs)
+				after := testenv.HeapInUse()
+				runtime.KeepAlive(recs) // in both heap figures
+				runtime.GC()            // frees them: the collection timed is of the copy alone
+				start := time.Now()
+				runtime.GC()
+				gc := time.Since(start)
+				if keys != n {
+					b.Fatalf("%d keys, want %d", keys, n)
+				}
+				b.ReportMetric(float64(after-before)/n, "bytes/key")
+				b.ReportMetric(float64(gc.Microseconds())/1000, "gc-ms")
+				runtime.KeepAlive(keep)
+			}
+		})
 	}
 }

@@ -52,12 +52,11 @@ type Task struct {
 	RecordFormat schemas.Format
 
 	out    slab
-	dec    schemas.Decoder   // for Restore
-	entry  schemas.SeenEntry // Restore's, kept here so it does not escape
+	dec    schemas.Decoder // for Process's requests
+	seenRd seenReader      // for Restore
 	fx     effects
 	req    schemas.Request
-	seenV2 seenpb.SeenEntry // Restore's herald.seen/v2 entry, its fields pointing into the record
-	draft  struct {         // records being encoded, kept here so they do not escape
+	draft  struct { // records being encoded, kept here so they do not escape
 		seen     schemas.SeenEntry
 		seenV2   seenpb.SeenEntry
 		accepted schemas.Accepted
@@ -127,7 +126,7 @@ func (t *Task) Restore(r *kgo.Record) error {
 		}
 		return nil
 	}
-	v, s, err := t.restoreVal(r.Value)
+	v, s, err := t.seenRd.read(r.Value)
 	if err != nil {
 		return fmt.Errorf("dedupe: restore seen-set key %q: %w", r.Key, err)
 	}
@@ -141,19 +140,28 @@ func (t *Task) Restore(r *kgo.Record) error {
 	return nil
 }
 
-// restoreVal reads a herald.seen value of either version (see
-// schemas.IsJSON) into its memory form: a herald.seen/v2 entry by
-// the generated decoder alone, its bytes read in place.
-func (t *Task) restoreVal(b []byte) (seenVal, seenStrings, error) {
+// seenReader reads herald.seen values into their memory form, with the
+// scratch it keeps between calls (here, not on the stack, so that it does
+// not escape). One goroutine uses a reader.
+type seenReader struct {
+	dec   schemas.Decoder
+	entry schemas.SeenEntry // a herald.seen/v1 entry, its strings pointing into the record
+	v2    seenpb.SeenEntry  // a herald.seen/v2 entry, its fields pointing into the record
+}
+
+// read reads a herald.seen value of either version (see schemas.IsJSON)
+// into its memory form: a herald.seen/v2 entry by the generated decoder
+// alone, its bytes read in place.
+func (rd *seenReader) read(b []byte) (seenVal, seenStrings, error) {
 	if schemas.IsJSON(b) {
-		e := &t.entry // its strings point into b: valOf copies what it keeps
-		if err := t.dec.DecodeShared(b, e); err != nil {
+		e := &rd.entry // its strings point into b: valOf copies what it keeps
+		if err := rd.dec.DecodeShared(b, e); err != nil {
 			return seenVal{}, seenStrings{}, err
 		}
 		v, s := valOf(e)
 		return v, s, nil
 	}
-	m := &t.seenV2
+	m := &rd.v2
 	m.Reset() // the generated decoder merges into what m holds
 	if err := m.UnmarshalVTUnsafe(b); err != nil {
 		return seenVal{}, seenStrings{}, fmt.Errorf("decode %s: %w", schemas.SeenEntryV2, err)

@@ -1,0 +1,106 @@
+package dedupe
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/schemas"
+)
+
+func TestASeenSetDecidesAsThePolicyOverTheSameEntries(t *testing.T) {
+	p := Policy{DefaultWindowMs: 1000, IdempotencyTTLMs: 3000}
+	history := []sent{
+		{req("a", "k1", "i1"), 0},
+		{req("b", "k2", ""), 200 * time.Millisecond},
+		{req("c", "k3", "i3"), 1500 * time.Millisecond}, // expires k1: a tombstone
+		{req("d", "", "i4"), 1600 * time.Millisecond},
+	}
+	for _, seenJSON := range []bool{false, true} {
+		t.Run("from herald.seen/"+map[bool]string{false: "v2", true: "v1"}[seenJSON], func(t *testing.T) {
+			live := NewTask(p, testTopics, 0)
+			live.SeenJSON = seenJSON
+			set := NewSeenSet()
+			entries := map[string]schemas.SeenEntry{} // the reference: what the API kept before, a map of decoded entries
+			for i, s := range history {
+				x := feed(t, live, int64(i), []sent{s})
+				live.Commit()
+				for _, r := range x.seen {
+					if err := set.Apply(r); err != nil {
+						t.Fatal(err)
+					}
+					if r.Value == nil {
+						delete(entries, string(r.Key))
+						continue
+					}
+					var e schemas.SeenEntry
+					if err := schemas.Decode(r.Value, &e); err != nil {
+						t.Fatal(err)
+					}
+					entries[string(r.Key)] = e
+				}
+			}
+			if set.Len() != len(entries) || set.Len() != live.Len() {
+				t.Fatalf("the set holds %d entries, the map %d, the stage %d", set.Len(), len(entries), live.Len())
+			}
+			lookup := func(key string) (schemas.SeenEntry, bool) { e, ok := entries[key]; return e, ok }
+			probes := []struct {
+				r    schemas.Request
+				at   time.Duration
+				want string
+			}{
+				{req("a", "k1", "i1"), 1700 * time.Millisecond, schemas.DecisionIdempotentReplay},
+				{req("other body", "k9", "i1"), 1700 * time.Millisecond, schemas.DecisionIdempotencyConflict},
+				{req("c", "k3", "i3b"), 1800 * time.Millisecond, schemas.DecisionDuplicate},
+				{req("b", "k2", ""), 1900 * time.Millisecond, schemas.DecisionAccepted}, // k2's window ended
+				{req("new", "k7", ""), 1900 * time.Millisecond, schemas.DecisionAccepted},
+				{req("d", "", "i4"), 1900 * time.Millisecond, schemas.DecisionIdempotentReplay},
+			}
+			src := Source{Topic: "explain", Partition: -1, Offset: -1}
+			for _, pr := range probes {
+				at := taskBase.Add(pr.at).UnixMilli()
+				got, want := set.Decide(p, pr.r, at, src), p.Decide(pr.r, at, src, lookup)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("request %q: the set decides\n%+v\nthe policy over the entries\n%+v", pr.r.Title, got, want)
+				}
+				if got.Decision.Outcome != pr.want {
+					t.Fatalf("request %q: %s, want %s", pr.r.Title, got.Decision.Outcome, pr.want)
+				}
+			}
+		})
+	}
+}
+
+func TestASeenSetAppliesTombstonesAndRefusesWhatIsNotAnEntry(t *testing.T) {
+	live := NewTask(Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}, testTopics, 3)
+	x := feed(t, live, 0, []sent{{req("a", "k1", "i1"), 0}})
+	set := NewSeenSet()
+	for _, r := range x.seen {
+		if err := set.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if set.Len() != 2 {
+		t.Fatalf("%d entries, want 2 (the idempotency and the dedupe key)", set.Len())
+	}
+	key := x.seen[0].Key
+	t.Run("a value that is not a seen entry is refused, naming its key, and changes nothing", func(t *testing.T) {
+		err := set.Apply(&kgo.Record{Key: key, Value: []byte(`{"schema":"herald.request/v1"}`), Partition: 3})
+		if err == nil || !strings.Contains(err.Error(), string(key)) || set.Len() != 2 {
+			t.Fatalf("err %v, %d entries", err, set.Len())
+		}
+	})
+	t.Run("a tombstone on a partition never seen is a no-op", func(t *testing.T) {
+		if err := set.Apply(&kgo.Record{Key: key, Partition: 7}); err != nil || set.Len() != 2 {
+			t.Fatalf("err %v, %d entries", err, set.Len())
+		}
+	})
+	t.Run("a tombstone deletes the key on its partition", func(t *testing.T) {
+		if err := set.Apply(&kgo.Record{Key: key, Partition: 3}); err != nil || set.Len() != 1 {
+			t.Fatalf("err %v, %d entries, want 1", err, set.Len())
+		}
+	})
+}
