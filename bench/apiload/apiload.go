@@ -256,10 +256,12 @@ func (g *generator) open(ctx context.Context) {
 			g.merge(w)
 		}()
 	}
-	// The schedule wakes at most every millisecond and hands out every
-	// send due by then: a timer per send would cost more than the send.
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
+	// The schedule hands out every send due, then sleeps until the next
+	// one falls due, but at least a millisecond: at a high rate a wake-up
+	// per send would cost the generator more CPU than the send, and a send
+	// handed out up to a millisecond late counts that in its latency.
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	n := 0
 schedule:
 	for n < total {
@@ -271,8 +273,12 @@ schedule:
 				break schedule
 			}
 		}
+		if n == total {
+			break
+		}
+		timer.Reset(max(time.Until(g.dueAt(n)), time.Millisecond))
 		select {
-		case <-tick.C:
+		case <-timer.C:
 		case <-ctx.Done():
 			break schedule
 		}
