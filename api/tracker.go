@@ -74,10 +74,11 @@ type noteKey struct{ tenant, id string }
 // own), decoded when the notification is read (GET
 // /v1/notifications/{id}, rare beside the records that build the model).
 // A note thus holds a few pointers however many strings its records
-// carry, and the collector, which follows every pointer of up to
-// MaxTracked notes at each cycle, does not (BENCHMARKS.md, "The API's read
-// model packed"). Events stay in the order they were read: the first
-// request and the first decision are the first events of their kinds.
+// carry, and the pointers the collector follows at each cycle, over up to
+// MaxTracked notes, do not grow with those strings (BENCHMARKS.md, "The
+// API's own load generator, its read model and its seen-set copy
+// packed"). Events stay in the order they were read: the first request
+// and the first decision are the first events of their kinds.
 type note struct {
 	events   []event
 	receipts map[string]bool // receipt ids placed: a receipt sent again shows once

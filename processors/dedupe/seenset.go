@@ -17,7 +17,8 @@ import (
 // key): what the API decides over to explain a send without making it.
 // A copy of the whole seen-set lives in every API instance, so it must
 // cost what the stage's costs, not a map entry of strings per key
-// (BENCHMARKS.md, "The API's seen-set replica packed").
+// (BENCHMARKS.md, "The API's own load generator, its read model and its
+// seen-set copy packed").
 //
 // Records are applied in the order read, one table pair per herald.seen
 // partition (the partition of the stage task that wrote them, whose
