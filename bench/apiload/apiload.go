@@ -217,24 +217,31 @@ type worker struct {
 func (g *generator) closed(ctx context.Context) {
 	g.first = time.Now()
 	end := g.first.Add(g.o.Duration)
+	g.start(g.o.Clients, func(w *worker) {
+		for ctx.Err() == nil && time.Now().Before(end) {
+			g.mu.Lock()
+			n := g.next
+			g.next++
+			g.mu.Unlock()
+			g.send(ctx, w, n, time.Now())
+		}
+	})()
+}
+
+// start runs loop in n goroutines, each with a worker of its own, merged
+// when its loop returns; the func it returns waits for all of them.
+func (g *generator) start(n int, loop func(w *worker)) (wait func()) {
 	var wg sync.WaitGroup
-	for range g.o.Clients {
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			w := &worker{codes: map[string]int{}}
-			for ctx.Err() == nil && time.Now().Before(end) {
-				g.mu.Lock()
-				n := g.next
-				g.next++
-				g.mu.Unlock()
-				start := time.Now()
-				g.send(ctx, w, n, start)
-			}
+			loop(w)
 			g.merge(w)
 		}()
 	}
-	wg.Wait()
+	return wg.Wait
 }
 
 // open starts sends on a fixed schedule, o.Rate a second, for o.Duration:
@@ -244,18 +251,11 @@ func (g *generator) open(ctx context.Context) {
 	total := int(int64(g.o.Rate) * int64(g.o.Duration) / int64(time.Second))
 	due := make(chan int, g.o.MaxInFlight)
 	g.first = time.Now()
-	var wg sync.WaitGroup
-	for range g.o.MaxInFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w := &worker{codes: map[string]int{}}
-			for n := range due {
-				g.send(ctx, w, n, g.dueAt(n))
-			}
-			g.merge(w)
-		}()
-	}
+	wait := g.start(g.o.MaxInFlight, func(w *worker) {
+		for n := range due {
+			g.send(ctx, w, n, g.dueAt(n))
+		}
+	})
 	// The schedule hands out every send due, then sleeps until the next
 	// one falls due, but at least a millisecond: at a high rate a wake-up
 	// per send would cost the generator more CPU than the send, and a send
@@ -284,7 +284,7 @@ schedule:
 		}
 	}
 	close(due)
-	wg.Wait()
+	wait()
 }
 
 func (g *generator) dueAt(n int) time.Time {
