@@ -276,7 +276,7 @@ func (t *tracker) addReceipt(value []byte) error {
 		n.receipts = map[string]bool{}
 	}
 	n.receipts[strings.Clone(rc.ReceiptID)] = true
-	n.events = append(n.events, event{kind: sdk.EventReceipt, at: rc.At, value: bytes.Clone(value)})
+	n.add(sdk.EventReceipt, rc.At, value)
 	return nil
 }
 
@@ -303,7 +303,11 @@ func (t *tracker) addDecision(value []byte, countQuota bool) error {
 // place appends a copy of value to k's note as an event of kind at time
 // at. Call it with t.mu held.
 func (t *tracker) place(k noteKey, kind string, at int64, value []byte) {
-	n := t.noteFor(k)
+	t.noteFor(k).add(kind, at, value)
+}
+
+// add appends a copy of value as an event of kind at time at.
+func (n *note) add(kind string, at int64, value []byte) {
 	n.events = append(n.events, event{kind: kind, at: at, value: bytes.Clone(value)})
 }
 

@@ -168,7 +168,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		DisableCompression:  true,
 	}
 	defer tr.CloseIdleConnections()
-	g := &generator{o: o, client: &http.Client{Transport: tr, Timeout: o.Timeout}, codes: map[string]int{}}
+	g := &generator{o: o, client: &http.Client{Transport: tr, Timeout: o.Timeout}, auth: "Bearer " + o.APIKey, all: worker{codes: map[string]int{}}}
 	g.prefix, g.middle = bodyParts(o.Run)
 	g.url = strings.TrimSuffix(o.URL, "/") + "/v1/notifications"
 	if o.Rate > 0 {
@@ -186,24 +186,23 @@ func bodyParts(run string) (prefix, middle string) {
 	return `{"type":"bench.load","recipientId":"u`, `","title":"t","body":"b","key":{"run":` + string(r) + `,"n":`
 }
 
-// generator is one run's state. Its workers each keep their latencies and
-// merge them once, at their end.
+// generator is one run's state. Its workers each keep their tallies and
+// merge them into all once, at their end.
 type generator struct {
 	o              Options
 	client         *http.Client
 	url            string
+	auth           string // the Authorization header's value
 	prefix, middle string
+	first          time.Time // the run's start: the first send's due time
 
-	mu        sync.Mutex
-	next      int // the next send's number (closed model)
-	latencies []time.Duration
-	codes     map[string]int
-	errs      []string
-	first     time.Time
-	last      time.Time
+	mu   sync.Mutex
+	next int    // the next send's number (closed model)
+	all  worker // every worker's tallies, merged
 }
 
-// worker is what a sending goroutine keeps to itself.
+// worker is what a sending goroutine keeps to itself: its body buffer and
+// the tallies of its sends.
 type worker struct {
 	body      []byte
 	latencies []time.Duration
@@ -301,7 +300,7 @@ func (g *generator) send(ctx context.Context, w *worker, n int, start time.Time)
 	code := "error"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(w.body))
 	if err == nil {
-		req.Header.Set("Authorization", "Bearer "+g.o.APIKey)
+		req.Header.Set("Authorization", g.auth)
 		req.Header.Set("Content-Type", "application/json")
 		if g.o.Prefer != "" {
 			req.Header.Set("Prefer", g.o.Prefer)
@@ -335,26 +334,28 @@ func addError(errs []string, e string) []string {
 func (g *generator) merge(w *worker) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.latencies = append(g.latencies, w.latencies...)
+	a := &g.all
+	a.latencies = append(a.latencies, w.latencies...)
 	for c, k := range w.codes {
-		g.codes[c] += k
+		a.codes[c] += k
 	}
 	for _, e := range w.errs {
-		g.errs = addError(g.errs, e)
+		a.errs = addError(a.errs, e)
 	}
-	if w.last.After(g.last) {
-		g.last = w.last
+	if w.last.After(a.last) {
+		a.last = w.last
 	}
 }
 
 func (g *generator) report() Report {
-	r := Report{Requests: len(g.latencies), StatusCodes: g.codes, Errors: g.errs}
+	a := &g.all
+	r := Report{Requests: len(a.latencies), StatusCodes: a.codes, Errors: a.errs}
 	if r.Requests == 0 {
 		return r
 	}
-	r.Elapsed = g.last.Sub(g.first)
+	r.Elapsed = a.last.Sub(g.first)
 	ok := 0
-	for c, k := range g.codes {
+	for c, k := range a.codes {
 		if len(c) == 3 && c[0] == '2' {
 			ok += k
 		}
@@ -362,7 +363,7 @@ func (g *generator) report() Report {
 	if r.Elapsed > 0 {
 		r.Answered2xxPerSecond = float64(ok) / r.Elapsed.Seconds()
 	}
-	l := g.latencies
+	l := a.latencies
 	slices.Sort(l)
 	rank := func(p float64) time.Duration { // nearest rank: the smallest value with a share p of them at or below it
 		return l[max(int(math.Ceil(p*float64(len(l))))-1, 0)]

@@ -174,11 +174,11 @@ func TestAnswersAreCountedByStatusAndFailuresAsErrors(t *testing.T) {
 }
 
 func TestLatencyPercentilesAreByNearestRank(t *testing.T) {
-	g := &generator{codes: map[string]int{"202": 100}}
+	g := &generator{all: worker{codes: map[string]int{"202": 100}}}
 	for i := 100; i >= 1; i-- {
-		g.latencies = append(g.latencies, time.Duration(i)*time.Millisecond)
+		g.all.latencies = append(g.all.latencies, time.Duration(i)*time.Millisecond)
 	}
-	g.first, g.last = time.Unix(0, 0), time.Unix(2, 0)
+	g.first, g.all.last = time.Unix(0, 0), time.Unix(2, 0)
 	r := g.report()
 	want := Latency{P50: 50 * time.Millisecond, P90: 90 * time.Millisecond, P99: 99 * time.Millisecond, Max: 100 * time.Millisecond, Mean: 50500 * time.Microsecond}
 	if r.Latency != want || r.Answered2xxPerSecond != 50 || r.Requests != 100 {

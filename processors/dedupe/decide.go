@@ -141,7 +141,7 @@ type Lookup func(key string) (schemas.SeenEntry, bool)
 // time, its position and the seen-set in; the decision and its effects out.
 // The Task runs the same decision (decide) over its seen-set in memory.
 func (p Policy) Decide(req schemas.Request, at int64, src Source, lookup Lookup) Result {
-	return p.decideOver(req, at, src, lookupStore(lookup))
+	return p.decideOver(req, at, src, lookupStore{lookup: lookup})
 }
 
 // decideOver is Decide over a seenStore whose strings the Result may keep.
@@ -181,10 +181,13 @@ type seenStore interface {
 }
 
 // lookupStore is Decide's seenStore: a Lookup by herald.seen key.
-type lookupStore Lookup
+type lookupStore struct {
+	freshStrings
+	lookup Lookup
+}
 
 func (l lookupStore) get(k seenKey) (seenVal, seenStrings, bool) {
-	e, ok := l(string(k.appendKey(nil)))
+	e, ok := l.lookup(string(k.appendKey(nil)))
 	if !ok {
 		return seenVal{}, seenStrings{}, false
 	}
@@ -192,9 +195,14 @@ func (l lookupStore) get(k seenKey) (seenVal, seenStrings, bool) {
 	return v, s, true
 }
 
-func (lookupStore) hexString(id [16]byte) string { return hex.EncodeToString(id[:]) }
+// freshStrings makes a seenStore's strings each in a new allocation, for
+// a Result its caller keeps (Decide's stores; the Task writes into its
+// slab instead).
+type freshStrings struct{}
 
-func (lookupStore) decisionID(src Source) string { return string(appendDecisionID(nil, src)) }
+func (freshStrings) hexString(id [16]byte) string { return hex.EncodeToString(id[:]) }
+
+func (freshStrings) decisionID(src Source) string { return string(appendDecisionID(nil, src)) }
 
 // appendDecisionID appends "dedupe/<topic>/<partition>/<offset>".
 func appendDecisionID(b []byte, src Source) []byte {

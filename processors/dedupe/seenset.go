@@ -1,7 +1,6 @@
 package dedupe
 
 import (
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -88,11 +87,14 @@ func (s *SeenSet) Len() int {
 func (s *SeenSet) Decide(p Policy, req schemas.Request, at int64, src Source) Result {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return p.decideOver(req, at, src, seenSetStore{s})
+	return p.decideOver(req, at, src, seenSetStore{s: s})
 }
 
 // seenSetStore is SeenSet's seenStore; its caller holds the read lock.
-type seenSetStore struct{ s *SeenSet }
+type seenSetStore struct {
+	freshStrings
+	s *SeenSet
+}
 
 // get looks k up in each partition's table, the lowest partition first: a
 // key the stage wrote on two partitions (two tasks, each with a seen-set
@@ -105,7 +107,3 @@ func (st seenSetStore) get(k seenKey) (seenVal, seenStrings, bool) {
 	}
 	return seenVal{}, seenStrings{}, false
 }
-
-func (seenSetStore) hexString(id [16]byte) string { return hex.EncodeToString(id[:]) }
-
-func (seenSetStore) decisionID(src Source) string { return string(appendDecisionID(nil, src)) }
