@@ -53,8 +53,29 @@ func TestParseIDReadsValidIDsOnly(t *testing.T) {
 	}
 }
 
+func TestAppendOccurrenceIDAppendsTheOccurrenceID(t *testing.T) {
+	long := strings.Repeat("n", 300) // a preimage beyond the stack buffer
+	for _, c := range []struct {
+		name, notification string
+		at                 int64
+	}{
+		{"an id and a time append the occurrence id", "52f364d9288c640b306b566e509104bd", 1764547200000},
+		{"a negative time appends the occurrence id", "52f364d9288c640b306b566e509104bd", -1},
+		{"a long notification id appends the occurrence id", long, 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := string(AppendOccurrenceID([]byte("prefix:"), c.notification, c.at))
+			if want := "prefix:" + OccurrenceID(c.notification, c.at); got != want {
+				t.Fatalf("appended %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func TestSumsAndParseIDDoNotAllocate(t *testing.T) {
+	buf := make([]byte, 0, IDLen)
 	n := testing.AllocsPerRun(100, func() {
+		_ = AppendOccurrenceID(buf[:0], "52f364d9288c640b306b566e509104bd", 1764547200000)
 		_ = DedupeSum("acme", "invoice.paid", "u_8831", "herald:id:", "52f364d9288c640b306b566e509104bd")
 		_ = IdempotencySum("acme", "invoice.paid", "u_8831", "ik-1")
 		_, _ = ParseID("52f364d9288c640b306b566e509104bd")

@@ -163,7 +163,7 @@ func (p Policy) decideOver(req schemas.Request, at int64, src Source, st seenSto
 		res.Seen = append(res.Seen, SeenChange{Key: schemas.SeenKey(entry.Kind, scope), Entry: &entry})
 	}
 	if e.accepted {
-		a := acceptedOf(&req, at)
+		a := acceptedOf(&req, at, identity.OccurrenceID(req.NotificationID, at))
 		res.Accepted = &a
 	}
 	return res
@@ -264,10 +264,11 @@ func (c *change) entryV2(m *seenpb.SeenEntry, fx *effects) {
 	}
 }
 
-// acceptedOf is the herald.accepted record of an accepted request.
-func acceptedOf(req *schemas.Request, at int64) schemas.Accepted {
+// acceptedOf is the herald.accepted record of an accepted request, whose
+// occurrence id is identity.OccurrenceID(req.NotificationID, at).
+func acceptedOf(req *schemas.Request, at int64, occurrence string) schemas.Accepted {
 	return schemas.Accepted{
-		Schema: schemas.AcceptedV1, NotificationID: req.NotificationID, OccurrenceID: identity.OccurrenceID(req.NotificationID, at),
+		Schema: schemas.AcceptedV1, NotificationID: req.NotificationID, OccurrenceID: occurrence,
 		RequestID: req.RequestID, Tenant: req.Tenant, Type: req.Type,
 		Recipient: req.Recipient, Title: req.Title, Body: req.Body, Payload: req.Payload, Locale: req.Locale,
 		Channels: req.Channels, TargetDevice: req.TargetDevice, DedupeKey: req.DedupeKey, IdempotencyKey: req.IdempotencyKey, Producer: req.Producer,

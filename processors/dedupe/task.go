@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
@@ -279,7 +280,8 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 		t.pendQ.push(expiryItem{key: c.key, at: c.val.expiresAt})
 	}
 	if fx.accepted {
-		t.draft.accepted = acceptedOf(req, at)
+		occurrence := t.out.text(identity.AppendOccurrenceID(t.out.reserve(textRoom), req.NotificationID, at))
+		t.draft.accepted = acceptedOf(req, at, occurrence)
 		t.draft.accepted.Schema = t.RecordFormat.AcceptedSchema()
 		key := schemas.AppendRecipientKey(t.out.reserve(textRoom), req.Tenant, req.Recipient)
 		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, t.headers(acceptedHeaders, acceptedV2Headers), at)
