@@ -75,3 +75,27 @@ func TestATaskMayReuseItsOutputsOnceTheTransactionEnds(t *testing.T) {
 		}
 	})
 }
+
+func TestAnOutResetForTheNextTransactionHoldsNoneOfTheLastOnesRecords(t *testing.T) {
+	var out stage.Out
+	a, b := &kgo.Record{Key: []byte("a")}, &kgo.Record{Key: []byte("b")}
+	out.Emit(a)
+	out.Emit(b)
+	held := out.Records()
+	out.Reset()
+	if out.Len() != 0 || len(out.Records()) != 0 {
+		t.Fatalf("%d records after the reset, want none", out.Len())
+	}
+	for i, r := range held[:2] {
+		if r != nil {
+			t.Errorf("slot %d still points at record %q: the reset out keeps it alive", i, r.Key)
+		}
+	}
+	if string(a.Key) != "a" || string(b.Key) != "b" {
+		t.Fatal("the reset changed the records it held, which the producer may still hold")
+	}
+	out.Emit(b)
+	if got := out.Records(); len(got) != 1 || got[0] != b {
+		t.Fatalf("after the reset, emitting one record gives %v", got)
+	}
+}

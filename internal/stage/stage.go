@@ -69,6 +69,13 @@ func (o *Out) Emit(r *kgo.Record) { o.records = append(o.records, r) }
 // Len is the number of records emitted so far.
 func (o *Out) Len() int { return len(o.records) }
 
+// Reset empties o for the next transaction, keeping its room. The records
+// it held are forgotten, not changed: the producer may still hold them.
+func (o *Out) Reset() {
+	clear(o.records)
+	o.records = o.records[:0]
+}
+
 // Config configures one stage instance.
 type Config struct {
 	// Name of the stage ("dedupe"), for logs and metrics.
@@ -248,6 +255,10 @@ type Runner struct {
 	// retries counts consecutive transactions aborted by a retriable
 	// produce error, for the backoff. Only the loop touches it.
 	retries int
+	// out collects each transaction's outputs, reset at its start: its
+	// slice is kept from one transaction to the next rather than grown
+	// again from nothing. Only the loop touches it.
+	out Out
 	// revocations counts calls of revoked (revoke or loss): a transaction
 	// ended without the session checks it moved (see end).
 	revocations uint64
@@ -656,7 +667,8 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	// while the next inputs are processed.
 	r.mu.Lock()
 	revocations := r.revocations
-	var out Out
+	out := &r.out
+	out.Reset()
 	sent := r.newSending(ctx)
 	for _, rec := range batch {
 		t, ok := r.tasks[rec.Partition]
@@ -669,7 +681,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 			out.Emit(r.deadLetter(rec, reason))
 			continue
 		}
-		if err := t.Process(rec, &out); err != nil {
+		if err := t.Process(rec, out); err != nil {
 			r.mu.Unlock()
 			err = fmt.Errorf("stage %s: process %s/%d@%d: %w", r.cfg.Name, rec.Topic, rec.Partition, rec.Offset, err)
 			sent.abandon()
@@ -679,7 +691,7 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 			return false, 0, fatal(err)
 		}
 		if out.Len()-sent.n >= produceChunk {
-			if err := sent.send(&out, out.Len()); err != nil {
+			if err := sent.send(out, out.Len()); err != nil {
 				r.mu.Unlock()
 				return false, 0, err
 			}
@@ -687,21 +699,21 @@ func (r *Runner) transact(ctx context.Context, batch []*kgo.Record) (bool, time.
 	}
 	ticksFrom := out.Len()
 	for _, t := range r.tasks {
-		t.Tick(&out)
+		t.Tick(out)
 	}
-	timerDeadLetters := r.replaceUnwritable(&out, ticksFrom)
+	timerDeadLetters := r.replaceUnwritable(out, ticksFrom)
 	r.mu.Unlock()
 
 	if len(batch) == 0 && out.Len() == 0 {
 		return false, 0, nil // idle: no transaction at all
 	}
-	if err := sent.send(&out, out.Len()); err != nil {
+	if err := sent.send(out, out.Len()); err != nil {
 		return false, 0, err
 	}
 	if err := r.sess.Client().Flush(ctx); err != nil {
 		return false, 0, fmt.Errorf("stage %s: flush: %w", r.cfg.Name, err)
 	}
-	errs := sent.errors(&out)
+	errs := sent.errors(out)
 	var produceErr error
 	var poisoned []int // outputs that can never be written
 	for i, err := range errs {
