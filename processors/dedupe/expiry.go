@@ -44,11 +44,37 @@ type timed[T any] interface {
 	when() int64
 }
 
-// queue is a binary min-heap, without the boxing of container/heap.
-type queue[T timed[T]] []T
+// queue is a priority queue of expiries, earliest first (by before): a
+// run of items pushed in order (each no earlier than the run's last) and
+// a binary min-heap, without container/heap's boxing, of the others. An
+// expiry is its key's time plus a window, and stream time moves forward,
+// so in a stage's steady state nearly every push appends to the run and
+// nearly every pop takes the run's first item: constant time, where a
+// heap of the whole seen-set's expiries sifts through about twenty levels
+// scattered over its memory on every pop. pop takes the earlier of the
+// two first items, so items leave in the order a single heap would give
+// them; of two items neither before the other, the run's goes first.
+type queue[T timed[T]] struct {
+	run  []T // run[head:] is queued, in order
+	head int
+	heap []T
+}
+
+// runCompactAt is how many popped items the run's slice keeps at its
+// front, at least, before the queued ones are moved down over them.
+const runCompactAt = 1024
+
+func (q *queue[T]) len() int { return len(q.run) - q.head + len(q.heap) }
+
+// reset empties the queue, keeping its room.
+func (q *queue[T]) reset() { q.run, q.head, q.heap = q.run[:0], 0, q.heap[:0] }
 
 func (q *queue[T]) push(it T) {
-	h := append(*q, it)
+	if n := len(q.run); n == q.head || !it.before(q.run[n-1]) {
+		q.run = append(q.run, it)
+		return
+	}
+	h := append(q.heap, it)
 	i := len(h) - 1
 	for i > 0 {
 		parent := (i - 1) / 2
@@ -58,14 +84,41 @@ func (q *queue[T]) push(it T) {
 		h[parent], h[i] = h[i], h[parent]
 		i = parent
 	}
-	*q = h
+	q.heap = h
+}
+
+// fromRun reports whether the first item is the run's: false when the
+// run is empty or the heap's first item is before the run's.
+func (q *queue[T]) fromRun() bool {
+	return q.head < len(q.run) && (len(q.heap) == 0 || !q.heap[0].before(q.run[q.head]))
+}
+
+// first is the earliest item; the queue must not be empty.
+func (q *queue[T]) first() T {
+	if q.fromRun() {
+		return q.run[q.head]
+	}
+	return q.heap[0]
 }
 
 // due reports whether the first item expires at or before now.
-func (q queue[T]) due(now int64) bool { return len(q) > 0 && q[0].when() <= now }
+func (q *queue[T]) due(now int64) bool { return q.len() > 0 && q.first().when() <= now }
 
+// pop removes and returns the first item; the queue must not be empty.
 func (q *queue[T]) pop() T {
-	h := *q
+	if q.fromRun() {
+		top := q.run[q.head]
+		q.head++
+		switch {
+		case q.head == len(q.run):
+			q.run, q.head = q.run[:0], 0
+		case q.head >= runCompactAt && q.head*2 >= len(q.run):
+			n := copy(q.run, q.run[q.head:])
+			q.run, q.head = q.run[:n], 0
+		}
+		return top
+	}
+	h := q.heap
 	top := h[0]
 	last := len(h) - 1
 	h[0] = h[last]
@@ -85,6 +138,6 @@ func (q *queue[T]) pop() T {
 		h[i], h[least] = h[least], h[i]
 		i = least
 	}
-	*q = h
+	q.heap = h
 	return top
 }

@@ -119,7 +119,7 @@ func TestACommitAppliesChangesInTheOrderTheyWereMade(t *testing.T) {
 	if v, _, _ := task.get(keys[3]); v.expiresAt != 8 {
 		t.Fatalf("key 3 expires at %d, want its last change's 8", v.expiresAt)
 	}
-	if len(task.changes) != 0 || len(task.pending) != 0 || len(task.pendQ) != 0 {
+	if len(task.changes) != 0 || len(task.pending) != 0 || task.pendQ.len() != 0 {
 		t.Fatal("the transaction's changes outlive its commit")
 	}
 }

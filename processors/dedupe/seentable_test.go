@@ -215,38 +215,100 @@ func TestAPositionItemKeepsItsTime(t *testing.T) {
 }
 
 func TestTheExpiryQueuePopsByTimeThenPosition(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	var q queue[posItem]
-	var want []posItem
-	for i := range 500 {
-		it := newPosItem(int64(rng.IntN(50))-25, uint32(i))
-		q.push(it)
-		want = append(want, it)
-	}
-	for len(q) > 0 {
-		it := q.pop()
-		for _, w := range want {
-			if w.before(it) {
-				t.Fatalf("popped %d@%d before %d@%d", it.when(), it.pos, w.when(), w.pos)
+	// Each pattern pushes items at times from at(i), in a mix of pushes
+	// and pops, and every pop must return the earliest item queued (by
+	// time, then position), whether it sits in the run or in the heap.
+	cases := []struct {
+		name string
+		at   func(rng *rand.Rand, i int) int64
+		pops int // pop after every this many pushes (0: only at the end)
+	}{
+		{"items pushed in random order leave in order", func(rng *rand.Rand, i int) int64 { return int64(rng.IntN(50)) - 25 }, 0},
+		{"items pushed in order leave in order", func(rng *rand.Rand, i int) int64 { return int64(i / 3) }, 0},
+		{"items pushed in order with one in ten earlier leave in order", func(rng *rand.Rand, i int) int64 {
+			if i%10 == 9 {
+				return int64(i - rng.IntN(400))
 			}
-		}
-		for i, w := range want {
-			if w == it {
-				want = append(want[:i], want[i+1:]...)
-				break
+			return int64(i)
+		}, 0},
+		{"items pushed in order and popped meanwhile leave in order", func(rng *rand.Rand, i int) int64 { return int64(i) }, 3},
+		{"items pushed mostly in order and popped meanwhile leave in order", func(rng *rand.Rand, i int) int64 {
+			if i%7 == 6 {
+				return int64(i - rng.IntN(2000))
 			}
+			return int64(i)
+		}, 2},
+		{"items pushed in random order and popped meanwhile leave in order", func(rng *rand.Rand, i int) int64 { return int64(rng.IntN(5000)) }, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			var q queue[posItem]
+			var queued []posItem // what q holds, unordered
+			pop := func() {
+				it := q.pop()
+				least := 0
+				for i, w := range queued {
+					if w.before(queued[least]) {
+						least = i
+					}
+				}
+				if w := queued[least]; w.before(it) || it.before(w) {
+					t.Fatalf("popped %d@%d, want %d@%d", it.when(), it.pos, w.when(), w.pos)
+				}
+				for i, w := range queued {
+					if w == it {
+						queued = append(queued[:i], queued[i+1:]...)
+						break
+					}
+				}
+				if q.len() != len(queued) {
+					t.Fatalf("the queue holds %d items, want %d", q.len(), len(queued))
+				}
+			}
+			for i := range 5 * runCompactAt { // past the run's compaction
+				it := newPosItem(c.at(rng, i), uint32(i))
+				q.push(it)
+				queued = append(queued, it)
+				if c.pops > 0 && i%c.pops == 0 {
+					pop()
+				}
+			}
+			for len(queued) > 0 {
+				pop()
+			}
+			if q.due(math.MaxInt64) {
+				t.Fatal("an empty queue has an item due")
+			}
+		})
+	}
+	t.Run("an item is due at its time and not before", func(t *testing.T) {
+		var q queue[posItem]
+		q.push(newPosItem(10, 0))
+		q.push(newPosItem(5, 1)) // before the run's last: into the heap
+		if q.due(4) || !q.due(5) {
+			t.Fatal("the heap's item is due before its time, or not at it")
 		}
-	}
-	if len(want) != 0 {
-		t.Fatalf("%d items never popped", len(want))
-	}
-	if q.due(math.MaxInt64) {
-		t.Fatal("an empty queue has an item due")
-	}
-	q.push(newPosItem(10, 0))
-	if q.due(9) || !q.due(10) {
-		t.Fatal("an item is due before its time, or not at it")
-	}
+		if it := q.pop(); it.when() != 5 {
+			t.Fatalf("popped %d first, want 5", it.when())
+		}
+		if q.due(9) || !q.due(10) {
+			t.Fatal("the run's item is due before its time, or not at it")
+		}
+	})
+	t.Run("a reset queue is empty and queues again", func(t *testing.T) {
+		var q queue[posItem]
+		q.push(newPosItem(3, 0))
+		q.push(newPosItem(1, 1))
+		q.reset()
+		if q.len() != 0 || q.due(math.MaxInt64) {
+			t.Fatal("a reset queue holds items")
+		}
+		q.push(newPosItem(7, 2))
+		if it := q.pop(); it.when() != 7 || q.len() != 0 {
+			t.Fatalf("after a reset, popped %d@%d, %d left", it.when(), it.pos, q.len())
+		}
+	})
 }
 
 func TestTheIndexDoublesOnlyWhenAKeyWouldFillItPastThreeQuarters(t *testing.T) {

@@ -327,11 +327,11 @@ func (t *Task) nextDue(now int64) (key seenKey, at int64, ok bool) {
 	for {
 		kind := seenKind(0)
 		for i := range t.queued {
-			if t.queued[i].due(now) && (kind == 0 || t.queued[i][0].when() < t.queued[kind-1][0].when()) {
+			if t.queued[i].due(now) && (kind == 0 || t.queued[i].first().when() < t.queued[kind-1].first().when()) {
 				kind = seenKind(i + 1)
 			}
 		}
-		if kind == 0 || t.pendQ.due(now) && t.pendQ[0].at < t.queued[kind-1][0].when() {
+		if kind == 0 || t.pendQ.due(now) && t.pendQ.first().at < t.queued[kind-1].first().when() {
 			if !t.pendQ.due(now) {
 				return key, 0, false
 			}
@@ -361,7 +361,7 @@ func (t *Task) Commit() {
 		t.queued[p.key.kind-1].push(newPosItem(p.val.expiresAt, pos))
 	}
 	t.dropPending()
-	t.pendQ = t.pendQ[:0]
+	t.pendQ.reset()
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
 	t.decisions.Commit()
@@ -371,7 +371,7 @@ func (t *Task) Commit() {
 // Abort implements stage.Task.
 func (t *Task) Abort() {
 	t.dropPending()
-	t.pendQ = t.pendQ[:0]
+	t.pendQ.reset()
 	for _, p := range t.popped {
 		t.queued[p.kind-1].push(p.item)
 	}
