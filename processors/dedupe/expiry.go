@@ -87,10 +87,12 @@ func (q *queue[T]) push(it T) {
 	q.heap = h
 }
 
-// fromRun reports whether the first item is the run's: false when the
-// run is empty or the heap's first item is before the run's.
+// fromRun reports whether the first item is the run's: the heap is
+// empty, or its first item is not before the run's. The queue must not be
+// empty, and then the run is not: an item goes to the heap only when it
+// is before the run's last item, which so leaves the queue after it.
 func (q *queue[T]) fromRun() bool {
-	return q.head < len(q.run) && (len(q.heap) == 0 || !q.heap[0].before(q.run[q.head]))
+	return len(q.heap) == 0 || !q.heap[0].before(q.run[q.head])
 }
 
 // first is the earliest item; the queue must not be empty.
@@ -109,10 +111,9 @@ func (q *queue[T]) pop() T {
 	if q.fromRun() {
 		top := q.run[q.head]
 		q.head++
-		switch {
-		case q.head == len(q.run):
+		if q.head == len(q.run) {
 			q.run, q.head = q.run[:0], 0
-		case q.head >= runCompactAt && q.head*2 >= len(q.run):
+		} else if q.head >= runCompactAt && q.head*2 >= len(q.run) {
 			n := copy(q.run, q.run[q.head:])
 			q.run, q.head = q.run[:n], 0
 		}

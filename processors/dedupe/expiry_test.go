@@ -19,7 +19,7 @@ func setCommitted(task *Task, k seenKey, v seenVal) {
 func drain(task *Task, now int64) string {
 	var got []string
 	for {
-		k, at, ok := task.nextDue(now)
+		k, at, _, ok := task.nextDue(now)
 		if !ok {
 			return fmt.Sprint(got)
 		}

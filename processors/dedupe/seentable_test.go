@@ -296,6 +296,23 @@ func TestTheExpiryQueuePopsByTimeThenPosition(t *testing.T) {
 			t.Fatal("the run's item is due before its time, or not at it")
 		}
 	})
+	t.Run("the run does not keep the items it popped", func(t *testing.T) {
+		// Ten items queued at all times, in order: the run never empties,
+		// so only moving its queued items down frees what it popped.
+		var q queue[posItem]
+		for i := range 10 {
+			q.push(newPosItem(int64(i), 0))
+		}
+		for i := 10; i < 100*runCompactAt; i++ {
+			q.push(newPosItem(int64(i), 0))
+			if it := q.pop(); it.when() != int64(i-10) {
+				t.Fatalf("popped %d, want %d", it.when(), i-10)
+			}
+		}
+		if len(q.run) > 2*runCompactAt+10 {
+			t.Fatalf("the run's slice holds %d items for 10 queued", len(q.run))
+		}
+	})
 	t.Run("a reset queue is empty and queues again", func(t *testing.T) {
 		var q queue[posItem]
 		q.push(newPosItem(3, 0))

@@ -304,12 +304,11 @@ func (t *Task) Tick(*stage.Out) {}
 func (t *Task) expire(out *stage.Out) {
 	now := t.pendingStreamTime - t.policy.SkewAllowanceMs
 	for {
-		key, at, ok := t.nextDue(now)
+		key, at, pos, ok := t.nextDue(now)
 		if !ok {
 			return
 		}
-		v, _, ok := t.get(key)
-		if !ok || v.expiresAt != at {
+		if expires, ok := t.expiryOf(key, pos); !ok || expires != at {
 			continue // replaced or already deleted: a newer item covers it
 		}
 		r := t.out.newRecord()
@@ -319,11 +318,31 @@ func (t *Task) expire(out *stage.Out) {
 	}
 }
 
+// expiryOf returns the expiry of k's entry and whether it has one: the
+// open transaction's change of k, else the committed entry at pos, which
+// a committed queue's item named (it holds k: see nextDue). An open
+// transaction's item always finds its key's change: it is queued with
+// the change (emit) and dropped with it (Commit, Abort).
+func (t *Task) expiryOf(k seenKey, pos uint32) (int64, bool) {
+	if i, ok := t.pending[k]; ok {
+		p := &t.changes[i]
+		return p.val.expiresAt, !p.deleted
+	}
+	v, _ := t.table(k.kind).entry(pos)
+	return v.expiresAt, true
+}
+
+// noPos is the position nextDue returns for an open transaction's item,
+// which has none yet (positions stay below three quarters of 2^32: see
+// seenTable).
+const noPos = ^uint32(0)
+
 // nextDue pops the earliest item due at now from the three queues (the
 // committed entries', by kind, before the open transaction's at one
-// time), and returns its key and time. A committed item whose position
-// holds no key is popped and skipped.
-func (t *Task) nextDue(now int64) (key seenKey, at int64, ok bool) {
+// time), and returns its key, its time and, for a committed item, the
+// position of its key's entry (noPos for an open one). A committed item
+// whose position holds no key is popped and skipped.
+func (t *Task) nextDue(now int64) (key seenKey, at int64, pos uint32, ok bool) {
 	for {
 		kind := seenKind(0)
 		for i := range t.queued {
@@ -333,15 +352,15 @@ func (t *Task) nextDue(now int64) (key seenKey, at int64, ok bool) {
 		}
 		if kind == 0 || t.pendQ.due(now) && t.pendQ.first().at < t.queued[kind-1].first().when() {
 			if !t.pendQ.due(now) {
-				return key, 0, false
+				return key, 0, noPos, false
 			}
 			it := t.pendQ.pop()
-			return it.key, it.at, true
+			return it.key, it.at, noPos, true
 		}
 		it := t.queued[kind-1].pop()
 		t.popped = append(t.popped, poppedItem{kind: kind, item: it})
 		if id, live := t.table(kind).keyAt(it.pos); live {
-			return seenKey{id: id, kind: kind}, it.when(), true
+			return seenKey{id: id, kind: kind}, it.when(), it.pos, true
 		}
 	}
 }
