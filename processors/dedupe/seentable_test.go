@@ -296,23 +296,26 @@ func TestTheExpiryQueuePopsByTimeThenPosition(t *testing.T) {
 			t.Fatal("the run's item is due before its time, or not at it")
 		}
 	})
-	t.Run("the run does not keep the items it popped", func(t *testing.T) {
-		// Ten items queued at all times, in order: the run never empties,
-		// so only moving its queued items down frees what it popped.
-		var q queue[posItem]
-		for i := range 10 {
-			q.push(newPosItem(int64(i), 0))
-		}
-		for i := 10; i < 100*runCompactAt; i++ {
-			q.push(newPosItem(int64(i), 0))
-			if it := q.pop(); it.when() != int64(i-10) {
-				t.Fatalf("popped %d, want %d", it.when(), i-10)
+	for _, queued := range []int{10, 3 * runCompactAt} {
+		t.Run(fmt.Sprintf("the run does not keep the items it popped with %d queued", queued), func(t *testing.T) {
+			// Items pushed in order, as many queued at all times: the run
+			// never empties, so only moving its queued items down frees
+			// what it popped.
+			var q queue[posItem]
+			for i := range queued {
+				q.push(newPosItem(int64(i), 0))
 			}
-		}
-		if len(q.run) > 2*runCompactAt+10 {
-			t.Fatalf("the run's slice holds %d items for 10 queued", len(q.run))
-		}
-	})
+			for i := queued; i < 100*runCompactAt; i++ {
+				q.push(newPosItem(int64(i), 0))
+				if it := q.pop(); it.when() != int64(i-queued) {
+					t.Fatalf("popped %d, want %d", it.when(), i-queued)
+				}
+			}
+			if most := 2*queued + runCompactAt; len(q.run) > most {
+				t.Fatalf("the run's slice holds %d items for %d queued, want at most %d", len(q.run), queued, most)
+			}
+		})
+	}
 	t.Run("a reset queue is empty and queues again", func(t *testing.T) {
 		var q queue[posItem]
 		q.push(newPosItem(3, 0))
