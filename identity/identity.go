@@ -246,23 +246,16 @@ func IdempotencyID(tenant, typ, recipient, idempotencyKey string) string {
 // and the notification's tag keep the notification id, so the device
 // shows the newer occurrence in place of the older one.
 func OccurrenceID(notificationID string, acceptedAt int64) string {
-	var id [IDLen]byte
-	return string(AppendOccurrenceID(id[:0], notificationID, acceptedAt))
+	var digits [20]byte
+	return derive(tagOccurrence, notificationID, string(strconv.AppendInt(digits[:0], acceptedAt, 10)))
 }
 
 // AppendOccurrenceID appends [OccurrenceID](notificationID, acceptedAt) to
 // dst: the dedupe stage writes it into its own buffers, without
 // allocating.
 func AppendOccurrenceID(dst []byte, notificationID string, acceptedAt int64) []byte {
-	var stack [128]byte // enc(tag) || enc(id) || enc(digits) of a 32-character id: 84 bytes
-	b := appendField(stack[:0], tagOccurrence)
-	b = appendField(b, notificationID)
 	var digits [20]byte
-	d := strconv.AppendInt(digits[:0], acceptedAt, 10)
-	b = binary.BigEndian.AppendUint64(b, uint64(len(d)))
-	b = append(b, d...)
-	sum := sha256.Sum256(b)
-	return hex.AppendEncode(dst, sum[:16])
+	return appendDerived(dst, tagOccurrence, notificationID, string(strconv.AppendInt(digits[:0], acceptedAt, 10)))
 }
 
 // DeliveryID returns the id of one push of a notification to one device:
@@ -356,13 +349,19 @@ func check(id string) error {
 }
 
 func derive(tag string, fields ...string) string {
+	var id [IDLen]byte
+	return string(appendDerived(id[:0], tag, fields...))
+}
+
+// appendDerived appends derive(tag, fields...) to dst.
+func appendDerived(dst []byte, tag string, fields ...string) []byte {
 	var stack [256]byte // the preimage of most ids fits: no allocation
 	b := appendField(stack[:0], tag)
 	for _, f := range fields {
 		b = appendField(b, f)
 	}
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16])
+	return hex.AppendEncode(dst, sum[:16])
 }
 
 // deriveSum is derive's sum for three fields and a fourth one given as
