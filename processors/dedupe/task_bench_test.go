@@ -24,15 +24,7 @@ import (
 func BenchmarkTaskProcess(b *testing.B) {
 	reqs, _ := crashWorkload(rand.New(rand.NewPCG(1, 2)))
 	for _, records := range []schemas.Format{schemas.FormatBinary, schemas.FormatJSON} {
-		recs := make([]*kgo.Record, len(reqs))
-		for i, r := range reqs {
-			r.Schema = records.RequestSchema()
-			v, err := schemas.Encode(r)
-			if err != nil {
-				b.Fatal(err)
-			}
-			recs[i] = &kgo.Record{Topic: "requests", Value: v, Offset: int64(i), Timestamp: time.UnixMilli(int64(i))}
-		}
+		recs := requestRecords(b, reqs, records)
 		for _, seen := range []string{schemas.SeenEntryV2, schemas.SeenEntryV1} {
 			b.Run("records="+string(records)+"/seen="+seen, func(b *testing.B) {
 				b.ReportAllocs()
@@ -95,15 +87,7 @@ func BenchmarkTaskProcess(b *testing.B) {
 func BenchmarkTaskProcessSteady(b *testing.B) {
 	const step = 1000 // ms of stream time from one record to the next
 	reqs, _ := crashWorkload(rand.New(rand.NewPCG(1, 2)))
-	recs := make([]*kgo.Record, len(reqs))
-	for i, r := range reqs {
-		r.Schema = schemas.FormatBinary.RequestSchema()
-		v, err := schemas.Encode(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		recs[i] = &kgo.Record{Topic: "requests", Value: v}
-	}
+	recs := requestRecords(b, reqs, schemas.FormatBinary)
 	b.ReportAllocs()
 	policy := DefaultPolicy()
 	policy.DefaultWindowMs = 2 * 3600_000
@@ -148,6 +132,21 @@ func BenchmarkTaskProcessSteady(b *testing.B) {
 		b.ReportMetric(float64(accepted)/float64(counted), "accepted/req")
 		b.ReportMetric(float64(tombstones)/float64(counted), "tombstones/req")
 	}
+}
+
+// requestRecords is reqs as records of the requests topic in format, the
+// i-th at offset i and i milliseconds.
+func requestRecords(b *testing.B, reqs []schemas.Request, format schemas.Format) []*kgo.Record {
+	recs := make([]*kgo.Record, len(reqs))
+	for i, r := range reqs {
+		r.Schema = format.RequestSchema()
+		v, err := schemas.Encode(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		recs[i] = &kgo.Record{Topic: "requests", Value: v, Offset: int64(i), Timestamp: time.UnixMilli(int64(i))}
+	}
+	return recs
 }
 
 // BenchmarkTaskRestore measures Task.Restore alone, without Kafka: one
