@@ -17,7 +17,8 @@ import (
 // characters, separators JavaScript cannot hold raw, non-ASCII, invalid
 // UTF-8, control characters.
 var awkward = []string{"", "plain", `quote " and \ backslash`, "<b>&amp;</b>", "line\u2028para\u2029", "tab\tnew\nline\rcr",
-	"bell\x07 del\x7f nul\x00", "ünïcødé ✓ 😀", "bad \xff utf-8 \xed\xa0\x80", "back\bfeed\f", "\bback first, no feed", "\ffeed first, no back"}
+	"bell\x07 del\x7f nul\x00", "ünïcødé ✓ 😀", "bad \xff utf-8 \xed\xa0\x80", "back\bfeed\f", "\bback first, no feed", "\ffeed first, no back",
+	`the text \u0008 and \u000c, not the characters`}
 
 // generated lists the records with generated codecs, each with every
 // field set to s.

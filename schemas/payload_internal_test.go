@@ -103,7 +103,7 @@ func TestCanonicalPayloadIsEncodingJSONs(t *testing.T) {
 	}
 	t.Run("a request's content hash is the one encoding/json's text gives", func(t *testing.T) {
 		for _, c := range payloadCases {
-			for _, title := range []string{"Shipped", "back\bfeed\f"} {
+			for _, title := range []string{"Shipped", "back\bfeed\f", `the text \u0008 and \u000c, not the characters`} {
 				r := Request{Type: "order.shipped", Recipient: "u<1>", Title: title, Body: "On its way & more", Channels: []string{"apns"}, Payload: json.RawMessage(c)}
 				content := requestContent{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, referenceCompact(r.Payload), r.Locale, r.Channels, r.TargetDevice}
 				b, _ := json.Marshal(content)

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -76,7 +77,8 @@ func (r Request) ContentHash() string {
 // whose strings hold no \b or \f (the usual request) is hashed from its
 // generated encoding (see requestContent), without allocating unless its
 // payload holds a string or number in an unusual form (see
-// appendCanonical); any other one through encoding/json, as before.
+// appendCanonical); any other one through encoding/json, as before (see
+// longFormOfShortEscape).
 func (r *Request) ContentSum() [sha256.Size]byte {
 	c := requestContent{r.Type, r.Recipient, r.DedupeKey, r.Title, r.Body, jsonNull, r.Locale, r.Channels, r.TargetDevice}
 	s := contentScratch.Get().(*scratch)
@@ -87,14 +89,13 @@ func (r *Request) ContentSum() [sha256.Size]byte {
 		s.payload, s.members = appendCompactJSON(s.payload[:0], r.Payload, s.members)
 		c.Payload = s.payload
 	}
-	if !c.plain() {
-		b, _ := json.Marshal(c) // only strings, slices and valid raw JSON: cannot fail
-		return sha256.Sum256(b)
-	}
 	s.e.start(s.buf[:0])
 	c.MarshalEasyJSON(&s.e.w)
 	b, _ := s.e.finish(s.buf[:0]) // cannot fail: strings and slices only
 	s.buf = b[:0]
+	if longFormOfShortEscape(b) {
+		b, _ = json.Marshal(c) // only strings, slices and valid raw JSON: cannot fail
+	}
 	return sha256.Sum256(b)
 }
 
@@ -126,29 +127,16 @@ type requestContent struct {
 	Device    string          `json:"targetDevice,omitempty"`
 }
 
-// plain reports whether the generated encoder writes c byte for byte as
-// encoding/json does: the two differ only in how they escape \b and \f
-// (encoding/json writes the short forms, the generated code \u0008 and
-// \u000c), so a string holding one of them is not plain.
-func (c *requestContent) plain() bool {
-	for _, s := range [...]string{c.Type, c.Recipient, c.DedupeKey, c.Title, c.Body, c.Locale, c.Device} {
-		if hasShortEscape(s) {
-			return false
-		}
-	}
-	for _, s := range c.Channels {
-		if hasShortEscape(s) {
-			return false
-		}
-	}
-	return true
-}
-
-// hasShortEscape reports whether s holds \b or \f. Two IndexByte scans
-// (vectorised) are several times faster than strings.ContainsAny, which
-// builds a set of its characters on every call.
-func hasShortEscape(s string) bool {
-	return strings.IndexByte(s, '\b') >= 0 || strings.IndexByte(s, '\f') >= 0
+// longFormOfShortEscape reports whether b, the generated encoder's
+// output, may differ from what encoding/json writes. The two differ only
+// in how they escape \b and \f: encoding/json writes the short forms, the
+// generated code \u0008 and \u000c, and nothing else writes those (the
+// canonical payload is encoding/json's own form). So an output without
+// them is encoding/json's, byte for byte. One holding their text for
+// another reason (a string holding a backslash and "u0008") is encoded
+// again by encoding/json: slower, and as correct.
+func longFormOfShortEscape(b []byte) bool {
+	return bytes.Contains(b, []byte(`\u0008`)) || bytes.Contains(b, []byte(`\u000c`))
 }
 
 // compactJSON returns the canonical form of a payload that ContentHash

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/mailru/easyjson"
 	"github.com/mailru/easyjson/buffer"
@@ -126,14 +127,17 @@ func (e *Encoder) start(dst []byte) {
 }
 
 // finish returns dst with what the generated encoder wrote since start
-// appended: in place when it fit (the copy is onto itself), else in a new
-// slice.
+// appended: in place when it fit (nothing to copy), else copied.
 func (e *Encoder) finish(dst []byte) ([]byte, error) {
-	defer func() { e.w = jwriter.Writer{} }()
-	if e.w.Error != nil {
-		return nil, fmt.Errorf("schemas: encode: %w", e.w.Error)
+	b, err := e.w.Buffer.BuildBytes(), e.w.Error
+	e.w = jwriter.Writer{}
+	if err != nil {
+		return nil, fmt.Errorf("schemas: encode: %w", err)
 	}
-	return append(dst, e.w.Buffer.BuildBytes()...), nil
+	if free := dst[len(dst):cap(dst)]; len(b) <= len(free) && unsafe.SliceData(b) == unsafe.SliceData(free) {
+		return dst[:len(dst)+len(b)], nil
+	}
+	return append(dst, b...), nil
 }
 
 // Decode unmarshals b into r and checks that its "schema" field names r's
