@@ -18,6 +18,14 @@
 //   - Redis `SET key val NX PX window`, one command per round trip and
 //     pipelined.
 //
+// By default every record is stamped with the time it is produced: a run
+// lasts seconds and the stage's windows an hour, so nothing expires and
+// the stage's seen-set only grows, as in its first hour. With
+// StreamOptions.Step (`--stream-step`) the requests are stamped that far
+// apart in the past, and a stream longer than the windows measures the
+// stage as it runs after days: expiring keys and writing their tombstones
+// (the herald rows' notes count them).
+//
 // Every backend must accept exactly the stream's distinct notifications; Run
 // checks each count and fails loudly on a disagreement. With Config.Rounds
 // (`--rounds`) every backend is measured that many times, in turn, and each

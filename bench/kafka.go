@@ -105,6 +105,12 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 	if o.Partitions < 1 || o.Replication < 1 {
 		return nil, fmt.Errorf("bench: kafka: partitions (%d) and replication (%d) must be positive", o.Partitions, o.Replication)
 	}
+	if o.Policy.DefaultWindowMs == 0 && o.Policy.IdempotencyTTLMs == 0 {
+		o.Policy = dedupe.DefaultPolicy() // as the stage does (dedupe.New)
+	}
+	if err := s.CheckPolicy(o.Policy); err != nil {
+		return nil, err
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Minute
 	}
@@ -209,8 +215,11 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	suffix := randomHex(4)
+	// Records stamped Step apart reach back Step × len(values); the event
+	// topics keep them a day past that, at least the catalog's default.
+	retention := max(topics.DefaultOptions().RetentionMs, (time.Duration(len(values))*s.Options.Step + 24*time.Hour).Milliseconds())
 	cat := topics.New(topics.Options{Prefix: "herald-bench-" + suffix + ".", Partitions: o.Partitions, Replication: o.Replication,
-		SegmentBytes: o.SegmentBytes})
+		SegmentBytes: o.SegmentBytes, RetentionMs: retention})
 	group := "herald-bench-" + suffix
 	log := o.Logger.With("backend", KafkaBackend, "txn_records", rn.txn, "compression", rn.codec, "instances", rn.instances, "topic_prefix", cat.Options().Prefix)
 
@@ -254,8 +263,22 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	if err != nil {
 		return row, produced, err
 	}
-	row.Accepted, row.Decisions, err = countDecisions(ctx, cat, s, o)
-	return row, produced, err
+	if row.Accepted, row.Decisions, err = countDecisions(ctx, cat, s, o); err != nil {
+		return row, produced, err
+	}
+	var seen, tombstones int
+	err = readCommitted(ctx, cat.Name(topics.Seen), o, func(r *kgo.Record) error {
+		seen++
+		if r.Value == nil {
+			tombstones++
+		}
+		return nil
+	})
+	if err != nil {
+		return row, produced, err
+	}
+	row.Note += fmt.Sprintf("; seen-set topic %.2f records per request, %.2f of them tombstones", float64(seen)/float64(len(values)), float64(tombstones)/float64(len(values)))
+	return row, produced, nil
 }
 
 // encodeRequests encodes every request of s in format f.
@@ -279,8 +302,9 @@ func randomHex(n int) string {
 }
 
 // produceStream writes every request to the requests topic, keyed by
-// notification id, with the producer's own clock as record time, and
-// returns how long it took.
+// notification id, with the producer's own clock as record time (or, with
+// a Step, the stream's times up to now: see Stream.Time), and returns how
+// long it took.
 func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s *Stream, f schemas.Format, o KafkaOptions) (time.Duration, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
@@ -294,8 +318,12 @@ func produceStream(ctx context.Context, cat *topics.Catalog, values [][]byte, s 
 	topic := cat.Name(topics.Requests)
 	header := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(f.RequestSchema())}}
 	recs := make([]*kgo.Record, len(values))
+	now := time.Now()
 	for i, v := range values {
 		recs[i] = &kgo.Record{Topic: topic, Key: []byte(s.Requests[i].NotificationID), Value: v, Headers: header}
+		if s.Options.Step > 0 {
+			recs[i].Timestamp = s.Time(i, now)
+		}
 	}
 	start := time.Now()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {

@@ -62,6 +62,9 @@ func TestHeraldBackendOnTheRealBroker(t *testing.T) {
 			if r.Accepted != 3500 || r.Decisions != 5000 {
 				t.Errorf("%s: %d accepted, %d decisions; want 3500 and 5000", r.Variant, r.Accepted, r.Decisions)
 			}
+			if !strings.Contains(r.Note, "seen-set topic 1.55 records per request, 0.00 of them tombstones") {
+				t.Errorf("%s: %s; want 1.55 seen-set records a request (3500 originals with two keys, 750 second calls with one), no tombstones", r.Variant, r.Note)
+			}
 		}
 	})
 	t.Run("the benchmark topics are deleted afterwards", func(t *testing.T) {
@@ -84,6 +87,37 @@ func TestHeraldBackendOnTheRealBroker(t *testing.T) {
 					t.Errorf("topic %s with %d records is still there", name, n)
 				}
 			}
+		}
+	})
+}
+
+func TestHeraldBackendOnAStreamWhoseKeysExpire(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	// A second apart, 50 minutes of stream time; every repeat within 75
+	// requests of its original, the windows 10 minutes.
+	s := generate(t, StreamOptions{Requests: 3000, RepeatRatio: 0.3, Seed: 9, MaxLag: 50, Step: time.Second})
+	p := dedupe.DefaultPolicy()
+	p.DefaultWindowMs, p.IdempotencyTTLMs = 600_000, 600_000
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rows, err := RunKafka(ctx, s, KafkaOptions{Brokers: brokers, Partitions: 2, Replication: 1, TxnRecords: []int{1000},
+		BatchInterval: 100 * time.Millisecond, Policy: p, Timeout: 2 * time.Minute, SegmentBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err) // RunKafka also fails when the outcomes differ from the stream's
+	}
+	if len(rows) != 2 || !rows[1].Decides() {
+		t.Fatalf("rows %+v", rows)
+	}
+	t.Run("the stage accepts exactly the distinct notifications", func(t *testing.T) {
+		if err := CheckAccepted(s, rows); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("the stage tombstones the keys that expired on the seen-set topic, and the row says how many", func(t *testing.T) {
+		// Of 3000 requests, 2100 originals write two keys and 450 second
+		// calls one; all but the last ten minutes' expire.
+		if tombstones := noteNumber(t, rows[1].Note, " of them tombstones"); tombstones < 0.5 {
+			t.Fatalf("%.2f tombstones a request: %s", tombstones, rows[1].Note)
 		}
 	})
 }

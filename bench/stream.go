@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -24,6 +26,17 @@ type StreamOptions struct {
 	MaxLag int
 	// Recipients is the number of distinct recipients, 5000 by default.
 	Recipients int
+	// Step is the stream time from one request to the next. Zero (the
+	// default) stamps every record with the time it is produced: a run
+	// lasts seconds, the stage's windows an hour, and nothing expires in
+	// it, so every run measures a seen-set that only grows. A positive
+	// step stamps the requests Step apart in the past, the last one at
+	// the time the stream is produced (see Time): 200,000 requests a
+	// second apart span 55 hours, and the stage expires and tombstones
+	// its keys as a stage that has run for days does. The dedupe window
+	// and the idempotency TTL must then outlast Span × Step (see
+	// CheckPolicy), or the decisions would differ from the stream's.
+	Step time.Duration
 }
 
 // DefaultStreamOptions: 100k requests, 30% repeats, seed 1.
@@ -49,13 +62,17 @@ type Stream struct {
 	Distinct int
 	// Retries and SecondCalls are the repeats of each kind.
 	Retries, SecondCalls int
+	// Span is the furthest a repeat trails its original, in requests:
+	// the repeat is request i + Span when the original is request i.
+	Span int
 }
 
 // Repeats is the number of requests that repeat an earlier one.
 func (s *Stream) Repeats() int { return s.Retries + s.SecondCalls }
 
 // Outcomes is the count of each dedupe decision herald must make, provided
-// the whole stream falls inside the dedupe window and the idempotency TTL.
+// every repeat falls inside its original's dedupe window and idempotency
+// TTL (see CheckPolicy).
 func (s *Stream) Outcomes() map[string]int {
 	out := map[string]int{schemas.DecisionAccepted: s.Distinct}
 	if s.Retries > 0 {
@@ -94,6 +111,8 @@ func Generate(o StreamOptions) (*Stream, error) {
 		return nil, fmt.Errorf("bench: stream: repeat ratio must be in [0, 1), got %v", o.RepeatRatio)
 	case o.MaxLag < 1 || o.Recipients < 1:
 		return nil, errors.New("bench: stream: max lag and recipients must be positive")
+	case o.Step < 0:
+		return nil, fmt.Errorf("bench: stream: step must not be negative, got %v", o.Step)
 	}
 	repeats := int(math.Round(float64(o.Requests) * o.RepeatRatio))
 	originals := o.Requests - repeats
@@ -127,7 +146,11 @@ func Generate(o StreamOptions) (*Stream, error) {
 
 	// later[k] holds the repeats that go just before original k (or at the
 	// end, for k ≥ originals): always after their own original.
-	later := make([][]schemas.Request, originals+o.MaxLag+1)
+	type repeat struct {
+		of int // the original's index in orig
+		r  schemas.Request
+	}
+	later := make([][]repeat, originals+o.MaxLag+1)
 	s := &Stream{Options: o, Distinct: originals}
 	for n := range repeats {
 		j := rng.IntN(originals)
@@ -142,14 +165,39 @@ func Generate(o StreamOptions) (*Stream, error) {
 			r.Title = "Shipped (from the warehouse system)"
 		}
 		at := j + 1 + rng.IntN(o.MaxLag)
-		later[at] = append(later[at], r)
+		later[at] = append(later[at], repeat{j, r})
 	}
 	s.Requests = make([]schemas.Request, 0, o.Requests)
+	pos := make([]int, originals) // where each original is in the stream
 	for k := range later {
-		s.Requests = append(s.Requests, later[k]...)
+		for _, rp := range later[k] {
+			s.Span = max(s.Span, len(s.Requests)-pos[rp.of])
+			s.Requests = append(s.Requests, rp.r)
+		}
 		if k < originals {
+			pos[k] = len(s.Requests)
 			s.Requests = append(s.Requests, orig[k])
 		}
 	}
 	return s, nil
+}
+
+// Time is the record time of request i when the stream is produced at
+// end: end itself without a Step, else Step apart, the last request at
+// end.
+func (s *Stream) Time(i int, end time.Time) time.Time {
+	return end.Add(-time.Duration(len(s.Requests)-1-i) * s.Options.Step)
+}
+
+// CheckPolicy reports an error when p would decide the stream otherwise
+// than Outcomes says: when a repeat could come Span × Step or more after
+// its original, at or past the dedupe window or the idempotency TTL
+// (p's defaults; the stream sets neither per request).
+func (s *Stream) CheckPolicy(p dedupe.Policy) error {
+	lag := time.Duration(s.Span) * s.Options.Step
+	if window, ttl := time.Duration(p.DefaultWindowMs)*time.Millisecond, time.Duration(p.IdempotencyTTLMs)*time.Millisecond; lag >= window || lag >= ttl {
+		return fmt.Errorf("bench: stream: a repeat comes up to %d requests (%v at a step of %v) after its original, not within the dedupe window (%v) and the idempotency TTL (%v): lengthen both or shorten the step",
+			s.Span, lag, s.Options.Step, window, ttl)
+	}
+	return nil
 }

@@ -93,10 +93,65 @@ func TestGenerateRejectsImpossibleStreams(t *testing.T) {
 		{"a negative repeat ratio is refused", StreamOptions{Requests: 10, RepeatRatio: -0.1}},
 		{"a NaN repeat ratio is refused", StreamOptions{Requests: 10, RepeatRatio: math.NaN()}},
 		{"a ratio that rounds every request to a repeat is refused", StreamOptions{Requests: 10, RepeatRatio: 0.96}},
+		{"a negative step is refused", StreamOptions{Requests: 10, Step: -time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := Generate(tc.o); err == nil {
 				t.Fatal("no error")
+			}
+		})
+	}
+}
+
+func TestTheStreamsSpanAndTimes(t *testing.T) {
+	s := generate(t, StreamOptions{Requests: 20_000, RepeatRatio: 0.3, Seed: 5, MaxLag: 700, Step: 2 * time.Second})
+	t.Run("Span is the furthest any repeat trails its original, in requests", func(t *testing.T) {
+		first, span := map[string]int{}, 0
+		for i, r := range s.Requests {
+			if j, ok := first[r.NotificationID]; ok {
+				span = max(span, i-j)
+			} else {
+				first[r.NotificationID] = i
+			}
+		}
+		if s.Span != span || span < 700 {
+			t.Fatalf("Span %d, the stream's furthest repeat %d requests after its original (at least the max lag of 700 originals)", s.Span, span)
+		}
+	})
+	t.Run("with a step, the requests are stamped a step apart, the last at the end", func(t *testing.T) {
+		end := time.UnixMilli(1_764_600_000_000)
+		n := len(s.Requests)
+		if got := s.Time(n-1, end); !got.Equal(end) {
+			t.Fatalf("the last request at %v, want %v", got, end)
+		}
+		if got, want := s.Time(0, end), end.Add(-time.Duration(n-1)*2*time.Second); !got.Equal(want) {
+			t.Fatalf("the first request at %v, want %v", got, want)
+		}
+		if d := s.Time(100, end).Sub(s.Time(99, end)); d != 2*time.Second {
+			t.Fatalf("requests 99 and 100 %v apart, want 2s", d)
+		}
+	})
+	t.Run("without a step, every request is stamped at the end", func(t *testing.T) {
+		flat := generate(t, StreamOptions{Requests: 100, Seed: 5})
+		end := time.Now()
+		if !flat.Time(0, end).Equal(end) || !flat.Time(99, end).Equal(end) {
+			t.Fatalf("requests at %v and %v, want both at %v", flat.Time(0, end), flat.Time(99, end), end)
+		}
+	})
+	lag := time.Duration(s.Span) * 2 * time.Second
+	for _, tc := range []struct {
+		name        string
+		window, ttl time.Duration
+		ok          bool
+	}{
+		{"a window and a TTL just past the furthest lag decide as the stream says", lag + time.Millisecond, lag + time.Millisecond, true},
+		{"a window of exactly the furthest lag is refused", lag, lag + time.Hour, false},
+		{"a TTL of exactly the furthest lag is refused", lag + time.Hour, lag, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := dedupe.Policy{DefaultWindowMs: tc.window.Milliseconds(), IdempotencyTTLMs: tc.ttl.Milliseconds()}
+			if err := s.CheckPolicy(p); (err == nil) != tc.ok {
+				t.Fatalf("CheckPolicy: %v, want ok %v", err, tc.ok)
 			}
 		})
 	}
@@ -201,6 +256,44 @@ func TestRunTask(t *testing.T) {
 			if err := CheckAccepted(s, []Row{row}); err != nil {
 				t.Fatal(err)
 			}
+			if !strings.Contains(row.Note, "0.00 of them tombstones") {
+				t.Fatalf("a stream stamped at one time tombstones keys: %s", row.Note)
+			}
 		})
 	}
+	t.Run("a stream a second apart, longer than the windows, is decided as it says while its keys expire", func(t *testing.T) {
+		s := generate(t, StreamOptions{Requests: 3000, RepeatRatio: 0.3, Seed: 9, MaxLag: 50, Step: time.Second})
+		p := dedupe.DefaultPolicy()
+		p.DefaultWindowMs, p.IdempotencyTTLMs = 600_000, 600_000 // 10 minutes: past every repeat, within the 50-minute stream
+		row, err := RunTask(s, p, 4, 1000, schemas.FormatBinary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckAccepted(s, []Row{row}); err != nil {
+			t.Fatal(err)
+		}
+		if tombstones := noteNumber(t, row.Note, " of them tombstones"); tombstones < 0.5 {
+			t.Fatalf("%.2f tombstones a request, want most keys expired: %s", tombstones, row.Note)
+		}
+	})
+	t.Run("a policy whose window ends before a repeat comes is refused", func(t *testing.T) {
+		s := generate(t, StreamOptions{Requests: 3000, RepeatRatio: 0.3, Seed: 9, Step: time.Hour})
+		if _, err := RunTask(s, dedupe.DefaultPolicy(), 4, 1000, schemas.FormatBinary); err == nil || !strings.Contains(err.Error(), "not within the dedupe window") {
+			t.Fatalf("err %v, want the repeats' lag named", err)
+		}
+	})
+}
+
+// noteNumber is the number just before suffix in a row's note.
+func noteNumber(t *testing.T, note, suffix string) float64 {
+	t.Helper()
+	before, _, ok := strings.Cut(note, suffix)
+	if !ok {
+		t.Fatalf("the note lacks %q: %s", suffix, note)
+	}
+	f, err := strconv.ParseFloat(before[strings.LastIndexByte(before, ' ')+1:], 64)
+	if err != nil {
+		t.Fatalf("the note's number before %q: %v", suffix, err)
+	}
+	return f
 }

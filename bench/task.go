@@ -27,6 +27,9 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 	if partitions < 1 || txn < 1 {
 		return Row{}, fmt.Errorf("bench: task: partitions (%d) and transaction size (%d) must be positive", partitions, txn)
 	}
+	if err := s.CheckPolicy(policy); err != nil {
+		return Row{}, err
+	}
 	tp := dedupe.Topics{Requests: "requests", Decisions: "decisions", Seen: "seen", Accepted: "accepted"}
 	recs := make([]*kgo.Record, len(s.Requests))
 	offsets := make([]int64, partitions)
@@ -40,7 +43,7 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 		h := fnv.New32a()
 		h.Write([]byte(r.NotificationID))
 		p := int32(h.Sum32() % uint32(partitions))
-		recs[i] = &kgo.Record{Topic: tp.Requests, Partition: p, Offset: offsets[p], Key: []byte(r.NotificationID), Value: v, Timestamp: now}
+		recs[i] = &kgo.Record{Topic: tp.Requests, Partition: p, Offset: offsets[p], Key: []byte(r.NotificationID), Value: v, Timestamp: s.Time(i, now)}
 		offsets[p]++
 	}
 	tasks := make([]*dedupe.Task, partitions)
@@ -49,7 +52,7 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 		tasks[p].RecordFormat = f
 	}
 
-	accepted, decisions, outputs := 0, 0, 0
+	accepted, decisions, outputs, tombstones := 0, 0, 0, 0
 	meter := cpuMeter{} // this process: the tasks run on this goroutine
 	start := meter.start()
 	for off := 0; off < len(recs); off += txn {
@@ -65,6 +68,10 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 				decisions++
 			case tp.Accepted:
 				accepted++
+			case tp.Seen:
+				if r.Value == nil {
+					tombstones++
+				}
 			}
 		}
 		outputs += out.Len()
@@ -81,6 +88,7 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 		Decisions: decisions,
 		Elapsed:   sp.elapsed,
 		CPU:       sp.cpu,
-		Note:      fmt.Sprintf("1 goroutine; %d output records (%.2f per request) encoded, not sent", outputs, float64(outputs)/float64(len(recs))),
+		Note: fmt.Sprintf("1 goroutine; %d output records (%.2f per request, %.2f of them tombstones) encoded, not sent",
+			outputs, float64(outputs)/float64(len(recs)), float64(tombstones)/float64(len(recs))),
 	}, nil
 }

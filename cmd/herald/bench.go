@@ -43,7 +43,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	replication := fs.Int("replication", 1, "replication factor of every benchmark topic")
 	ceiling := fs.Bool("ceiling", false, "also run a bare exactly-once copy loop (no herald code) on the same topics for each codec and --txn-records value: what the broker carries, beside what the stage decides")
 	segmentBytes := fs.Int64("segment-bytes", 1<<30, "segment.bytes of every benchmark topic: Kafka's default, 1 GiB, whatever the broker's (herald's test broker rolls at 1 MiB); 0 keeps the broker's")
-	window := fs.Duration("window", time.Hour, "dedupe window (the stage's default window and Redis's PX); must outlast the run")
+	window := fs.Duration("window", time.Hour, "dedupe window (the stage's default window and Redis's PX); must outlast the run, and with --stream-step the furthest repeat's lag in stream time")
+	ttl := fs.Duration("idempotency-ttl", time.Duration(dedupe.DefaultPolicy().IdempotencyTTLMs)*time.Millisecond, "idempotency TTL of the stage; with --stream-step it must outlast the furthest repeat's lag in stream time")
+	step := fs.Duration("stream-step", 0, "stream time from one request to the next: 0 stamps each with the time it is produced (nothing expires in a run); e.g. 1s stamps the stream a second apart up to now, so that the stage expires and tombstones its keys as one that has run for days (with --window 2h --idempotency-ttl 2h)")
 	clientBatch := fs.Int("client-batch", 1000, "statements per pgx.Batch, rows per PostgreSQL unnest statement and commands per Redis pipeline in the batched variants")
 	conns := fs.Int("conns", 1, "PostgreSQL and Redis connections, each sending its share of the stream (split by dedupe scope)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "longest one stage run may take")
@@ -58,9 +60,12 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if *rounds < 1 {
 		return fmt.Errorf("%w: --rounds must be positive", errUsage)
 	}
-	cfg.Stream.Requests, cfg.Stream.RepeatRatio, cfg.Stream.Seed = *requests, *ratio, *seed
+	cfg.Stream.Requests, cfg.Stream.RepeatRatio, cfg.Stream.Seed, cfg.Stream.Step = *requests, *ratio, *seed, *step
 	if *requests < 1 || *ratio < 0 || *ratio >= 1 {
 		return fmt.Errorf("%w: --requests must be positive and --repeat-ratio in [0, 1)", errUsage)
+	}
+	if *step < 0 || *window < time.Millisecond || *ttl < time.Millisecond {
+		return fmt.Errorf("%w: --stream-step must not be negative, --window and --idempotency-ttl must be at least 1ms", errUsage)
 	}
 	if *clientBatch < 1 || *conns < 1 {
 		return fmt.Errorf("%w: --client-batch and --conns must be positive", errUsage)
@@ -95,7 +100,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			fmts = append(fmts, f)
 		}
 		policy := dedupe.DefaultPolicy()
-		policy.DefaultWindowMs = window.Milliseconds()
+		policy.DefaultWindowMs, policy.IdempotencyTTLMs = window.Milliseconds(), ttl.Milliseconds()
 		cfg.Kafka = &bench.KafkaOptions{
 			Brokers: seeds, Partitions: int32(*partitions), Replication: int16(*replication),
 			TxnRecords: sizes, Compression: codecs, Instances: counts, BatchInterval: *interval, SegmentBytes: *segmentBytes, Ceiling: *ceiling, Policy: policy, Timeout: *timeout,

@@ -43,12 +43,23 @@ func TestBenchOnTheRealBrokerPrintsARowPerRunAndItsProfile(t *testing.T) {
 	}
 }
 
+func TestBenchRefusesAStreamStepThatPutsRepeatsPastTheWindowsBeforeMeasuring(t *testing.T) {
+	var out, errOut bytes.Buffer
+	// No broker listens on port 1: the check comes first.
+	code := run(context.Background(), []string{"bench", "--brokers", "127.0.0.1:1", "--requests", "1000", "--stream-step", "1h"}, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "not within the dedupe window (1h0m0s) and the idempotency TTL (24h0m0s)") {
+		t.Fatalf("exit %d, stderr %q; want the repeats' lag against the windows", code, errOut.String())
+	}
+}
+
 func TestBenchRefusesAnUnknownCodecAndABadInstanceCount(t *testing.T) {
 	for _, tc := range []struct{ name, flag, value, want string }{
 		{"an unknown codec is named with the choices", "--compression", "lz5", `--compression: compression "lz5" is not one of none, gzip, snappy, lz4, zstd`},
 		{"a zero instance count is refused", "--instances", "0", `--instances: "0" is not a positive integer`},
 		{"a negative segment size is refused", "--segment-bytes", "-1", "--segment-bytes must not be negative"},
 		{"zero rounds are refused", "--rounds", "0", "--rounds must be positive"},
+		{"a negative stream step is refused", "--stream-step", "-1s", "--stream-step must not be negative"},
+		{"a zero idempotency TTL is refused", "--idempotency-ttl", "0s", "--idempotency-ttl must be at least 1ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
