@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/mailru/easyjson"
 	"github.com/mailru/easyjson/buffer"
@@ -127,15 +126,13 @@ func (e *Encoder) start(dst []byte) {
 }
 
 // finish returns dst with what the generated encoder wrote since start
-// appended: in place when it fit (nothing to copy), else copied.
+// appended: in place when it fit (the copy is onto itself), else in a new
+// slice.
 func (e *Encoder) finish(dst []byte) ([]byte, error) {
 	b, err := e.w.Buffer.BuildBytes(), e.w.Error
 	e.w = jwriter.Writer{}
 	if err != nil {
 		return nil, fmt.Errorf("schemas: encode: %w", err)
-	}
-	if free := dst[len(dst):cap(dst)]; len(b) <= len(free) && unsafe.SliceData(b) == unsafe.SliceData(free) {
-		return dst[:len(dst)+len(b)], nil
 	}
 	return append(dst, b...), nil
 }
