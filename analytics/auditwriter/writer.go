@@ -269,10 +269,14 @@ func New(o Options) (*Writer, error) {
 
 // Run writes until ctx is done. Errors from Kafka or ClickHouse make the
 // writer start over from what ClickHouse holds, with backoff; only a schema
-// that is not migrated ends Run with an error.
+// that is not migrated, or cannot be checked, ends Run with an error. A
+// stop (ctx done) is never an error, also while the schema is checked.
 func (w *Writer) Run(ctx context.Context) error {
 	pending, err := migrations.Pending(ctx, w.o.ClickHouse, w.o.Database)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it began: nothing was written, nothing is lost
+		}
 		return fmt.Errorf("auditwriter: check schema: %w", err)
 	}
 	if err := notMigrated(w.o.Database, pending); err != nil {

@@ -3,6 +3,7 @@ package auditwriter
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,6 +148,39 @@ func TestARetriedInsertIsDroppedByItsToken(t *testing.T) {
 			}
 			if rows, rolled := counts(t); rows != s.want || rolled != s.want {
 				t.Fatalf("table rows %d, roll-up decisions %d; want %d", rows, rolled, s.want)
+			}
+		})
+	}
+}
+
+// TestAStopWhileTheSchemaIsCheckedIsNotAnError: a writer stopped (SIGINT,
+// SIGTERM) before it has checked the schema ends cleanly, as one stopped
+// later does; a schema it cannot check is still an error. ClickHouse is
+// an address nobody listens on: no server is needed.
+func TestAStopWhileTheSchemaIsCheckedIsNotAnError(t *testing.T) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{"127.0.0.1:1"}, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	w, err := New(Options{Brokers: []string{"127.0.0.1:1"}, Catalog: topics.New(topics.Options{}), ClickHouse: conn, Database: "herald"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		wantErr bool
+	}{
+		{"a writer stopped before it could reach ClickHouse returns no error", stopped, false},
+		{"a writer that cannot reach ClickHouse to check the schema returns the error", context.Background(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := w.Run(tc.ctx)
+			if (err != nil) != tc.wantErr || (err != nil && !strings.Contains(err.Error(), "check schema")) {
+				t.Fatalf("Run: %v, want an error %v", err, tc.wantErr)
 			}
 		})
 	}
