@@ -123,9 +123,7 @@ func (c *Config) defaults() error {
 	if c.InstanceID == "" {
 		c.InstanceID = identity.NewRandomID()[:12]
 	}
-	if c.Policy.DefaultWindowMs == 0 && c.Policy.IdempotencyTTLMs == 0 {
-		c.Policy = dedupe.DefaultPolicy()
-	}
+	c.Policy = c.Policy.OrDefault()
 	setDefault(&c.MaxBodyBytes, 64<<10)
 	setDefault(&c.MaxRecipients, 1000)
 	setDefault(&c.MaxWait, 30*time.Second)

@@ -105,9 +105,7 @@ func RunKafka(ctx context.Context, s *Stream, o KafkaOptions) ([]Row, error) {
 	if o.Partitions < 1 || o.Replication < 1 {
 		return nil, fmt.Errorf("bench: kafka: partitions (%d) and replication (%d) must be positive", o.Partitions, o.Replication)
 	}
-	if o.Policy.DefaultWindowMs == 0 && o.Policy.IdempotencyTTLMs == 0 {
-		o.Policy = dedupe.DefaultPolicy() // as the stage does (dedupe.New)
-	}
+	o.Policy = o.Policy.OrDefault() // as the stage does (dedupe.New)
 	if err := s.CheckPolicy(o.Policy); err != nil {
 		return nil, err
 	}

@@ -110,6 +110,15 @@ func DefaultPolicy() Policy {
 	return Policy{DefaultWindowMs: 3600_000, IdempotencyTTLMs: 24 * 3600_000, SkewAllowanceMs: DefaultSkewAllowanceMs}
 }
 
+// OrDefault is p, or DefaultPolicy when p sets neither a window nor a TTL
+// (the zero Policy): what New and the API decide with.
+func (p Policy) OrDefault() Policy {
+	if p.DefaultWindowMs == 0 && p.IdempotencyTTLMs == 0 {
+		return DefaultPolicy()
+	}
+	return p
+}
+
 // Source locates the request being decided.
 type Source struct {
 	Topic     string

@@ -2,6 +2,7 @@ package dedupe
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -275,4 +276,22 @@ func TestAKeyAcceptedAgainIsANewOccurrence(t *testing.T) {
 			t.Fatalf("replayed acceptance %+v, want occurrence %s", replayed, first.OccurrenceID)
 		}
 	})
+}
+
+func TestOrDefaultFillsOnlyAPolicyThatSetsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    Policy
+		want Policy
+	}{
+		{"the zero policy becomes the default one", Policy{}, DefaultPolicy()},
+		{"a policy with only a window keeps its zero TTL", Policy{DefaultWindowMs: 5}, Policy{DefaultWindowMs: 5}},
+		{"a policy with only a TTL keeps its zero window", Policy{IdempotencyTTLMs: 7}, Policy{IdempotencyTTLMs: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.OrDefault(); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("OrDefault() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
 }

@@ -49,9 +49,7 @@ func New(o Options) (*stage.Runner, error) {
 	if o.Group == "" {
 		o.Group = "herald-dedupe"
 	}
-	if o.Policy.DefaultWindowMs == 0 && o.Policy.IdempotencyTTLMs == 0 {
-		o.Policy = DefaultPolicy()
-	}
+	o.Policy = o.Policy.OrDefault()
 	t := TopicsOf(o.Catalog)
 	if o.Metrics == nil {
 		o.Metrics = metrics.Default
