@@ -246,8 +246,8 @@ func IdempotencyID(tenant, typ, recipient, idempotencyKey string) string {
 // and the notification's tag keep the notification id, so the device
 // shows the newer occurrence in place of the older one.
 func OccurrenceID(notificationID string, acceptedAt int64) string {
-	var digits [20]byte
-	return derive(tagOccurrence, notificationID, string(strconv.AppendInt(digits[:0], acceptedAt, 10)))
+	var id [IDLen]byte
+	return string(AppendOccurrenceID(id[:0], notificationID, acceptedAt))
 }
 
 // AppendOccurrenceID appends [OccurrenceID](notificationID, acceptedAt) to
