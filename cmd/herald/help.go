@@ -69,18 +69,25 @@ func summaryOf(path string) string {
 	return ""
 }
 
-// printHelp writes a command's help: usage, summary, example, flags.
+// printHelp writes a command's help: usage, summary, example, the verbs
+// of a command that also runs without one (bench and bench api), flags.
 func printHelp(w io.Writer, path string, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "usage: herald %s [flags]\n\n%s\n\n", path, summaryOf(path))
 	if ex := examples[path]; ex != "" {
 		fmt.Fprintf(w, "Example:\n  %s\n\n", strings.ReplaceAll(ex, "\n", "\n  "))
+	}
+	for _, p := range commandPaths() {
+		if strings.HasPrefix(p, path+" ") {
+			fmt.Fprintf(w, "Run 'herald %s -h' for the flags of herald %s.\n\n", p, p)
+		}
 	}
 	fmt.Fprintln(w, "Flags (each also HERALD_<NAME> in the environment, or '<name>: value' in the --config file; the command line wins, then the environment, then the file):")
 	fs.PrintDefaults()
 }
 
 // printVerbsHelp writes the help of a command with verbs (topics, audit,
-// emulate, config) given -h without a verb: each verb's example.
+// emulate, config) given -h without a verb: each verb's example. A command
+// that also runs without a verb (bench) shows its own help instead.
 func printVerbsHelp(w io.Writer, name string) bool {
 	var paths []string
 	for _, p := range commandPaths() {

@@ -102,3 +102,59 @@ func TestEveryFlagSetHasAnExample(t *testing.T) {
 		t.Fatalf("found only %d newFlagSet calls: the pattern no longer matches the source", found)
 	}
 }
+
+// TestHelpOfACommandThatAlsoHasAVerb: herald bench runs on its own and has
+// a verb (bench api). Its -h shows its own flags and points at the verb's
+// help; the verb's -h shows the verb's flags.
+func TestHelpOfACommandThatAlsoHasAVerb(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+		not  string
+	}{
+		{"herald bench -h shows bench's flags and names bench api", []string{"bench", "-h"},
+			[]string{"usage: herald bench [flags]", "-stream-step", "Run 'herald bench api -h'"}, "usage: herald bench api"},
+		{"herald bench api -h shows the verb's flags", []string{"bench", "api", "-h"},
+			[]string{"usage: herald bench api [flags]", "-clients"}, "-stream-step"},
+		{"herald topics -h still lists its verbs", []string{"topics", "-h"},
+			[]string{"usage: herald topics create|delete|verify [flags]", "Run 'herald topics <verb> -h'"}, "Flags ("},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			help := helpOf(t, tc.args)
+			for _, w := range tc.want {
+				if !strings.Contains(help, w) {
+					t.Errorf("help lacks %q:\n%s", w, help)
+				}
+			}
+			if strings.Contains(help, tc.not) {
+				t.Errorf("help shows %q:\n%s", tc.not, help)
+			}
+		})
+	}
+}
+
+// helpOf runs herald with args, which must exit 0, and returns what it
+// wrote to stderr: run's stderr, where a command's verbs are listed, and
+// the process's, where a flag set prints its help.
+func helpOf(t *testing.T, args []string) string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stderr
+	os.Stderr = f
+	var out, errb bytes.Buffer
+	code := run(t.Context(), args, &out, &errb)
+	os.Stderr = saved
+	flags, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Fatalf("herald %s exits %d: %s%s", strings.Join(args, " "), code, errb.String(), flags)
+	}
+	return errb.String() + string(flags)
+}

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") && printVerbsHelp(stderr, c.name) {
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") && examples[c.name] == "" && printVerbsHelp(stderr, c.name) {
 			return 0
 		}
 		err := c.run(ctx, args[1:], stdout)
