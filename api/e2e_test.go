@@ -437,6 +437,28 @@ func TestTheAPIOnTheRealBroker(t *testing.T) {
 		if sent.Notifications[0].Recipient != "dv" {
 			t.Fatalf("device target went to %+v, want user dv", sent.Notifications)
 		}
+		// Device ids are unique per user: a second user's "phone" makes a
+		// target without userId ambiguous, and userId picks the device.
+		if a := p.call(t, "PUT", "/v1/users/dv2/devices/phone", keyA, `{"platform":"android","token":"dv2"}`); a.status != 201 {
+			t.Fatalf("register dv2's phone: %d %s", a.status, a.body)
+		}
+		p.eventually(t, "the replica holds dv2's phone", func() bool {
+			a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"x","target":{"kind":"device","deviceId":"phone"},"title":"t","body":"b"}`)
+			return a.status == 422 && strings.Contains(string(a.body), `"target.userId"`)
+		})
+		for _, user := range []string{"dv", "dv2"} {
+			sent := decode[sdk.SendResult](t, p.call(t, "POST", "/v1/notifications", keyA,
+				`{"type":"x","target":{"kind":"device","deviceId":"phone","userId":"`+user+`"},"title":"t","body":"b"}`))
+			if len(sent.Notifications) != 1 || sent.Notifications[0].Recipient != user {
+				t.Fatalf("device target with userId %s went to %+v", user, sent.Notifications)
+			}
+		}
+		if a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"x","target":{"kind":"device","deviceId":"tablet","userId":"dv2"},"title":"t","body":"b"}`); a.status != 422 || !strings.Contains(string(a.body), `"target.deviceId"`) {
+			t.Fatalf("a device the user does not have: %d %s, want a 422 naming target.deviceId", a.status, a.body)
+		}
+		if s := p.call(t, "DELETE", "/v1/users/dv2/devices/phone", keyA, "").status; s != 204 {
+			t.Fatalf("delete dv2's phone: %d", s)
+		}
 		if s := p.call(t, "DELETE", "/v1/users/dv/devices/phone", keyA, "").status; s != 204 {
 			t.Fatalf("delete: %d", s)
 		}

@@ -189,11 +189,11 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 		if !s.rep.ready.Load() {
 			return nil, unavailable("the device index is still loading; retry shortly", 1)
 		}
-		d, ok := s.rep.findDevice(p.tenant, targetDevice)
-		if !ok || (targetUser != "" && d.Recipient != targetUser) {
-			return nil, invalid("no such device", sdk.FieldError{Field: "target.deviceId", Message: "no such device"})
+		owner, prob := s.deviceOwner(p.tenant, targetUser, targetDevice)
+		if prob != nil {
+			return nil, prob
 		}
-		recipients = []string{d.Recipient}
+		recipients = []string{owner}
 	}
 	switch kind {
 	case sdk.TargetTag, sdk.TargetSegment, sdk.TargetAll:
@@ -203,6 +203,28 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 		}
 	}
 	return &send{n: n, recipients: recipients, targetDevice: targetDevice}, nil
+}
+
+// deviceOwner is the user a device target reaches: userId's device, or,
+// without userId, the one user of the tenant with a device of that id. A
+// device id two users registered is a 422 asking for target.userId, never
+// a guess.
+func (s *Server) deviceOwner(tenant, user, device string) (string, *problem) {
+	if user != "" {
+		if _, ok := s.rep.device(tenant, user, device); !ok {
+			return "", invalid("no such device", sdk.FieldError{Field: "target.deviceId", Message: "user " + user + " has no such device"})
+		}
+		return user, nil
+	}
+	switch owners := s.rep.deviceOwners(tenant, device); len(owners) {
+	case 0:
+		return "", invalid("no such device", sdk.FieldError{Field: "target.deviceId", Message: "no such device"})
+	case 1:
+		return owners[0], nil
+	default:
+		return "", invalid("the device id is registered by more than one user: name the user",
+			sdk.FieldError{Field: "target.userId", Message: fmt.Sprintf("required: %d users have a device %q", len(owners), device)})
+	}
 }
 
 // targetKinds are the kinds of target a send may name.

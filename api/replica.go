@@ -79,23 +79,21 @@ func (r *replica) device(tenant, user, id string) (schemas.Device, bool) {
 	return d, ok
 }
 
-// findDevice returns a tenant's device by id alone (device targets): the
-// first match in user order.
-func (r *replica) findDevice(tenant, id string) (schemas.Device, bool) {
+// deviceOwners returns, sorted, the users of a tenant who have a device
+// with this id (device targets): device ids are unique per user, not per
+// tenant, so a device target names its user when more than one has it.
+func (r *replica) deviceOwners(tenant, id string) []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	prefix := url.PathEscape(tenant) + "/"
 	var users []string
 	for k, ds := range r.devices {
-		if _, ok := ds[id]; ok && strings.HasPrefix(k, prefix) {
-			users = append(users, k)
+		if d, ok := ds[id]; ok && strings.HasPrefix(k, prefix) {
+			users = append(users, d.Recipient)
 		}
 	}
-	if len(users) == 0 {
-		return schemas.Device{}, false
-	}
 	sort.Strings(users)
-	return r.devices[users[0]][id], true
+	return users
 }
 
 func (r *replica) userDevices(tenant, user string) []schemas.Device {

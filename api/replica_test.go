@@ -47,6 +47,36 @@ func TestTheReplicaResolvesTagAndAllTargetsWithinATenant(t *testing.T) {
 	}
 }
 
+func TestTheReplicaFindsEveryOwnerOfADeviceIDWithinATenant(t *testing.T) {
+	r := newReplica("seen", "devices", "prefs", "segments")
+	put := func(tenant, user, id string) {
+		d := schemas.Device{Tenant: tenant, Recipient: user, DeviceID: id, Platform: "android", Token: "t", Enabled: true}
+		r.putDevice(schemas.DeviceKey(tenant, user, id), &d)
+	}
+	put("ta", "u_zed", "phone-1")
+	put("ta", "u_abc", "phone-1")
+	put("ta", "u_abc", "tablet")
+	put("ta/x", "u_x", "phone-1") // a tenant whose escaped name extends ta's
+	put("tb", "u_b", "phone-1")
+	put("ta", "u_gone", "phone-1")
+	r.putDevice(schemas.DeviceKey("ta", "u_gone", "phone-1"), nil)
+	for _, tc := range []struct {
+		name, tenant, id string
+		want             []string
+	}{
+		{"a device id two users registered has both owners, sorted", "ta", "phone-1", []string{"u_abc", "u_zed"}},
+		{"a device id one user registered has that owner", "ta", "tablet", []string{"u_abc"}},
+		{"another tenant's devices are not owners", "tb", "phone-1", []string{"u_b"}},
+		{"an unknown device id has no owner", "ta", "watch", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := r.deviceOwners(tc.tenant, tc.id); !slices.Equal(got, tc.want) {
+				t.Fatalf("deviceOwners(%q, %q) = %v, want %v", tc.tenant, tc.id, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestTheReplicaAppliesSegmentRecordsAndTombstones(t *testing.T) {
 	r := newReplica("seen", "devices", "prefs", "segments")
 	key := schemas.RecipientKey("ta", "beta")
