@@ -37,9 +37,6 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
 	now := time.Now()
 	var err error
 	if *since != "" {

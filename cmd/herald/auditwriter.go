@@ -30,9 +30,6 @@ func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
 	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err

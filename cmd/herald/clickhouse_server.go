@@ -30,9 +30,6 @@ func runClickHouseServer(ctx context.Context, args []string, stdout io.Writer) e
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
 	if *path == "" {
 		return fmt.Errorf("%w: --path (or HERALD_PATH) is required: the data directory", errUsage)
 	}

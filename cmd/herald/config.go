@@ -132,17 +132,15 @@ func runConfig(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: want 'herald config check --config FILE'", errUsage)
 	}
 	fs := newFlagSet("config check")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	words, err := parseArgs(fs, args[1:])
+	if err != nil {
+		return err
 	}
 	path := fs.Lookup(configFlag).Value.String()
 	if path == "" {
 		path = os.Getenv(envName(configFlag))
 	}
-	if path == "" || fs.NArg() > 0 {
+	if path == "" || len(words) > 0 {
 		return fmt.Errorf("%w: want 'herald config check --config FILE'", errUsage)
 	}
 	rep, err := checkConfig(path, os.LookupEnv)

@@ -45,9 +45,6 @@ func runDecode(_ context.Context, args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
 	var b []byte
 	var err error
 	if *file == "-" {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -93,13 +94,35 @@ func badField(field, format string, args ...any) error {
 // configuration file, then runs the flag set's checks. It reports every bad
 // setting (each naming its flag and where its value came from), not just the
 // first.
+//
+// A command takes flags only: a word that is not a flag is refused (Go's
+// flag package would stop at it and ignore every flag after it).
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	words, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
+	if len(words) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q: %s takes flags only", errUsage, words[0], fs.Name())
+	}
+	return applyAndCheck(fs)
+}
+
+// parseFlagsAndWords is parseFlags for a command that also takes words
+// (herald probe URL): they may stand before, between or after the flags,
+// and are returned in order for the command to check.
+func parseFlagsAndWords(fs *flag.FlagSet, args []string) ([]string, error) {
+	words, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	return words, applyAndCheck(fs)
+}
+
+// applyAndCheck applies the environment and the file to the flags the
+// command line left unset and runs the checks: every bad setting in one
+// error.
+func applyAndCheck(fs *flag.FlagSet) error {
 	probs := applySources(fs, os.LookupEnv)
 	sortProblems(probs)
 	if len(probs) == 0 {
@@ -115,6 +138,33 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return fmt.Errorf("%w: %s", errUsage, b.String())
+}
+
+// parseArgs parses the command line alone: its flags, and its words
+// (returned in order) before, between or after them. A bad flag is
+// reported once, with a pointer to -h, not followed by the whole help as
+// the flag package prints it; -h prints the help.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	var words []string
+	var err error
+	for {
+		if err = fs.Parse(args); err != nil || fs.NArg() == 0 {
+			break
+		}
+		words = append(words, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	fs.SetOutput(out)
+	switch {
+	case err == flag.ErrHelp:
+		fs.Usage()
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v (run '%s -h' for its flags)", errUsage, err, fs.Name())
+	}
+	return words, nil
 }
 
 // problem is one bad setting: the field (empty when the problem is the file

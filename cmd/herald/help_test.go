@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -117,6 +118,8 @@ func TestHelpOfACommandThatAlsoHasAVerb(t *testing.T) {
 			[]string{"usage: herald bench [flags]", "-stream-step", "Run 'herald bench api -h'"}, "usage: herald bench api"},
 		{"herald bench api -h shows the verb's flags", []string{"bench", "api", "-h"},
 			[]string{"usage: herald bench api [flags]", "-clients"}, "-stream-step"},
+		{"herald help topics create is herald topics create -h", []string{"help", "topics", "create"},
+			[]string{"usage: herald topics create [flags]", "-partitions"}, "usage: herald <command>"},
 		{"herald topics -h still lists its verbs", []string{"topics", "-h"},
 			[]string{"usage: herald topics create|delete|verify [flags]", "Run 'herald topics <verb> -h'"}, "Flags ("},
 	} {
@@ -135,9 +138,20 @@ func TestHelpOfACommandThatAlsoHasAVerb(t *testing.T) {
 }
 
 // helpOf runs herald with args, which must exit 0, and returns what it
-// wrote to stderr: run's stderr, where a command's verbs are listed, and
-// the process's, where a flag set prints its help.
+// wrote to stderr (see runCapturing).
 func helpOf(t *testing.T, args []string) string {
+	t.Helper()
+	code, stderr := runCapturing(t, t.Context(), args)
+	if code != 0 {
+		t.Fatalf("herald %s exits %d: %s", strings.Join(args, " "), code, stderr)
+	}
+	return stderr
+}
+
+// runCapturing runs herald with args and returns its exit code and what it
+// wrote to stderr: run's stderr, where errors and a command's verbs go, and
+// the process's, where a flag set prints its help. Not for parallel tests.
+func runCapturing(t *testing.T, ctx context.Context, args []string) (int, string) {
 	t.Helper()
 	f, err := os.CreateTemp(t.TempDir(), "stderr")
 	if err != nil {
@@ -147,14 +161,11 @@ func helpOf(t *testing.T, args []string) string {
 	saved := os.Stderr
 	os.Stderr = f
 	var out, errb bytes.Buffer
-	code := run(t.Context(), args, &out, &errb)
+	code := run(ctx, args, &out, &errb)
 	os.Stderr = saved
 	flags, err := os.ReadFile(f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code != 0 {
-		t.Fatalf("herald %s exits %d: %s%s", strings.Join(args, " "), code, errb.String(), flags)
-	}
-	return errb.String() + string(flags)
+	return code, errb.String() + string(flags)
 }

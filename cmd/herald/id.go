@@ -31,9 +31,6 @@ func runID(_ context.Context, args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
 	if *typ == "" {
 		return fmt.Errorf("%w: missing --type", errUsage)
 	}

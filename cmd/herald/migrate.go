@@ -22,9 +22,6 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
 	if *ttl < 1 {
 		return fmt.Errorf("%w: --ttl-days must be at least 1, got %d", errUsage, *ttl)
 	}

@@ -47,15 +47,17 @@ func (o *opsFlags) serve(checks ...ops.Check) (stop func(), err error) {
 func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("probe")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	if err := parseFlags(fs, args); err != nil {
+	words, err := parseFlagsAndWords(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: herald probe URL (e.g. http://127.0.0.1:9464/readyz)", errUsage)
+	if len(words) != 1 {
+		return fmt.Errorf("%w: herald probe URL (e.g. http://127.0.0.1:9464/readyz), got %d arguments", errUsage, len(words))
 	}
+	url := words[0]
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fs.Arg(0), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -66,7 +68,7 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("probe: %s: %s %s", fs.Arg(0), resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("probe: %s: %s %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
 	_, err = stdout.Write(body)
 	return err

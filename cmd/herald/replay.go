@@ -35,9 +35,6 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
 	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err

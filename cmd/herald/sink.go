@@ -190,9 +190,6 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
 	var p sinks.Provider
 	switch *channel {
 	case "apns":

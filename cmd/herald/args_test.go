@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryCommandRefusesAStrayWord: Go's flag package stops at the first
+// word that is not a flag and leaves every flag after it unread, so a
+// stray word (herald dedupe help, a value whose flag was mistyped) would
+// run the command without the flags that follow. Every command that takes
+// flags only refuses it, naming it, before it starts anything.
+func TestEveryCommandRefusesAStrayWord(t *testing.T) {
+	for _, p := range commandPaths() {
+		if p == "probe" || p == "config check" { // they take words: see their own tests
+			continue
+		}
+		t.Run("herald "+p+" refuses a stray word before its flags", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // stops a command that started anyway
+			defer cancel()
+			args := append(strings.Fields(p), "stray", "--config", filepath.Join(t.TempDir(), "absent.yaml"))
+			code, stderr := runCapturing(t, ctx, args)
+			if code != 2 || !strings.Contains(stderr, `unexpected argument "stray"`) {
+				t.Fatalf("herald %s exits %d, want 2 naming the stray word:\n%s", strings.Join(args, " "), code, stderr)
+			}
+		})
+	}
+}
+
+func TestABadFlagIsReportedOnceWithAPointerToTheHelp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an unknown flag", []string{"sink", "--chanel", "apns"}, "flag provided but not defined: -chanel"},
+		{"a flag without its value", []string{"dedupe", "--brokers"}, "flag needs an argument: -brokers"},
+		{"a value that does not parse", []string{"dedupe", "--dedupe-window", "abc"}, `invalid value "abc" for flag -dedupe-window`},
+		{"an unknown flag of config check", []string{"config", "check", "--nope"}, "flag provided but not defined: -nope"},
+	} {
+		t.Run(tc.name+" is reported once, without the whole help", func(t *testing.T) {
+			code, stderr := runCapturing(t, t.Context(), tc.args)
+			if code != 2 || strings.Count(stderr, tc.want) != 1 || !strings.Contains(stderr, "-h' for its flags") {
+				t.Fatalf("exit %d, want 2 with %q once and a pointer to -h:\n%s", code, tc.want, stderr)
+			}
+			if strings.Contains(stderr, "Flags (") {
+				t.Fatalf("the whole help was printed:\n%s", stderr)
+			}
+		})
+	}
+}
+
+// TestProbeReadsItsFlagsOnEitherSideOfTheURL: herald probe URL --timeout D
+// (flags after the URL) applies --timeout; it used to be refused.
+func TestProbeReadsItsFlagsOnEitherSideOfTheURL(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(200 * time.Millisecond)
+		w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"a URL alone answers 200: exit 0", []string{"probe", srv.URL}, 0},
+		{"a timeout after the URL applies: exit 1", []string{"probe", srv.URL, "--timeout", "10ms"}, 1},
+		{"a timeout before the URL applies: exit 1", []string{"probe", "--timeout", "10ms", srv.URL}, 1},
+		{"no URL is a usage error", []string{"probe", "--timeout", "10ms"}, 2},
+		{"two URLs are a usage error", []string{"probe", srv.URL, srv.URL}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, stderr := runCapturing(t, t.Context(), tc.args); code != tc.want {
+				t.Fatalf("herald %s exits %d, want %d: %s", strings.Join(tc.args, " "), code, tc.want, stderr)
+			}
+		})
+	}
+}
