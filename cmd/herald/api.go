@@ -58,6 +58,14 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	wf.registerPublic(fs)
 	var df dashboardFlags
 	df.register(fs)
+	notEmpty(fs, "instance-id", instance)
+	atLeast(fs, "max-body-bytes", maxBody, 1)
+	atLeast(fs, "max-recipients", maxRecipients, 1)
+	positive(fs, "max-wait", maxWait)
+	positive(fs, "idempotency-wait", idemWait)
+	positive(fs, "lookback", lookback)
+	atLeast(fs, "quota", quota, 0)
+	positive(fs, "quota-window", quotaWindow)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -27,15 +27,15 @@ func runAuditWriter(ctx context.Context, args []string, _ io.Writer) error {
 	flush := fs.Duration("flush-interval", time.Second, "longest a record waits for its insert (about one insert per table per interval under load)")
 	migrate := fs.Bool("migrate", false, "apply pending migrations first (as herald migrate)")
 	ttl := fs.Int("ttl-days", migrations.DefaultTTLDays, "with --migrate: days the audit record is kept")
+	atLeast(fs, "batch-rows", batchRows, 1)
+	positive(fs, "flush-interval", flush)
+	atLeast(fs, "ttl-days", ttl, 1)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err
-	}
-	if *batchRows < 1 || *flush <= 0 {
-		return fmt.Errorf("%w: --batch-rows and --flush-interval must be positive", errUsage)
 	}
 	conn, err := ch.open(ctx)
 	if err != nil {

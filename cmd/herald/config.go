@@ -61,11 +61,17 @@ func loadConfigFile(path string) (*configFile, error) {
 func parseConfig(path string, raw []byte) (*configFile, error) {
 	c := &configFile{path: path}
 	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(raw)).Decode(&doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return c, nil // an empty file sets nothing
 		}
 		return nil, fmt.Errorf("config: %s is not YAML: %v", path, err)
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		// A second document (after ---) would be ignored: refuse it.
+		return nil, fmt.Errorf("config: %s: holds more than one YAML document (a second starts at line %d): herald reads one mapping of settings", path, next.Line)
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {

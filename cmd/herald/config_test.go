@@ -170,6 +170,41 @@ func TestConfigCheckNamesEveryBadSetting(t *testing.T) {
 			want: []string{`dedupe-window (environment HERALD_DEDUPE_WINDOW): = "soon" is not a valid duration`},
 		},
 		{
+			name: "values a command used to replace by its default are named",
+			file: strings.Join([]string{
+				"batch-records: -3",      // 1
+				"feed-retention: -1h",    // 2
+				"max-recipients: -1",     // 3
+				"timer-grace: -1s",       // 4
+				"ttl-days: 0",            // 5
+				"max-age: -1h",           // 6
+				"batch-interval: 0s",     // 7
+				"transaction-timeout: 0", // 8
+				"quota: -5",              // 9
+				"flush-interval: -1s",    // 10
+			}, "\n"),
+			code: 1,
+			want: []string{
+				"has 11 bad setting(s)", // batch-records twice: at least 1 for the stages, 0 (the default) for a sink
+				"batch-records (FILE line 1): must be at least 1, got -3",
+				"feed-retention (FILE line 2): must be positive, got -1h0m0s",
+				"max-recipients (FILE line 3): must be at least 1, got -1",
+				"timer-grace (FILE line 4): must be positive, got -1s",
+				"ttl-days (FILE line 5): must be at least 1, got 0",
+				"max-age (FILE line 6): must be positive, got -1h0m0s",
+				"batch-interval (FILE line 7): must be positive, got 0s",
+				"transaction-timeout (FILE line 8): must be positive, got 0s",
+				"quota (FILE line 9): must be at least 0, got -5",
+				"flush-interval (FILE line 10): must be positive, got -1s",
+			},
+		},
+		{
+			name: "a second YAML document is refused, not ignored",
+			file: "brokers: 127.0.0.1:1\n---\nbrokres: x\npartitions: -4\n",
+			code: 1,
+			want: []string{"holds more than one YAML document (a second starts at line 2)"},
+		},
+		{
 			name: "a file that is not a mapping is refused as a whole",
 			file: "- brokers\n- partitions\n",
 			code: 1,

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/heraldhq/herald/schemas"
 )
@@ -68,6 +69,38 @@ func addCheck(fs *flag.FlagSet, check func() error) {
 		registry.checks = map[*flag.FlagSet][]func() error{}
 	}
 	registry.checks[fs] = append(registry.checks[fs], check)
+}
+
+// atLeast registers the check that the int flag name is at least min, so
+// that a bad value is refused (by the command and by herald config check)
+// instead of being taken for "the default" further down.
+func atLeast[T int | int64](fs *flag.FlagSet, name string, v *T, min T) {
+	addCheck(fs, func() error {
+		if *v < min {
+			return badField(name, "must be at least %d, got %d", min, *v)
+		}
+		return nil
+	})
+}
+
+// positive registers the check that the duration flag name is positive.
+func positive(fs *flag.FlagSet, name string, d *time.Duration) {
+	addCheck(fs, func() error {
+		if *d <= 0 {
+			return badField(name, "must be positive, got %v", *d)
+		}
+		return nil
+	})
+}
+
+// notEmpty registers the check that the string flag name is not empty.
+func notEmpty(fs *flag.FlagSet, name string, s *string) {
+	addCheck(fs, func() error {
+		if *s == "" {
+			return badField(name, "is empty")
+		}
+		return nil
+	})
 }
 
 // takeChecks returns and forgets fs's checks.

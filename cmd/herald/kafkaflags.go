@@ -48,6 +48,7 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.compression, "kafka-compression", kafkacompress.Default,
 		"codec of the record batches herald's producers write: "+strings.Join(kafkacompress.Names, ", "))
 	k.tls.register(fs, "kafka", "Kafka")
+	positive(fs, "feed-retention", &k.feedRetention)
 	addCheck(fs, k.check)
 }
 

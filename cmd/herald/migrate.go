@@ -19,11 +19,9 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	ch.register(fs)
 	ttl := fs.Int("ttl-days", migrations.DefaultTTLDays, "days the audit record is kept, on every table")
 	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
+	atLeast(fs, "ttl-days", ttl, 1)
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if *ttl < 1 {
-		return fmt.Errorf("%w: --ttl-days must be at least 1, got %d", errUsage, *ttl)
 	}
 	conn, err := ch.open(ctx)
 	if err != nil {

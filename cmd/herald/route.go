@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"time"
 
@@ -24,6 +23,7 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	of.register(fs)
 	recordFormat := formatFlag(fs, "record-format", "how the stage writes herald.decisions: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a reader of an earlier herald that reads only JSON still runs)")
 	grace := fs.Duration("timer-grace", time.Second, "timers also fire when the wall clock minus this reaches them (digest ends, quiet-hours ends)")
+	positive(fs, "timer-grace", grace)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -33,9 +33,6 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	if err := sf.check(); err != nil {
 		return err
-	}
-	if *grace <= 0 {
-		return fmt.Errorf("%w: --timer-grace must be positive, got %v", errUsage, *grace)
 	}
 	policy, err := rf.policy()
 	if err != nil {

@@ -54,6 +54,11 @@ func (s *sinkFlags) register(fs *flag.FlagSet) {
 			"(the group's offsets were lost); earliest replays the retained deliveries (the sent-set skips the final ones), latest skips to the end. Pass it for one restart, then remove it")
 	fs.DurationVar(&s.maxAge, "max-age", 24*time.Hour, "expiry of a delivery command that carries none, after its creation")
 	s.recordFormat = formatFlag(fs, "record-format", "how the sink writes its decisions (a delivery not sent again) to herald.decisions: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a reader of an earlier herald that reads only JSON still runs)")
+	atLeast(fs, "batch-records", &s.batch, 0)
+	positive(fs, "batch-interval", &s.interval)
+	positive(fs, "transaction-timeout", &s.txnTimeout)
+	positive(fs, "rebalance-timeout", &s.rebalanceTimeout)
+	positive(fs, "max-age", &s.maxAge)
 	addCheck(fs, s.check)
 }
 

@@ -35,13 +35,18 @@ func (s *stageFlags) register(fs *flag.FlagSet, stageName, group, stateName, rep
 	fs.DurationVar(&s.linger, "producer-linger", stage.DefaultProducerLinger, "how long the producer lets a batch of outputs fill while a transaction's inputs are processed (the end of every transaction sends at once); 0: none")
 	fs.DurationVar(&s.rebalanceTimeout, "rebalance-timeout", time.Minute,
 		"how long the group waits for members to rejoin a rebalance; partitions restore inside it, so set it above the longest restore: "+
-			"records in the largest "+stateName+" partition ÷ the records_per_s logged by \"partition restored\" × ⌈partitions per instance ÷ --restore-parallelism⌉")
+			"records in the largest partition of "+stateName+" ÷ the records_per_s logged by \"partition restored\" × ⌈partitions per instance ÷ --restore-parallelism⌉")
 	fs.IntVar(&s.restoreParallelism, "restore-parallelism", 4,
 		"how many assigned partitions restore "+stateName+" at once; as many as an instance is assigned restores fastest when its memory allows (BENCHMARKS.md)")
 	fs.StringVar(&s.reset, "reset-offsets", "",
 		"where a partition with no committed group offset starts: empty refuses to start when "+stateName+" already holds state "+
 			"(the group's offsets were lost, e.g. expired after offsets.retention.minutes with no member, and a replay would decide "+
 			"history again); earliest "+replay+", latest skips to the end. Pass it for one restart, then remove it")
+	notEmpty(fs, "group", &s.group)
+	atLeast(fs, "batch-records", &s.batch, 1)
+	positive(fs, "batch-interval", &s.interval)
+	positive(fs, "transaction-timeout", &s.txnTimeout)
+	positive(fs, "rebalance-timeout", &s.rebalanceTimeout)
 	addCheck(fs, s.check)
 }
 
