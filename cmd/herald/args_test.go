@@ -81,3 +81,31 @@ func TestProbeReadsItsFlagsOnEitherSideOfTheURL(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditTimelineRefusesWhatItWouldIgnore: a flag that does not apply
+// to the question asked, or an id that cannot be one, is a usage error
+// before ClickHouse is asked (it used to be ignored, and the answer was
+// "nothing found").
+func TestAuditTimelineRefusesWhatItWouldIgnore(t *testing.T) {
+	const id = "52f364d9288c640b306b566e509104bd"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an id that is not 32 lower-case hex characters", []string{"--id", "6f1c2b0e-9c57-5d0a-8e7e-1a2b3c4d5e6f"}, "is not a notification id"},
+		{"--since with --id", []string{"--id", id, "--since", "72h"}, "--since and --until apply only with --recipient"},
+		{"--until with --dedupe-key", []string{"--dedupe-key", "k", "--until", "1h"}, "--since and --until apply only with --recipient"},
+		{"--type with --id", []string{"--id", id, "--type", "invoice.paid"}, "--type applies only with --dedupe-key"},
+		{"--until before --since", []string{"--recipient", "u", "--since", "1h", "--until", "2h"}, "must be after --since"},
+		{"two questions at once", []string{"--id", id, "--recipient", "u"}, "exactly one of --id, --recipient or --dedupe-key"},
+	} {
+		t.Run(tc.name+" is refused", func(t *testing.T) {
+			args := append([]string{"audit", "timeline", "--clickhouse-addr", "127.0.0.1:1"}, tc.args...)
+			code, stderr := runCapturing(t, t.Context(), args)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want 2 with %q:\n%s", code, tc.want, stderr)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/identity"
 )
 
 // runAudit implements `herald audit timeline`:
@@ -58,8 +59,16 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 	switch {
 	case n != 1:
 		return fmt.Errorf("%w: give exactly one of --id, --recipient or --dedupe-key", errUsage)
+	case sel.NotificationID != "" && !isID(sel.NotificationID):
+		return fmt.Errorf("%w: --id %q is not a notification id: 32 lower-case hex characters, as herald id prints", errUsage, sel.NotificationID)
 	case sel.Recipient != "" && sel.Since.IsZero():
 		return fmt.Errorf("%w: --recipient needs --since", errUsage)
+	case sel.Recipient == "" && (onCommandLine(fs, "since") || onCommandLine(fs, "until")):
+		return fmt.Errorf("%w: --since and --until apply only with --recipient", errUsage)
+	case !sel.Until.IsZero() && !sel.Until.After(sel.Since):
+		return fmt.Errorf("%w: --until (%s) must be after --since (%s)", errUsage, sel.Until.Format(time.RFC3339), sel.Since.Format(time.RFC3339))
+	case sel.DedupeKey == "" && onCommandLine(fs, "type"):
+		return fmt.Errorf("%w: --type applies only with --dedupe-key", errUsage)
 	}
 	conn, err := ch.open(ctx)
 	if err != nil {
@@ -71,6 +80,12 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return tl.Print(stdout)
+}
+
+// isID reports whether s is a notification id.
+func isID(s string) bool {
+	_, ok := identity.ParseID(s)
+	return ok
 }
 
 // auditTime reads a time (RFC 3339, "2006-01-02 15:04:05" or "2006-01-02",

@@ -14,7 +14,7 @@ import (
 var examples = map[string]string{
 	"api": "herald api --config /etc/herald/herald.yaml --listen :8080 --api-keys /etc/herald/api-keys --metrics-addr :9464\n" +
 		"herald api --hash-key \"$NEW_KEY\"    # the sha256 hex for the key file",
-	"audit timeline": "herald audit timeline --id 6f1c2b0e-9c57-5d0a-8e7e-1a2b3c4d5e6f\n" +
+	"audit timeline": "herald audit timeline --id 52f364d9288c640b306b566e509104bd\n" +
 		"herald audit timeline --recipient user-42 --since 72h --tenant acme\n" +
 		"herald audit timeline --dedupe-key order-1001-shipped --type order.shipped",
 	"audit-writer": "herald audit-writer --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --migrate --metrics-addr :9464",

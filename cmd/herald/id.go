@@ -26,7 +26,7 @@ func runID(_ context.Context, args []string, stdout io.Writer) error {
 	recipient := fs.String("recipient", "", "recipient id (required)")
 	key := fs.String("key", "", `notification key, a JSON object of string or number values, e.g. '{"invoice":"inv_2201"}'`)
 	tenant := fs.String("tenant", "", "tenant (required with --dedupe-key or --idempotency-key)")
-	dedupeKey := fs.String("dedupe-key", "", "print the id derived from this dedupeKey instead")
+	dedupeKey := fs.String("dedupe-key", "", "print the id derived from this dedupeKey instead (with --idempotency-key too, the dedupe key wins, as in a send)")
 	idempotencyKey := fs.String("idempotency-key", "", "print the id derived from this idempotencyKey instead")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -56,7 +56,7 @@ func runID(_ context.Context, args []string, stdout io.Writer) error {
 		if *key == "" {
 			return fmt.Errorf("%w: missing --key (a JSON object; --key '{}' for the empty key), or --dedupe-key/--idempotency-key", errUsage)
 		}
-		if tenantOnCommandLine(fs) {
+		if onCommandLine(fs, "tenant") {
 			return fmt.Errorf("%w: --tenant applies only with --dedupe-key or --idempotency-key: the notification id does not include the tenant", errUsage)
 		}
 		k, err := identity.ParseKey(*key)
@@ -71,10 +71,11 @@ func runID(_ context.Context, args []string, stdout io.Writer) error {
 	return err
 }
 
-// tenantOnCommandLine reports whether --tenant was given as a flag (not
-// merely inherited from HERALD_TENANT, which other commands use).
-func tenantOnCommandLine(fs *flag.FlagSet) bool {
+// onCommandLine reports whether the flag name was given on the command
+// line (not merely inherited from the environment or the file, which
+// other commands share: HERALD_TENANT, HERALD_TYPE).
+func onCommandLine(fs *flag.FlagSet, name string) bool {
 	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "tenant" })
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
 	return given
 }
