@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/sinks/fcm"
@@ -70,11 +71,32 @@ func (w *webpushFlags) register(fs *flag.FlagSet) {
 		}
 		return badField("webpush-urgency", "must be very-low, low, normal or high, got %q", w.urgency)
 	})
+	addCheck(fs, func() error {
+		var errs []error
+		if w.private != "" && webpush.CheckVAPIDPublicKey(w.public) == nil { // a bad public key is named by its own check
+			if err := webpush.CheckVAPIDKeys(w.public, w.private); err != nil {
+				errs = append(errs, badField("webpush-vapid-private-key", "%v", strings.TrimPrefix(err.Error(), "webpush: ")))
+			}
+		}
+		if err := webpush.CheckSubscriber(w.subscriber); err != nil {
+			errs = append(errs, badField("webpush-subscriber", "%v", strings.TrimPrefix(err.Error(), "webpush: ")))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // registerPublic registers only the public key (what the API serves).
 func (w *webpushFlags) registerPublic(fs *flag.FlagSet) {
 	fs.StringVar(&w.public, "webpush-vapid-public-key", "", "the VAPID public key, unpadded base64url (browsers subscribe with it)")
+	addCheck(fs, func() error {
+		if w.public == "" {
+			return nil
+		}
+		if err := webpush.CheckVAPIDPublicKey(w.public); err != nil {
+			return badField("webpush-vapid-public-key", "%v", strings.TrimPrefix(err.Error(), "webpush: "))
+		}
+		return nil
+	})
 }
 
 func (w *webpushFlags) provider() (*webpush.Provider, error) {

@@ -88,6 +88,12 @@ func New(c Config) (*Provider, error) {
 	if c.VAPIDPublicKey == "" || c.VAPIDPrivateKey == "" {
 		return nil, errors.New("webpush: the VAPID key pair is required")
 	}
+	if err := CheckVAPIDKeys(c.VAPIDPublicKey, c.VAPIDPrivateKey); err != nil {
+		return nil, err
+	}
+	if err := CheckSubscriber(c.Subscriber); err != nil {
+		return nil, err
+	}
 	if c.Subscriber == "" {
 		c.Subscriber = "mailto:ops@herald.invalid"
 	}
