@@ -109,3 +109,31 @@ func TestAuditTimelineRefusesWhatItWouldIgnore(t *testing.T) {
 		})
 	}
 }
+
+// TestEmulatorsRefuseFaultsTheyCannotInject: rates outside [0, 1] and
+// negative delays used to start an emulator that injected something else;
+// the webhook receiver without a secret answered 401 to every message.
+func TestEmulatorsRefuseFaultsTheyCannotInject(t *testing.T) {
+	for _, em := range []string{"apns", "fcm", "webhook", "webpush"} {
+		t.Run("herald emulate "+em+" names every bad fault setting", func(t *testing.T) {
+			args := []string{"emulate", em, "--addr", "127.0.0.1:0", "--reset-rate", "5", "--slow-rate", "-1", "--latency", "-1s", "--slow-delay", "0s", "--secret", "whsec_x"}
+			if em != "webhook" {
+				args = args[:len(args)-2]
+			}
+			code, stderr := runCapturing(t, t.Context(), args)
+			for _, want := range []string{"4 bad settings", "--reset-rate must be in [0, 1], got 5", "--slow-rate must be in [0, 1], got -1",
+				"--latency must not be negative", "--slow-delay must be positive"} {
+				if code != 2 || !strings.Contains(stderr, want) {
+					t.Errorf("exit %d, want 2 with %q:\n%s", code, want, stderr)
+				}
+			}
+		})
+	}
+	t.Run("herald emulate webhook without --secret is refused", func(t *testing.T) {
+		t.Setenv("HERALD_SECRET", "")
+		code, stderr := runCapturing(t, t.Context(), []string{"emulate", "webhook", "--addr", "127.0.0.1:0"})
+		if code != 2 || !strings.Contains(stderr, "--secret is required") {
+			t.Fatalf("exit %d, want 2 naming --secret:\n%s", code, stderr)
+		}
+	})
+}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/heraldhq/herald/sinks/fcm"
 	fcmemulator "github.com/heraldhq/herald/sinks/fcm/emulator"
@@ -181,20 +180,18 @@ func runEmulateFCM(ctx context.Context, args []string, stdout io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:4010", "address to listen on")
 	project := fs.String("project", "herald-dev", "the emulated Firebase project id")
 	baseURL := fs.String("base-url", "", "the URL clients reach it at, for the key's token_uri (default http://ADDR; e.g. http://fcm-emulator:4010 in compose)")
-	latency := fs.Duration("latency", 0, "delay of every answer")
+	var ff faultFlags
+	ff.register(fs, "messages", "a connection reset")
 	credsOut := fs.String("credentials-out", "", "write the emulator's service account key (JSON) here, for --fcm-credentials-file")
-	resetRate := fs.Float64("reset-rate", 0, "share of messages answered by a connection reset after the request was read")
-	slowRate := fs.Float64("slow-rate", 0, "share of messages answered only after --slow-delay")
-	slowDelay := fs.Duration("slow-delay", time.Minute, "delay of a slow answer (past the sink's call timeout)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	em, err := fcmemulator.Start(fcmemulator.Options{Addr: *addr, ProjectID: *project, BaseURL: *baseURL, Latency: *latency, MaxRecords: 10_000})
+	em, err := fcmemulator.Start(fcmemulator.Options{Addr: *addr, ProjectID: *project, BaseURL: *baseURL, Latency: ff.latency, MaxRecords: 10_000})
 	if err != nil {
 		return err
 	}
 	defer em.Close()
-	em.SetFaults(fcmemulator.Faults{ResetRate: *resetRate, SlowRate: *slowRate, SlowDelay: *slowDelay})
+	em.SetFaults(fcmemulator.Faults{ResetRate: ff.resetRate, SlowRate: ff.slowRate, SlowDelay: ff.slowDelay})
 	if *credsOut != "" {
 		if err := os.WriteFile(*credsOut, em.ServiceAccountJSON(), 0o600); err != nil {
 			return fmt.Errorf("emulate: write --credentials-out: %w", err)
