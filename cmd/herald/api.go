@@ -59,6 +59,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	var df dashboardFlags
 	df.register(fs)
 	notEmpty(fs, "instance-id", instance)
+	listenAddr(fs, "listen", listen, false)
 	atLeast(fs, "max-body-bytes", maxBody, 1)
 	atLeast(fs, "max-recipients", maxRecipients, 1)
 	positive(fs, "max-wait", maxWait)

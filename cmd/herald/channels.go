@@ -178,6 +178,7 @@ func devFCM(ctx context.Context, emulate bool, addr string, f *fcmFlags, log *sl
 func runEmulateFCM(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("emulate fcm")
 	addr := fs.String("addr", "127.0.0.1:4010", "address to listen on")
+	listenAddr(fs, "addr", addr, false)
 	project := fs.String("project", "herald-dev", "the emulated Firebase project id")
 	baseURL := fs.String("base-url", "", "the URL clients reach it at, for the key's token_uri (default http://ADDR; e.g. http://fcm-emulator:4010 in compose)")
 	var ff faultFlags

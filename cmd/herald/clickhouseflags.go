@@ -58,6 +58,11 @@ func (c *clickhouseFlags) check() error {
 	if len(c.addrs()) == 0 && !c.optional {
 		errs = append(errs, badField("clickhouse-addr", "is empty"))
 	}
+	for _, a := range c.addrs() {
+		if err := checkHostPort(a, false); err != nil {
+			errs = append(errs, badField("clickhouse-addr", "%v", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -199,6 +199,23 @@ func TestConfigCheckNamesEveryBadSetting(t *testing.T) {
 			},
 		},
 		{
+			name: "addresses that are not host:port are named",
+			file: strings.Join([]string{
+				"brokers: [kafka-1, 'kafka-2:99999']", // 1
+				"clickhouse-addr: nonsense",           // 2
+				"metrics-addr: ':x'",                  // 3
+				"listen: 127.0.0.1",                   // 4
+			}, "\n"),
+			code: 1,
+			want: []string{
+				"has 4 bad setting(s)",
+				`brokers (FILE line 1): "kafka-2:99999": the port "99999" is not a number from 0 to 65535`,
+				`clickhouse-addr (FILE line 2): "nonsense" is not host:port`,
+				`metrics-addr (FILE line 3): ":x": the port "x" is not a number from 0 to 65535`,
+				`listen (FILE line 4): "127.0.0.1" is not host:port`,
+			},
+		},
+		{
 			name: "a second YAML document is refused, not ignored",
 			file: "brokers: 127.0.0.1:1\n---\nbrokres: x\npartitions: -4\n",
 			code: 1,

@@ -33,6 +33,7 @@ func runEmulate(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fs := newFlagSet("emulate apns")
 	addr := fs.String("addr", "127.0.0.1:2197", "address to listen on")
+	listenAddr(fs, "addr", addr, false)
 	var ff faultFlags
 	ff.register(fs, "pushes", "a stream reset")
 	certOut := fs.String("cert-out", "", "write the emulator's self-signed certificate (PEM) here, for --apns-ca-file")
@@ -66,6 +67,7 @@ func runEmulate(ctx context.Context, args []string, stdout io.Writer) error {
 func runEmulateWebhook(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("emulate webhook")
 	addr := fs.String("addr", "127.0.0.1:4020", "address to listen on")
+	listenAddr(fs, "addr", addr, false)
 	secrets := fs.String("secret", "", "whsec_ secrets to verify with, comma separated (prefer HERALD_SECRET; required: every message is verified)")
 	var ff faultFlags
 	ff.register(fs, "messages", "a connection reset")
@@ -100,6 +102,7 @@ func runEmulateWebhook(ctx context.Context, args []string, stdout io.Writer) err
 func runEmulateWebPush(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("emulate webpush")
 	addr := fs.String("addr", "127.0.0.1:4030", "address to listen on")
+	listenAddr(fs, "addr", addr, false)
 	var ff faultFlags
 	ff.register(fs, "pushes", "a connection reset")
 	if err := parseFlags(fs, args); err != nil {

@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -101,6 +103,38 @@ func notEmpty(fs *flag.FlagSet, name string, s *string) {
 		}
 		return nil
 	})
+}
+
+// listenAddr registers the check that the flag name is an address to
+// listen on, host:port (":9464", "127.0.0.1:0"); empty when optional.
+func listenAddr(fs *flag.FlagSet, name string, addr *string, optional bool) {
+	addCheck(fs, func() error {
+		if *addr == "" && optional {
+			return nil
+		}
+		if err := checkHostPort(*addr, true); err != nil {
+			return badField(name, "%v", err)
+		}
+		return nil
+	})
+}
+
+// checkHostPort reports whether addr is host:port with a port number
+// (0 only to listen on: any free port); a dial address needs a port from 1
+// to 65535, a listen address may leave the host empty (every interface).
+func checkHostPort(addr string, listen bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q: the port %q is not a number from 0 to 65535", addr, port)
+	case !listen && (n == 0 || host == ""):
+		return fmt.Errorf("%q: want a host and a port from 1 to 65535", addr)
+	}
+	return nil
 }
 
 // takeChecks returns and forgets fs's checks.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -57,6 +58,14 @@ func (k *kafkaFlags) check() error {
 	var errs []error
 	if len(k.seedList()) == 0 {
 		errs = append(errs, badField("brokers", "is empty"))
+	}
+	for _, b := range k.seedList() {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			b += ":9092" // franz-go's default port
+		}
+		if err := checkHostPort(b, false); err != nil {
+			errs = append(errs, badField("brokers", "%v", err))
+		}
 	}
 	if k.partitions < 1 {
 		errs = append(errs, badField("partitions", "must be at least 1, got %d", k.partitions))

@@ -20,6 +20,7 @@ type opsFlags struct{ addr string }
 
 func (o *opsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.addr, "metrics-addr", "", "serve /metrics (Prometheus), /livez and /readyz on this address, e.g. :9464 (empty: not served)")
+	listenAddr(fs, "metrics-addr", &o.addr, true)
 }
 
 // serve starts the endpoint when --metrics-addr is set, with the role's
