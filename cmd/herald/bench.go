@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,23 +54,36 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (every backend's client side and herald's stage, which runs in this process) to this file, for go tool pprof")
 	rounds := fs.Int("rounds", 1, "measure every backend this many times, in turn (round 1 measures each, then round 2...), and report the median round with the range: a shared host's speed drifts between runs")
 	progress := fs.Bool("progress", false, "draw a progress bar (backends measured) on stderr even when it is not a terminal")
+	atLeast(fs, "rounds", rounds, 1)
+	atLeast(fs, "requests", requests, 1)
+	atLeast(fs, "client-batch", clientBatch, 1)
+	atLeast(fs, "conns", conns, 1)
+	atLeast(fs, "partitions", partitions, 1)
+	atLeast(fs, "replication", replication, 1)
+	atLeast(fs, "segment-bytes", segmentBytes, 0)
+	addCheck(fs, func() error {
+		var errs []error
+		if !(*ratio >= 0 && *ratio < 1) {
+			errs = append(errs, badField("repeat-ratio", "must be in [0, 1), got %v", *ratio))
+		}
+		if *step < 0 {
+			errs = append(errs, badField("stream-step", "must not be negative, got %v", *step))
+		}
+		for _, d := range []struct {
+			name string
+			v    time.Duration
+		}{{"window", *window}, {"idempotency-ttl", *ttl}} {
+			if d.v < time.Millisecond {
+				errs = append(errs, badField(d.name, "must be at least 1ms, got %v", d.v))
+			}
+		}
+		return errors.Join(errs...)
+	})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := bench.Config{Stream: d, Rounds: *rounds}
-	if *rounds < 1 {
-		return fmt.Errorf("%w: --rounds must be positive", errUsage)
-	}
 	cfg.Stream.Requests, cfg.Stream.RepeatRatio, cfg.Stream.Seed, cfg.Stream.Step = *requests, *ratio, *seed, *step
-	if *requests < 1 || *ratio < 0 || *ratio >= 1 {
-		return fmt.Errorf("%w: --requests must be positive and --repeat-ratio in [0, 1)", errUsage)
-	}
-	if *step < 0 || *window < time.Millisecond || *ttl < time.Millisecond {
-		return fmt.Errorf("%w: --stream-step must not be negative, --window and --idempotency-ttl must be at least 1ms", errUsage)
-	}
-	if *clientBatch < 1 || *conns < 1 {
-		return fmt.Errorf("%w: --client-batch and --conns must be positive", errUsage)
-	}
 	if seeds := benchSplit(*brokers); len(seeds) > 0 {
 		sizes, err := parsePositives("txn-records", *txn)
 		if err != nil {
@@ -78,12 +92,6 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		counts, err := parsePositives("instances", *instances)
 		if err != nil {
 			return err
-		}
-		if *partitions < 1 || *replication < 1 {
-			return fmt.Errorf("%w: --partitions and --replication must be positive", errUsage)
-		}
-		if *segmentBytes < 0 {
-			return fmt.Errorf("%w: --segment-bytes must not be negative", errUsage)
 		}
 		codecs := benchSplit(*compression)
 		for _, c := range codecs {

@@ -56,10 +56,12 @@ func TestBenchRefusesAnUnknownCodecAndABadInstanceCount(t *testing.T) {
 	for _, tc := range []struct{ name, flag, value, want string }{
 		{"an unknown codec is named with the choices", "--compression", "lz5", `--compression: compression "lz5" is not one of none, gzip, snappy, lz4, zstd`},
 		{"a zero instance count is refused", "--instances", "0", `--instances: "0" is not a positive integer`},
-		{"a negative segment size is refused", "--segment-bytes", "-1", "--segment-bytes must not be negative"},
-		{"zero rounds are refused", "--rounds", "0", "--rounds must be positive"},
+		{"a negative segment size is refused", "--segment-bytes", "-1", "--segment-bytes must be at least 0, got -1"},
+		{"zero rounds are refused", "--rounds", "0", "--rounds must be at least 1, got 0"},
 		{"a negative stream step is refused", "--stream-step", "-1s", "--stream-step must not be negative"},
 		{"a zero idempotency TTL is refused", "--idempotency-ttl", "0s", "--idempotency-ttl must be at least 1ms"},
+		{"a repeat ratio of 1 is refused by name", "--repeat-ratio", "1", "--repeat-ratio must be in [0, 1), got 1"},
+		{"zero requests are refused by name", "--requests", "0", "--requests must be at least 1, got 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -58,8 +58,31 @@ func commandPaths() []string {
 	return out
 }
 
-// summaryOf is the one-line summary of the command path's command.
+// verbSummaries are the one-line summaries of the verbs: a verb's -h
+// says what that verb does, not what its command's verbs do together.
+var verbSummaries = map[string]string{
+	"audit timeline":  "print every request, decision, attempt and outcome of a notification, recipient or dedupe key in time order, and whether anything reached a device twice",
+	"bench api":       "load a running herald api with sends (closed model: --clients; open model: --rate) and report throughput and latency",
+	"config check":    "check a configuration file: every bad setting, by name and line, and which commands read each",
+	"decode seen":     "print a herald.seen value (Protocol Buffers or JSON) as JSON",
+	"decode request":  "print a herald.requests value (Protocol Buffers or JSON) as JSON",
+	"decode decision": "print a herald.decisions value (Protocol Buffers or JSON) as JSON",
+	"decode accepted": "print a herald.accepted value (Protocol Buffers or JSON) as JSON",
+	"emulate apns":    "run a local APNs (HTTP/2 over TLS, Apple's answers, fault injection)",
+	"emulate fcm":     "run a local FCM HTTP v1 endpoint and its token endpoint, with fault injection",
+	"emulate webhook": "run a local webhook receiver that verifies Standard Webhooks signatures, with fault injection",
+	"emulate webpush": "run a local Web Push service answering RFC 8030 errors, with fault injection",
+	"topics create":   "create every missing herald topic (idempotent) and report drift from the catalog; --fix-configs sets drifted configs back",
+	"topics verify":   "report drift of herald's topics from the catalog (missing topics, partitions, configs); exit 1 if there is any",
+	"topics delete":   "delete every topic of the catalog that exists, records and all (idempotent); --confirm repeats --topic-prefix",
+}
+
+// summaryOf is the one-line summary of the command path: its verb's, or
+// its command's.
 func summaryOf(path string) string {
+	if s, ok := verbSummaries[path]; ok {
+		return s
+	}
 	first, _, _ := strings.Cut(path, " ")
 	for _, c := range commands() {
 		if c.name == first {

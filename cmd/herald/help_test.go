@@ -32,6 +32,9 @@ func TestEveryCommandsHelpHasAnExample(t *testing.T) {
 				}
 			}
 			for _, p := range paths {
+				if p != c.name && verbSummaries[p] == "" {
+					t.Fatalf("herald %s has no summary of its own: add one to verbSummaries in help.go", p)
+				}
 				fs := freshFlagSet(p)
 				if fs == nil {
 					t.Fatalf("herald %s -h makes no flag set named %q", p, p)
