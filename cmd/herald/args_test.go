@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -136,4 +137,34 @@ func TestEmulatorsRefuseFaultsTheyCannotInject(t *testing.T) {
 			t.Fatalf("exit %d, want 2 naming --secret:\n%s", code, stderr)
 		}
 	})
+}
+
+// TestASinkWhoseProviderRefusesItsSettingsIsAUsageError: a certificate,
+// key file or channel that cannot work is a usage error (exit 2) naming
+// the flags, before any broker is dialled; it was a runtime error (exit 1)
+// that named the adapter's settings.
+func TestASinkWhoseProviderRefusesItsSettingsIsAUsageError(t *testing.T) {
+	notACert := filepath.Join(t.TempDir(), "not-a-cert.pem")
+	notAKey := filepath.Join(t.TempDir(), "not-a-key.json")
+	for _, f := range []string{notACert, notAKey} {
+		if err := os.WriteFile(f, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an APNs certificate file without a certificate", []string{"--channel", "apns", "--apns-cert-file", notACert}, "(check --apns-key-file, --apns-key-id, --apns-team-id, --apns-topic or --apns-cert-file)"},
+		{"an FCM key file that is no service account key", []string{"--channel", "fcm", "--fcm-credentials-file", notAKey}, "(check --fcm-credentials-file or --fcm-project)"},
+		{"a channel herald has no sink for", []string{"--channel", "sms"}, `--channel "sms" has no sink`},
+	} {
+		t.Run(tc.name+" is a usage error naming the flags", func(t *testing.T) {
+			code, stderr := runCapturing(t, t.Context(), append([]string{"sink", "--brokers", "127.0.0.1:1"}, tc.args...))
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want 2 with %q:\n%s", code, tc.want, stderr)
+			}
+		})
+	}
 }

@@ -189,6 +189,13 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	var wf webpushFlags
 	wf.register(fs)
 	channel := fs.String("channel", "", "the channel to deliver: apns, fcm, webpush, feed or webhook")
+	addCheck(fs, func() error {
+		switch *channel {
+		case "", "apns", "fcm", "webpush", "feed", webhook.Channel: // required when the sink runs, not in a shared file
+			return nil
+		}
+		return badField("channel", "%q has no sink (apns, fcm, webpush, feed, webhook)", *channel)
+	})
 	allowPrivate := fs.Bool("webhook-allow-private", false, "webhook channel: let endpoints be called at private, loopback and link-local addresses (development and tests only; refused by default, checked on every connection)")
 	var of opsFlags
 	of.register(fs)
@@ -200,20 +207,20 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	case "apns":
 		ap, err := af.provider()
 		if err != nil {
-			return err
+			return providerError("apns", "--apns-key-file, --apns-key-id, --apns-team-id, --apns-topic or --apns-cert-file", err)
 		}
 		p = ap
 	case "fcm":
 		fp, err := ff.provider(ctx)
 		if err != nil {
-			return err
+			return providerError("fcm", "--fcm-credentials-file or --fcm-project", err)
 		}
 		defer fp.CloseIdleConnections()
 		p = fp
 	case "webpush":
 		wp, err := wf.provider()
 		if err != nil {
-			return err
+			return providerError("webpush", "--webpush-vapid-public-key, --webpush-vapid-private-key or --webpush-subscriber", err)
 		}
 		defer wp.CloseIdleConnections()
 		p = wp
@@ -223,8 +230,6 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 		return runWebhookSink(ctx, &sf, &kf, &of, *allowPrivate)
 	case "":
 		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm, webpush, feed or webhook", errUsage)
-	default:
-		return fmt.Errorf("%w: --channel %q has no sink yet (apns, fcm, webpush, feed, webhook)", errUsage, *channel)
 	}
 	o, err := sf.options(*channel, p, &kf)
 	if err != nil {
@@ -240,6 +245,16 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	defer stop()
 	return r.Run(ctx)
+}
+
+// providerError is a channel's adapter refusing its settings: a usage
+// error that says which flags configure it (the adapters' own errors name
+// their settings, not the flags).
+func providerError(channel, flags string, err error) error {
+	if errors.Is(err, errUsage) {
+		return err
+	}
+	return fmt.Errorf("%w: --channel %s: %v (check %s)", errUsage, channel, err, flags)
 }
 
 // runWebhookSink runs the webhook channel: the endpoints table, the
