@@ -87,7 +87,7 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 		d.WebPush = sub
 	}
 	d.Locale = f.text("locale", false, maxLocaleLen)
-	d.TimeZone = f.text("timeZone", false, 64)
+	d.TimeZone = f.timeZone("timeZone", false)
 	if en, ok := f.boolean("enabled"); ok {
 		d.Enabled = en
 	}
@@ -157,6 +157,29 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, p principa
 
 var hhmm = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
 
+// maxZoneLen bounds a time zone name.
+const maxZoneLen = 64
+
+// timeZone reads a time zone member (as text does) and checks that it
+// names the same zone on every host: one time.LoadLocation loads (an IANA
+// name, or UTC), not "Local", the zone of whichever host reads it. The
+// route stage reads a zone it cannot load as UTC, so an unknown one would
+// put quiet hours at the wrong time. Both read the IANA database the route
+// package embeds (time/tzdata) where the host has none.
+func (f *fields) timeZone(name string, required bool) string {
+	before := len(*f.semErrs)
+	z := f.text(name, required, maxZoneLen)
+	if z == "" || len(*f.semErrs) > before {
+		return z
+	}
+	if z == "Local" {
+		f.fail(name, "must be an IANA time zone name (e.g. Europe/Paris) or UTC, not Local (the host's zone)")
+	} else if _, err := time.LoadLocation(z); err != nil {
+		f.fail(name, "is not a known IANA time zone name (e.g. Europe/Paris) or UTC")
+	}
+	return z
+}
+
 func prefsOut(pr schemas.Preferences) sdk.Preferences {
 	out := sdk.Preferences{UserID: pr.Recipient, Channels: pr.Channels, OptedOutTypes: pr.OptedOutTypes, UpdatedAt: pr.UpdatedAt}
 	if out.Channels == nil {
@@ -217,7 +240,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, p princi
 		pr.OptedOutTypes = types
 	}
 	if q := f.child("quietHours"); q != nil {
-		qh := &schemas.QuietHours{Start: q.text("start", true, 5), End: q.text("end", true, 5), TimeZone: q.text("timeZone", true, 64)}
+		qh := &schemas.QuietHours{Start: q.text("start", true, 5), End: q.text("end", true, 5), TimeZone: q.timeZone("timeZone", true)}
 		if qh.Start != "" && !hhmm.MatchString(qh.Start) {
 			q.fail("start", "must be HH:MM (24 h)")
 		}

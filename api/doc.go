@@ -134,8 +134,10 @@
 // different JavaScript strings could meet as one), duplicate member names
 // or trailing data: 400. Unknown members and wrong types are 400; missing
 // or empty required fields, out-of-range values, too many recipients, a
-// target member that its kind does not use and a target that reaches no
-// one are 422. Every problem is RFC 9457 application/problem+json with an
+// target member that its kind does not use, a target that reaches no one
+// and a time zone (a device's, quiet hours') that is neither UTC nor an
+// IANA name time.LoadLocation loads ("Local", the host's zone, included)
+// are 422. Every problem is RFC 9457 application/problem+json with an
 // errors[{field, message}] extension.
 //
 // # Dashboard

@@ -946,3 +946,39 @@ func TestSendsAreWrittenInTheRequestFormatAndDecided(t *testing.T) {
 		})
 	}
 }
+
+// TestAnUnknownTimeZoneIsRefusedAndChangesNothingStored: a PUT whose time
+// zone the route stage could not load is a 422 naming the field, and the
+// preferences or device stored before it are read back unchanged.
+func TestAnUnknownTimeZoneIsRefusedAndChangesNothingStored(t *testing.T) {
+	p := startPipelineWith(t, false, nil)
+	cases := []struct {
+		name, path, good, bad, field, want string
+	}{
+		{"a user's quiet hours keep their zone", "/v1/users/tz-user/preferences",
+			`{"quietHours":{"start":"02:00","end":"06:00","timeZone":"Asia/Tokyo"}}`,
+			`{"quietHours":{"start":"02:00","end":"06:00","timeZone":"Asia/Tokio"}}`,
+			"quietHours.timeZone", `"timeZone":"Asia/Tokyo"`},
+		{"a device keeps its zone", "/v1/users/tz-user/devices/d1",
+			`{"platform":"ios","token":"t","timeZone":"Europe/Paris"}`,
+			`{"platform":"ios","token":"t2","timeZone":"Local"}`,
+			"timeZone", `"timeZone":"Europe/Paris"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if a := p.call(t, "PUT", tc.path, keyA, tc.good); a.status/100 != 2 {
+				t.Fatalf("PUT %s: %d %s", tc.good, a.status, a.body)
+			}
+			a := p.call(t, "PUT", tc.path, keyA, tc.bad)
+			if a.status != 422 || a.header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("PUT %s: %d %s, want a 422 problem", tc.bad, a.status, a.body)
+			}
+			if pr := decode[sdk.Problem](t, a); !slices.ContainsFunc(pr.Errors, func(e sdk.FieldError) bool { return e.Field == tc.field }) {
+				t.Fatalf("errors %+v do not name %q", pr.Errors, tc.field)
+			}
+			if a := p.call(t, "GET", tc.path, keyA, ""); a.status != 200 || !strings.Contains(string(a.body), tc.want) {
+				t.Fatalf("GET after the refused PUT: %d %s, want %s", a.status, a.body, tc.want)
+			}
+		})
+	}
+}

@@ -263,6 +263,12 @@ func TestDevicesPreferencesAndSegmentsThatBreakARuleAreRefused(t *testing.T) {
 		{"an unknown channel is a 400", prefs, `{"channels":{"sms":true}}`, 400, "channels.sms"},
 		{"a bad quiet hour is a 422", prefs, `{"quietHours":{"start":"25:00","end":"07:00","timeZone":"Europe/Paris"}}`, 422, "quietHours.start"},
 		{"quiet hours need a time zone", prefs, `{"quietHours":{"start":"22:00","end":"07:00"}}`, 422, "quietHours.timeZone"},
+		{"a misspelt quiet-hours time zone is a 422", prefs, `{"quietHours":{"start":"02:00","end":"06:00","timeZone":"Asia/Tokio"}}`, 422, "quietHours.timeZone"},
+		{"a quiet-hours time zone of Local (the host's) is a 422", prefs, `{"quietHours":{"start":"02:00","end":"06:00","timeZone":"Local"}}`, 422, "quietHours.timeZone"},
+		{"a quiet-hours time zone that is a path is a 422", prefs, `{"quietHours":{"start":"02:00","end":"06:00","timeZone":"../etc/passwd"}}`, 422, "quietHours.timeZone"},
+		{"a misspelt device time zone is a 422", device, `{"platform":"ios","token":"t","timeZone":"Europe/Pariss"}`, 422, "timeZone"},
+		{"a device time zone of Local is a 422", device, `{"platform":"ios","token":"t","timeZone":"Local"}`, 422, "timeZone"},
+		{"an empty device time zone is a 422", device, `{"platform":"ios","token":"t","timeZone":""}`, 422, "timeZone"},
 		{"a repeated opted-out type is a 422", prefs, `{"optedOutTypes":["a","a"]}`, 422, "optedOutTypes[1]"},
 	}
 	for _, tc := range cases {
@@ -274,6 +280,29 @@ func TestDevicesPreferencesAndSegmentsThatBreakARuleAreRefused(t *testing.T) {
 			p := problemOf(t, w)
 			if !slices.ContainsFunc(p.Errors, func(e sdk.FieldError) bool { return e.Field == tc.field }) {
 				t.Fatalf("errors %+v do not name %q", p.Errors, tc.field)
+			}
+		})
+	}
+}
+
+func TestATimeZoneThatLoadsTheSameEverywhereIsAccepted(t *testing.T) {
+	s := unstarted(t, nil)
+	cases := []struct{ name, zone string }{
+		{"UTC is accepted", "UTC"},
+		{"an IANA name is accepted", "Europe/Paris"},
+		{"an IANA name with a half-hour offset is accepted", "Asia/Kolkata"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, c := range []struct{ path, body string }{
+				{"/v1/users/u1/preferences", `{"quietHours":{"start":"22:00","end":"07:00","timeZone":"` + tc.zone + `"}}`},
+				{"/v1/users/u1/devices/d1", `{"platform":"ios","token":"t","timeZone":"` + tc.zone + `"}`},
+			} {
+				// Valid: it reaches the replica, which an unstarted server
+				// has not loaded (503).
+				if w := do(t, s, "PUT", c.path, keyA, c.body); w.Code != http.StatusServiceUnavailable {
+					t.Fatalf("PUT %s: status %d, want 503 (past validation): %s", c.path, w.Code, w.Body)
+				}
 			}
 		})
 	}
