@@ -546,16 +546,19 @@ func minutes(hhmm string) (int, bool) {
 	return hi*60 + mi, true
 }
 
-var zones sync.Map // name → *time.Location
+var zones sync.Map // name → *time.Location, names that loaded only
 
-// zone loads an IANA zone once; an unknown name is UTC.
+// zone loads an IANA zone once; an unknown name is UTC. Only zones that
+// load are kept: they are a bounded set, whereas the names records carry
+// are not (the API refuses unknown zones, but other producers may write
+// any), so an unknown name is looked up again each time, quietly.
 func zone(name string) *time.Location {
 	if l, ok := zones.Load(name); ok {
 		return l.(*time.Location)
 	}
 	l, err := time.LoadLocation(name)
 	if err != nil {
-		l = time.UTC
+		return time.UTC
 	}
 	zones.Store(name, l)
 	return l

@@ -78,3 +78,35 @@ func TestQuietHoursAreJudgedOnTheLocalWallClockAcrossDST(t *testing.T) {
 		})
 	}
 }
+
+func TestOnlyZonesThatLoadAreCached(t *testing.T) {
+	cases := []struct {
+		name   string
+		zone   string
+		want   *time.Location // nil: the zone of that name
+		cached bool
+	}{
+		{"an IANA zone is loaded and cached", "Pacific/Chatham", nil, true},
+		{"UTC is cached", "UTC", time.UTC, true},
+		{"an unknown zone is read as UTC and not cached", "Mars/Olympus", time.UTC, false},
+		{"a misspelt zone is read as UTC and not cached", "Asia/Tokio", time.UTC, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			zones.Delete(c.zone)
+			t.Cleanup(func() { zones.Delete(c.zone) })
+			for range 2 { // the second read goes through the cache, if any
+				got := zone(c.zone)
+				if c.want != nil && got != c.want {
+					t.Fatalf("zone(%q) = %v, want %v", c.zone, got, c.want)
+				}
+				if c.want == nil && got.String() != c.zone {
+					t.Fatalf("zone(%q) = %v", c.zone, got)
+				}
+			}
+			if _, ok := zones.Load(c.zone); ok != c.cached {
+				t.Fatalf("zone %q cached = %v, want %v", c.zone, ok, c.cached)
+			}
+		})
+	}
+}
