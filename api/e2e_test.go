@@ -533,6 +533,34 @@ func TestWithoutDecisionsInTimeASendAnswersPending(t *testing.T) {
 	})
 }
 
+// TestAHugePreferWaitWaitsTheCap: a send asking to wait longer than
+// MaxWait, however much longer, waits MaxWait for its decisions (there is
+// no stage here, so each wait ends incomplete, and is metered so) before
+// answering pending.
+func TestAHugePreferWaitWaitsTheCap(t *testing.T) {
+	reg := metrics.NewRegistry()
+	p := startPipelineWith(t, false, func(c *Config) { c.MaxWait = 200 * time.Millisecond; c.Metrics = reg })
+	cases := []struct{ name, prefer string }{
+		{"a wait a little over the cap waits the cap", "wait=5"},
+		{"a wait that overflows a Duration waits the cap", "wait=9223372037"},
+		{"a wait too large for an int64 waits the cap", "wait=99999999999999999999"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"t","recipients":["u1"],"title":"x","body":"y"}`, "Prefer", tc.prefer)
+			if a.status != 202 {
+				t.Fatalf("%d %s", a.status, a.body)
+			}
+			if res := decode[sdk.SendResult](t, a); res.Notifications[0].Status != sdk.StatusPending {
+				t.Fatalf("notifications %+v, want pending", res.Notifications)
+			}
+			if got := scrapeRegistry(t, reg).Sum("herald_api_decision_wait_seconds", "result", "incomplete"); got != float64(i+1) {
+				t.Fatalf("%v incomplete waits after %d sends, want %d: this send did not wait", got, i+1, i+1)
+			}
+		})
+	}
+}
+
 // TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions: one send of two
 // recipients with Prefer: wait is one committed transaction of one write
 // and two records, and one complete wait for decisions. (Its dedupe key

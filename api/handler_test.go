@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/sdk"
 	"github.com/heraldhq/herald/topics"
@@ -318,21 +320,34 @@ func manyTags(n int) string {
 }
 
 func TestPreferWaitIsReadAsRFC7240Says(t *testing.T) {
+	const longest = time.Duration(math.MaxInt64)
 	cases := []struct {
 		name, header string
-		want         int
+		want         time.Duration
 	}{
-		{"a plain wait", "wait=5", 5},
-		{"a wait among other preferences", "respond-async, wait=10", 10},
-		{"a quoted wait", `wait="3"`, 3},
+		{"a plain wait is that many seconds", "wait=5", 5 * time.Second},
+		{"a wait among other preferences is read", "respond-async, wait=10", 10 * time.Second},
+		{"a wait with a parameter is read", "wait=7; foo=bar", 7 * time.Second},
+		{"the name is case-insensitive", "Wait=4", 4 * time.Second},
+		{"a quoted wait is read", `wait="3"`, 3 * time.Second},
+		{"a quoted huge wait is the longest wait", `wait="99999999999999999999"`, longest},
+		{"a wait of zero is no wait", "wait=0", 0},
+		{"a negative wait is ignored", "wait=-5", 0},
+		{"a signed wait is not delta-seconds and is ignored", "wait=+5", 0},
 		{"a malformed wait is ignored", "wait=soon", 0},
-		{"no wait", "return=minimal", 0},
+		{"a fractional wait is ignored", "wait=1.5", 0},
+		{"an empty wait is ignored", "wait=", 0},
+		{"no wait is no wait", "return=minimal", 0},
+		{"the largest wait a Duration holds is read", "wait=9223372036", 9223372036 * time.Second},
+		{"a wait a second past what a Duration holds is the longest wait", "wait=9223372037", longest},
+		{"a wait as large as an int64 is the longest wait", "wait=9223372036854775807", longest},
+		{"a wait too large for an int64 is the longest wait", "wait=99999999999999999999", longest},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{"Prefer": {tc.header}}
-			if got := preferWait(h); got.Seconds() != float64(tc.want) {
-				t.Fatalf("got %v, want %ds", got, tc.want)
+			if got := preferWait(h); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -277,8 +278,11 @@ func (s *Server) readSend(w http.ResponseWriter, r *http.Request, p principal) (
 	return nil, false
 }
 
-// preferWait reads "Prefer: wait=N" (RFC 7240), in seconds; other
-// preferences and malformed values are ignored, as the RFC asks.
+// preferWait reads "Prefer: wait=N" (RFC 7240), N in seconds (delta-seconds:
+// digits only); other preferences and malformed values are ignored, as the
+// RFC asks. A wait longer than a time.Duration holds, digits too many for
+// an int64 included, is the longest Duration, which the caller's cap
+// (MaxWait) brings down.
 func preferWait(h http.Header) time.Duration {
 	for _, v := range h.Values("Prefer") {
 		for _, pref := range strings.Split(v, ",") {
@@ -286,7 +290,11 @@ func preferWait(h http.Header) time.Duration {
 			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
 				continue
 			}
-			if n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`)); err == nil && n > 0 {
+			n, err := strconv.ParseUint(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
+			if errors.Is(err, strconv.ErrRange) || (err == nil && n > math.MaxInt64/uint64(time.Second)) {
+				return math.MaxInt64
+			}
+			if err == nil && n > 0 {
 				return time.Duration(n) * time.Second
 			}
 		}
