@@ -65,9 +65,12 @@
 // A replay is answered from its replay decisions alone: the original
 // call's request id (originalRequestId) and each notification's original
 // outcome (originalOutcome); the ids derive from the body, so they are the
-// original's. That is exactly what the original call answered once its
-// decisions were in, so a replay answers byte for byte as the original,
-// with Idempotency-Replayed: true. A decision of idempotency_conflict
+// original's. That is what the original call answered from its dedupe
+// decisions, with Idempotency-Replayed: true. The route stage never sees a
+// replay, so a replay answers no deliveries[] and none of the route's
+// skips: an original that waited for the route stage (WaitForRoute and
+// Prefer: wait) listed them, one that did not answers byte for byte as its
+// replay. GET /v1/notifications/{id} shows the deliveries. A decision of idempotency_conflict
 // answers 422 (type .../idempotency-conflict) with the original request id.
 // The scope is the dedupe stage's: (tenant, idempotencyKey, type,
 // recipient), per recipient. A retry that adds a recipient is therefore a

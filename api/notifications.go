@@ -395,9 +395,11 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 
 // answerSend builds the answer from the decisions received. An idempotent
 // replay is answered from the replay decisions alone (the original call's
-// request id and each notification's original outcome), which is exactly
-// what the original call answered once its decisions were in; ids are
-// derived from the body, so they are the same too.
+// request id and each notification's original outcome), which is what the
+// original call answered from its dedupe decisions; ids are derived from
+// the body, so they are the same too. The route stage never sees a replay,
+// so its answer has none of the deliveries and route skips the original
+// may have listed.
 func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, requestID string, got, routed map[string]schemas.Decision) {
 	statuses := make([]sdk.NotificationStatus, len(reqs))
 	replays, conflict := 0, false

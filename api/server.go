@@ -45,8 +45,9 @@ type Config struct {
 	// stage's decisions about its accepted notifications and answer their
 	// deliveries[]; set it where a route stage runs. A send that waits only
 	// because of its idempotency key, and a replay, answer no deliveries
-	// (the route stage never sees a replay, and a replay answers as the
-	// original did).
+	// (the route stage never sees a replay: it answers the original's ids,
+	// statuses and request id, without the deliveries and the route's
+	// skips the original may have listed).
 	WaitForRoute bool
 	// RoutePolicy must match the route stage's: explain's wouldRateLimit,
 	// wouldDigest and wouldDefer evaluate with it.
