@@ -53,8 +53,8 @@
 // the write, and every decision about it is committed after Start's
 // listing, so no decision can be missed. The answer
 // (202) lists each notification with its status, plus NotifyKit's
-// deliveries[] (empty until the route stage and sinks exist) and
-// skipped[{reason}]. If the wait ends first, the undecided notifications
+// deliveries[] (the route decisions' deliveries, with WaitForRoute and
+// Prefer: wait; else empty) and skipped[{reason}]. If the wait ends first, the undecided notifications
 // show "pending": they are durably in Kafka and will be decided; a conflict
 // is then visible only in the notification's timeline, and a replay is
 // answered like a first send (same ids, this call's request id, no

@@ -139,8 +139,12 @@ type SendResult struct {
 	// idempotent replay, the original call's.
 	RequestID     string               `json:"requestId"`
 	Notifications []NotificationStatus `json:"notifications"`
-	// Deliveries and Skipped are NotifyKit's shape: the pushes made and the
-	// notifications skipped, so far.
+	// Deliveries and Skipped are NotifyKit's shape: the route stage's
+	// deliveries (each push and the feed item, queued or deferred) and the
+	// notifications skipped, as decided within the wait. Deliveries is
+	// empty unless the send asked to wait (Prefer: wait) and the server
+	// waits for the route stage, and on an idempotent replay, which the
+	// route stage never sees; Client.Notification shows them.
 	Deliveries []Delivery `json:"deliveries"`
 	Skipped    []Skipped  `json:"skipped"`
 	// Replayed is true when the API answered with Idempotency-Replayed:
