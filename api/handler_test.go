@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -385,6 +386,46 @@ func TestTheOpenAPIDocumentListsExactlyTheRoutes(t *testing.T) {
 	w := do(t, s, "GET", "/openapi.json", "", "")
 	if w.Code != 200 || !bytes.Equal(w.Body.Bytes(), OpenAPI()) {
 		t.Fatalf("GET /openapi.json: status %d", w.Code)
+	}
+}
+
+// TestTheOpenAPIDocumentListsTheAnswersToABadBody: every route that
+// answers a body that is not JSON media (415) or is over the limit (413)
+// documents that answer.
+func TestTheOpenAPIDocumentListsTheAnswersToABadBody(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	s := unstarted(t, nil)
+	bodies := []struct {
+		name, body, ctype string
+		status            int
+	}{
+		{"a body that is not JSON media", `{}`, "text/plain", http.StatusUnsupportedMediaType},
+		{"a body over the limit", `{"pad":"` + strings.Repeat("x", 3000) + `"}`, "application/json", http.StatusRequestEntityTooLarge},
+	}
+	for _, rt := range apiRoutes() {
+		if rt.method != "POST" && rt.method != "PUT" {
+			continue
+		}
+		path := strings.NewReplacer("{userId}", "u1", "{deviceId}", "d1", "{name}", "s1", "{webhookId}", "w1",
+			"{recipientId}", "u1", "{notificationId}", "0123456789abcdef0123456789abcdef").Replace(rt.pattern)
+		for _, b := range bodies {
+			t.Run(rt.method+" "+rt.pattern+" documents its answer to "+b.name, func(t *testing.T) {
+				w := do(t, s, rt.method, path, keyA, b.body, "Content-Type", b.ctype)
+				if w.Code != b.status {
+					t.Skipf("answers %d: the route does not read this body", w.Code)
+				}
+				if _, ok := doc.Paths[rt.pattern][strings.ToLower(rt.method)].Responses[strconv.Itoa(b.status)]; !ok {
+					t.Fatalf("answers %d, which openapi.json does not list", b.status)
+				}
+			})
+		}
 	}
 }
 
