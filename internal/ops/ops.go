@@ -8,6 +8,7 @@ package ops
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,10 +27,17 @@ type Check struct {
 	Ready func() bool
 }
 
+// Paths are the paths Handler serves to GET (and HEAD); any other method
+// there is answered by MethodNotAllowed.
+var Paths = []string{"/metrics", "/livez", "/readyz"}
+
 // Handler serves /metrics from reg, /livez, and /readyz from checks: 200
 // "ok" when every check is ready, else 503 naming the ones that are not.
 func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
 	mux := http.NewServeMux()
+	for _, p := range Paths {
+		mux.HandleFunc(p, MethodNotAllowed)
+	}
 	mux.Handle("GET /metrics", reg.Handler())
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -48,6 +56,25 @@ func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// MethodNotAllowed answers 405 with Allow: GET, HEAD and an RFC 9457
+// problem body, as herald's API answers a wrong method (problem type
+// method-not-allowed): for a path served to GET only.
+func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	const allow = "GET, HEAD"
+	h := w.Header()
+	h.Set("Allow", allow)
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	json.NewEncoder(w).Encode(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"https://herald.dev/problems/method-not-allowed", "Method not allowed", http.StatusMethodNotAllowed,
+		r.Method + " is not allowed here; use " + allow})
 }
 
 // NotReady names the checks that are not ready now.

@@ -1,9 +1,11 @@
 package ops_test
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,4 +91,34 @@ func TestEndpointAnswersLivenessReadinessAndMetrics(t *testing.T) {
 			t.Fatalf("herald_test_total = %v, %v; want 7", v, ok)
 		}
 	})
+}
+
+func TestAWrongMethodIsA405ProblemAllowingGETAndHEAD(t *testing.T) {
+	h := ops.Handler(metrics.NewRegistry(), ops.Check{Name: "always", Ready: func() bool { return true }})
+	for _, path := range ops.Paths {
+		for _, method := range []string{"POST", "PUT", "DELETE"} {
+			t.Run(method+" "+path+" is a 405 problem allowing GET and HEAD", func(t *testing.T) {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+				if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, HEAD" {
+					t.Fatalf("%d, Allow %q: %s; want 405 with Allow: GET, HEAD", w.Code, w.Header().Get("Allow"), w.Body)
+				}
+				var p struct {
+					Type   string `json:"type"`
+					Status int    `json:"status"`
+				}
+				if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" || json.Unmarshal(w.Body.Bytes(), &p) != nil ||
+					p.Status != http.StatusMethodNotAllowed || p.Type != "https://herald.dev/problems/method-not-allowed" {
+					t.Fatalf("%s body %s, want a method-not-allowed problem", ct, w.Body)
+				}
+			})
+		}
+		t.Run("HEAD "+path+" answers 200", func(t *testing.T) {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("HEAD", path, nil))
+			if w.Code != http.StatusOK {
+				t.Fatalf("%d: %s", w.Code, w.Body)
+			}
+		})
+	}
 }
