@@ -354,29 +354,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	checks = append(checks, ops.Check{Name: "api (started, replicas caught up)", Ready: apiSrv.Ready})
 
 	// HTTP.
-	mux := http.NewServeMux()
-	mux.Handle("/", apiSrv)
-	// /metrics, /livez and /readyz as every role serves them (internal/ops);
-	// /healthz is /readyz under its older name, in the API's JSON shape
-	// (openapi.json): 200 {"status":"ok"}, or 503 {"status":"starting"}
-	// naming what is not ready.
-	opsHandler := ops.Handler(metrics.Default, checks...)
-	mux.Handle("GET /metrics", opsHandler)
-	mux.Handle("GET /livez", opsHandler)
-	mux.Handle("GET /readyz", opsHandler)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if not := ops.NotReady(checks...); len(not) > 0 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(map[string]any{"status": "starting", "notReady": not})
-			return
-		}
-		io.WriteString(w, `{"status":"ok"}`+"\n")
-	})
-	// The web client (service worker and page helper) for browsers.
-	mux.Handle("GET "+web.Prefix, web.Handler())
-	mux.Handle("GET /{$}", web.Demo())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: devMux(apiSrv, checks), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("dev: http: %w", err)
@@ -408,6 +386,36 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 type devAPNsProvider struct {
 	p  *apns.Provider
 	em *emulator.Emulator
+}
+
+// devMux is herald dev's HTTP server: the API, the operations paths and the
+// web client.
+func devMux(apiSrv http.Handler, checks []ops.Check) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/", apiSrv)
+	// /metrics, /livez and /readyz as every role serves them (internal/ops),
+	// a wrong method included (405, not the API's 404); /healthz is /readyz
+	// under its older name, in the API's JSON shape (openapi.json): 200
+	// {"status":"ok"}, or 503 {"status":"starting"} naming what is not
+	// ready.
+	opsHandler := ops.Handler(metrics.Default, checks...)
+	for _, p := range ops.Paths {
+		mux.Handle(p, opsHandler)
+	}
+	mux.HandleFunc("/healthz", ops.MethodNotAllowed)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if not := ops.NotReady(checks...); len(not) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(map[string]any{"status": "starting", "notReady": not})
+			return
+		}
+		io.WriteString(w, `{"status":"ok"}`+"\n")
+	})
+	// The web client (service worker and page helper) for browsers.
+	mux.Handle("GET "+web.Prefix, web.Handler())
+	mux.Handle("GET /{$}", web.Demo())
+	return mux
 }
 
 func (d devAPNsProvider) close() {

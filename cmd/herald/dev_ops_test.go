@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -14,8 +17,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/topics"
 )
@@ -29,6 +34,54 @@ func get(url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestDevAnswersAWrongMethodOnItsOperationsPathsWith405 serves herald dev's
+// HTTP handler (the API unstarted, as until Kafka is reached): a method
+// other than GET or HEAD on /metrics, /livez, /readyz or /healthz is a 405
+// problem with Allow, as on the API's own routes, not the API's 404.
+func TestDevAnswersAWrongMethodOnItsOperationsPathsWith405(t *testing.T) {
+	apiSrv, err := api.New(api.Config{Brokers: []string{"127.0.0.1:1"}, Catalog: topics.New(topics.Options{}),
+		Keys: api.DevKeys(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := devMux(apiSrv, []ops.Check{{Name: "always", Ready: func() bool { return true }}})
+	serve := func(method, path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		return w
+	}
+	for _, path := range []string{"/metrics", "/livez", "/readyz", "/healthz"} {
+		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH"} {
+			t.Run(method+" "+path+" is a 405 problem allowing GET and HEAD", func(t *testing.T) {
+				w := serve(method, path)
+				if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, HEAD" {
+					t.Fatalf("%d, Allow %q: %s; want 405 with Allow: GET, HEAD", w.Code, w.Header().Get("Allow"), w.Body)
+				}
+				var p struct {
+					Type   string `json:"type"`
+					Status int    `json:"status"`
+				}
+				if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" || json.Unmarshal(w.Body.Bytes(), &p) != nil ||
+					p.Status != http.StatusMethodNotAllowed || !strings.HasSuffix(p.Type, "/method-not-allowed") {
+					t.Fatalf("%s body %s, want a method-not-allowed problem", ct, w.Body)
+				}
+			})
+		}
+		for _, method := range []string{"GET", "HEAD"} {
+			t.Run(method+" "+path+" answers 200", func(t *testing.T) {
+				if w := serve(method, path); w.Code != http.StatusOK {
+					t.Fatalf("%d: %s", w.Code, w.Body)
+				}
+			})
+		}
+	}
+	t.Run("an unknown path is still the API's 404", func(t *testing.T) {
+		if w := serve("POST", "/livez2"); w.Code != http.StatusNotFound || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("%d %s: %s, want the API's 404 problem", w.Code, w.Header().Get("Content-Type"), w.Body)
+		}
+	})
 }
 
 // TestDevServesLivezAndReadyzAndIsNotReadyWhileAStageRestores runs herald
