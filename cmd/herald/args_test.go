@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -164,6 +165,35 @@ func TestASinkWhoseProviderRefusesItsSettingsIsAUsageError(t *testing.T) {
 			code, stderr := runCapturing(t, t.Context(), append([]string{"sink", "--brokers", "127.0.0.1:1"}, tc.args...))
 			if code != 2 || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, want 2 with %q:\n%s", code, tc.want, stderr)
+			}
+		})
+	}
+}
+
+func TestTheLogLevelIsReadOrRefused(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want slog.Level
+		ok   bool
+	}{
+		{"", slog.LevelInfo, true},
+		{"debug", slog.LevelDebug, true},
+		{"WARN", slog.LevelWarn, true},
+		{"error+2", slog.LevelError + 2, true},
+		{"verbose", 0, false},
+		{"3", 0, false},
+	} {
+		name := "HERALD_LOG_LEVEL=" + tc.in + " is refused"
+		if tc.ok {
+			name = "HERALD_LOG_LEVEL=" + tc.in + " is " + tc.want.String()
+		}
+		t.Run(name, func(t *testing.T) {
+			got, err := logLevel(tc.in)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Fatalf("logLevel(%q) = %v, %v", tc.in, got, err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "HERALD_LOG_LEVEL") {
+				t.Fatalf("the error does not name the variable: %v", err)
 			}
 		})
 	}

@@ -68,7 +68,12 @@ func commands() []command {
 var errUsage = errors.New("usage")
 
 func main() {
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()})))
+	level, err := logLevel(os.Getenv("HERALD_LOG_LEVEL"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald: %v\n", err)
+		os.Exit(2)
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
@@ -120,10 +125,15 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'herald <command> -h' for a command's flags.")
 }
 
-func logLevel() slog.Level {
+// logLevel reads HERALD_LOG_LEVEL: empty is info; anything else must be a
+// level slog reads (debug, info, warn, error, optionally +N or -N).
+func logLevel(s string) (slog.Level, error) {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("HERALD_LOG_LEVEL"))); err != nil {
-		return slog.LevelInfo
+	if s == "" {
+		return slog.LevelInfo, nil
 	}
-	return l
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("HERALD_LOG_LEVEL=%q is not a log level: debug, info, warn or error (e.g. warn, or debug-4)", s)
+	}
+	return l, nil
 }
