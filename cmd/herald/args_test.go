@@ -198,3 +198,33 @@ func TestTheLogLevelIsReadOrRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestAnIntegerFlagIsReadInBase10Only: the flag package reads "010" as 8;
+// --partitions 010 would have made eight partitions, which cannot be
+// undone. A base prefix or a leading zero is refused, in every syntax.
+func TestAnIntegerFlagIsReadInBase10Only(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		want string
+	}{
+		{"--partitions 010 is refused", []string{"--partitions", "010"}, "", `--partitions = "010" is not a decimal integer`},
+		{"--partitions=0x10 is refused", []string{"--partitions=0x10"}, "", `--partitions = "0x10" is not a decimal integer`},
+		{"-replication 0b11 is refused", []string{"-replication", "0b11"}, "", `--replication = "0b11" is not a decimal integer`},
+		{"HERALD_PARTITIONS=0o7 is refused", nil, "0o7", `= "0o7" is not a decimal integer`},
+		{"--partitions after a boolean flag is read as its value", []string{"--fix-configs", "--partitions", "0"}, "", "--partitions must be at least 1, got 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("HERALD_PARTITIONS", tc.env)
+			if tc.env == "" {
+				os.Unsetenv("HERALD_PARTITIONS")
+			}
+			args := append([]string{"topics", "create", "--brokers", "127.0.0.1:1"}, tc.args...)
+			code, stderr := runCapturing(t, t.Context(), args)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, want 2 with %q:\n%s", code, tc.want, stderr)
+			}
+		})
+	}
+}

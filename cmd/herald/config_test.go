@@ -216,6 +216,16 @@ func TestConfigCheckNamesEveryBadSetting(t *testing.T) {
 			},
 		},
 		{
+			name: "an integer in another base than 10 is refused, not read as octal or hex",
+			file: "partitions: 010\nreplication: 0x3\nmax-recipients: 1000\n",
+			code: 1,
+			want: []string{
+				"has 2 bad setting(s)",
+				`partitions (FILE line 1): = "010" is not a decimal integer`,
+				`replication (FILE line 2): = "0x3" is not a decimal integer`,
+			},
+		},
+		{
 			name: "a second YAML document is refused, not ignored",
 			file: "brokers: 127.0.0.1:1\n---\nbrokres: x\npartitions: -4\n",
 			code: 1,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -212,6 +213,9 @@ func applyAndCheck(fs *flag.FlagSet) error {
 // reported once, with a pointer to -h, not followed by the whole help as
 // the flag package prints it; -h prints the help.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := checkIntegers(fs, args); err != nil {
+		return nil, err
+	}
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
 	var words []string
@@ -232,6 +236,76 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		return nil, fmt.Errorf("%w: %v (run '%s -h' for its flags)", errUsage, err, fs.Name())
 	}
 	return words, nil
+}
+
+// decimal matches an integer flag's text in base 10. The flag package
+// reads integers in any base Go's syntax names: "010" would be 8, which
+// for --partitions is a topic layout that cannot be undone.
+var decimal = regexp.MustCompile(`^[+-]?(0|[1-9][0-9]*)$`)
+
+// integerFlag reports whether f holds an integer (flag.Int, Int64, Uint,
+// Uint64: the flag package's unexported values).
+func integerFlag(f *flag.Flag) bool {
+	switch fmt.Sprintf("%T", f.Value) {
+	case "*flag.intValue", "*flag.int64Value", "*flag.uintValue", "*flag.uint64Value":
+		return true
+	}
+	return false
+}
+
+// notDecimal is the problem of an integer flag's text that is not base 10.
+func notDecimal(text string) string {
+	return fmt.Sprintf("= %q is not a decimal integer (a leading 0, 0x, 0o or 0b is read in another base)", text)
+}
+
+// setFlag sets f from the environment or the file: "" or what is wrong.
+func setFlag(f *flag.Flag, text string) string {
+	if integerFlag(f) && !decimal.MatchString(text) {
+		if _, err := strconv.ParseInt(text, 0, 64); err == nil {
+			return notDecimal(text)
+		}
+	}
+	if err := f.Value.Set(text); err != nil {
+		return setError(f, text, err)
+	}
+	return ""
+}
+
+// checkIntegers refuses an integer flag on the command line whose text is
+// not base 10 (see decimal), before the flag package reads it in another
+// base. It follows the flag package's syntax: -name=value, -name value
+// (but for booleans), words, and -- that ends the flags.
+func checkIntegers(fs *flag.FlagSet, args []string) error {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return nil
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name, val, hasVal := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if !hasVal {
+			if i+1 == len(args) {
+				return nil // the flag package reports the missing value
+			}
+			i++
+			val = args[i]
+		}
+		if integerFlag(f) && !decimal.MatchString(val) {
+			if _, err := strconv.ParseInt(val, 0, 64); err == nil {
+				return fmt.Errorf("%w: --%s %s", errUsage, name, notDecimal(val))
+			}
+		}
+	}
+	return nil
 }
 
 // problem is one bad setting: the field (empty when the problem is the file
@@ -271,8 +345,8 @@ func applySources(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) []pro
 			return
 		}
 		source[f.Name] = "environment " + env
-		if err := f.Value.Set(v); err != nil {
-			probs = append(probs, problem{f.Name, source[f.Name], setError(f, v, err), 0})
+		if msg := setFlag(f, v); msg != "" {
+			probs = append(probs, problem{f.Name, source[f.Name], msg, 0})
 		}
 	})
 	if path := fs.Lookup(configFlag).Value.String(); path != "" {
@@ -294,8 +368,8 @@ func applySources(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) []pro
 				// another command's setting, or set on the command line or in the environment
 			default:
 				source[s.key], line[s.key] = file.where(s), s.line
-				if err := f.Value.Set(s.value); err != nil {
-					probs = append(probs, problem{s.key, source[s.key], setError(f, s.value, err), s.line})
+				if msg := setFlag(f, s.value); msg != "" {
+					probs = append(probs, problem{s.key, source[s.key], msg, s.line})
 				}
 			}
 		}
