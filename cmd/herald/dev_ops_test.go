@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,17 +54,11 @@ func TestDevAnswersAWrongMethodOnItsOperationsPathsWith405(t *testing.T) {
 	for _, path := range []string{"/metrics", "/livez", "/readyz", "/healthz"} {
 		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH"} {
 			t.Run(method+" "+path+" is a 405 problem allowing GET and HEAD", func(t *testing.T) {
+				// ops.MethodNotAllowed's body is internal/ops's test; here,
+				// that the dev server routes the path there, not to the API.
 				w := serve(method, path)
-				if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, HEAD" {
-					t.Fatalf("%d, Allow %q: %s; want 405 with Allow: GET, HEAD", w.Code, w.Header().Get("Allow"), w.Body)
-				}
-				var p struct {
-					Type   string `json:"type"`
-					Status int    `json:"status"`
-				}
-				if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" || json.Unmarshal(w.Body.Bytes(), &p) != nil ||
-					p.Status != http.StatusMethodNotAllowed || !strings.HasSuffix(p.Type, "/method-not-allowed") {
-					t.Fatalf("%s body %s, want a method-not-allowed problem", ct, w.Body)
+				if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, HEAD" || w.Header().Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("%d, Allow %q, %q: %s; want a 405 problem with Allow: GET, HEAD", w.Code, w.Header().Get("Allow"), w.Header().Get("Content-Type"), w.Body)
 				}
 			})
 		}
