@@ -110,6 +110,10 @@ func deviceUnauthorized() *problem {
 // receipt sent again carries the same id and the audit counts it once.
 // 202 once it is durably in Kafka.
 func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal) {
+	d, ok := s.deviceAuth(w, r) // first: a caller without a device's token learns nothing of the body's rules
+	if !ok {
+		return
+	}
 	f, ok := s.readObject(w, r)
 	if !ok {
 		return
@@ -131,10 +135,6 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal
 	typ := f.text("type", false, maxIDLen)
 	clientAt, _ := f.integer("at", 1<<53)
 	if !f.valid(w) {
-		return
-	}
-	d, ok := s.deviceAuth(w, r)
-	if !ok {
 		return
 	}
 	now := time.Now()
@@ -164,6 +164,10 @@ func (s *Server) postReceipt(w http.ResponseWriter, r *http.Request, _ principal
 // subscription, and the worker has no API key). Everything else about the
 // device, its receipt token included, stays.
 func (s *Server) putDeviceWebPush(w http.ResponseWriter, r *http.Request, _ principal) {
+	d, ok := s.deviceAuth(w, r) // first, as postReceipt
+	if !ok {
+		return
+	}
 	f, ok := s.readObject(w, r)
 	if !ok {
 		return
@@ -177,10 +181,6 @@ func (s *Server) putDeviceWebPush(w http.ResponseWriter, r *http.Request, _ prin
 		f.fail("endpoint", "must be an https URL")
 	}
 	if !f.valid(w) {
-		return
-	}
-	d, ok := s.deviceAuth(w, r)
-	if !ok {
 		return
 	}
 	if d.Platform != sdk.PlatformWeb {

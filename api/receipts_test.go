@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -64,18 +65,17 @@ func TestDeviceRoutesRefuseCallsWithoutAReceiptToken(t *testing.T) {
 			problemOf(t, w)
 		})
 	}
-	for _, c := range []struct{ name, body, field string }{
-		{"a receipt of an unknown kind", `{"notificationId":"0123456789abcdef0123456789abcdef","kind":"seen"}`, "kind"},
-		{"a receipt without a notification id", `{"kind":"displayed"}`, "notificationId"},
-		{"a receipt whose id is not a herald id", `{"notificationId":"XYZ","kind":"displayed"}`, "notificationId"},
+	for _, c := range []struct{ name, body string }{
+		{"a receipt with a bad body and no token", `{"kind":"seen"}`},
+		{"a subscription change with a bad body and no token", `{"endpoint":"http://push.example/1"}`},
 	} {
-		t.Run(c.name+" is refused naming the field", func(t *testing.T) {
-			w := do(t, s, "POST", "/v1/receipts", "", c.body)
-			if w.Code != http.StatusUnprocessableEntity {
-				t.Fatalf("status %d, want 422: %s", w.Code, w.Body)
+		t.Run(c.name+" is refused with 401, before its body is judged", func(t *testing.T) {
+			method, path := "POST", "/v1/receipts"
+			if strings.Contains(c.name, "subscription") {
+				method, path = "PUT", "/v1/device/webpush"
 			}
-			if p := problemOf(t, w); len(p.Errors) == 0 || p.Errors[0].Field != c.field {
-				t.Fatalf("errors %+v, want %s", p.Errors, c.field)
+			if w := do(t, s, method, path, "", c.body); w.Code != http.StatusUnauthorized {
+				t.Fatalf("status %d, want 401: %s", w.Code, w.Body)
 			}
 		})
 	}
@@ -105,6 +105,23 @@ func TestReceiptsOnTheRealBroker(t *testing.T) {
 	dev := decode[sdk.Device](t, reg)
 	if !strings.HasPrefix(dev.ReceiptToken, receiptTokenPrefix) {
 		t.Fatalf("registration answered no receipt token: %s", reg.body)
+	}
+	// With the device's token, the body's rules apply (without one, a
+	// call is a 401 whatever its body: TestDeviceRoutesRefuseCallsWithoutAReceiptToken).
+	for _, c := range []struct{ name, body, field string }{
+		{"a receipt of an unknown kind", `{"notificationId":"0123456789abcdef0123456789abcdef","kind":"seen"}`, "kind"},
+		{"a receipt without a notification id", `{"kind":"displayed"}`, "notificationId"},
+		{"a receipt whose id is not a herald id", `{"notificationId":"XYZ","kind":"displayed"}`, "notificationId"},
+	} {
+		t.Run(c.name+" is refused naming the field", func(t *testing.T) {
+			a := p.call(t, "POST", "/v1/receipts", dev.ReceiptToken, c.body)
+			var prob struct {
+				Errors []struct{ Field string } `json:"errors"`
+			}
+			if a.status != 422 || json.Unmarshal(a.body, &prob) != nil || len(prob.Errors) == 0 || prob.Errors[0].Field != c.field {
+				t.Fatalf("%d %s, want a 422 naming %s", a.status, a.body, c.field)
+			}
+		})
 	}
 	if got := p.call(t, "GET", "/v1/users/rc1/devices/browser-1", keyA, ""); strings.Contains(string(got.body), dev.ReceiptToken) ||
 		strings.Contains(string(got.body), "receiptToken") {
