@@ -135,6 +135,11 @@ func TestOnlyRefusalsAndTheBrokersDenialsStopAStage(t *testing.T) {
 			if got := isFatal(tc.err); got != tc.fatal {
 				t.Fatalf("isFatal(%v) = %v, want %v", tc.err, got, tc.fatal)
 			}
+			// Denied is the broker's part: every fatal case but a refusal.
+			var refusal *fatalError
+			if got, want := Denied(tc.err), tc.fatal && !errors.As(tc.err, &refusal); got != want {
+				t.Fatalf("Denied(%v) = %v, want %v", tc.err, got, want)
+			}
 		})
 	}
 }

@@ -536,9 +536,15 @@ func IsTransient(err error) bool {
 // that says this instance is not allowed to do its work.
 func isFatal(err error) bool {
 	var f *fatalError
-	if errors.As(err, &f) {
-		return true
-	}
+	return errors.As(err, &f) || Denied(err)
+}
+
+// Denied reports whether err is the broker refusing this instance its
+// work (authorization, SASL, a fenced static member, a transaction timeout
+// it will not take): no retry fixes it, unlike a broker out of reach or a
+// topic not created yet. A side table that reads the broker (the route
+// table) retries every other error, as a session does.
+func Denied(err error) bool {
 	for _, e := range []error{
 		kerr.TransactionalIDAuthorizationFailed, kerr.GroupAuthorizationFailed, kerr.TopicAuthorizationFailed,
 		kerr.ClusterAuthorizationFailed, kerr.SaslAuthenticationFailed, kerr.FencedInstanceID,

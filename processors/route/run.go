@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
@@ -112,17 +113,33 @@ func (s *Stage) Run(ctx context.Context) error {
 // table has read them to their ends (SyncAll) and synced is called; it
 // returns run's error, or nil when ctx ends first, and stops the table
 // before returning.
+//
+// A broker out of reach, or the topics not created yet, is waited out:
+// SyncAll is tried again after a backoff (logged, not ready meanwhile), as
+// a stage's session is, so that a role started during an outage rides it
+// out. Only the broker refusing the instance (stage.Denied) ends it.
 func (t *Table) RunWith(ctx context.Context, synced func(), run func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	tableDone := make(chan error, 1)
 	go func() { tableDone <- t.Run(ctx) }()
 	defer func() { cancel(); <-tableDone }()
-	if err := t.SyncAll(ctx); err != nil {
+	for failures := 1; ; failures++ {
+		err := t.SyncAll(ctx)
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("route: read devices and preferences: %w", err)
+		if stage.Denied(err) {
+			return fmt.Errorf("route: read devices and preferences: %w", err)
+		}
+		d := backoff.Default.Delay(failures, 0)
+		t.log.Warn("route table: devices and preferences not read; trying again after a backoff", "err", err, "failures", failures, "backoff", d)
+		if backoff.Sleep(ctx, d) != nil {
+			return nil
+		}
 	}
 	synced()
 	return run(ctx)

@@ -3,10 +3,12 @@ package route
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/embedded"
@@ -268,4 +270,63 @@ func TestARouteTableSyncEndsWhenItCannotCatchUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// retries is a slog handler that counts RunWith's "trying again" warnings.
+type retries struct{ n chan struct{} }
+
+func (h retries) Enabled(context.Context, slog.Level) bool { return true }
+func (h retries) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "route table: devices and preferences not read") {
+		select {
+		case h.n <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h retries) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h retries) WithGroup(string) slog.Handler      { return h }
+
+// TestRunWithWaitsForItsTopicsThenRunsTheStage: a route stage or sink
+// started before the devices and preferences topics exist (or while no
+// broker answers) tries again after a backoff instead of exiting, and runs
+// once they can be read. It used to return the listing's error at once:
+// herald route exited 1 during an outage.
+func TestRunWithWaitsForItsTopicsThenRunsTheStage(t *testing.T) {
+	c := testenv.Kfake(t)
+	brokers := c.ListenAddrs()
+	devices, prefs := "route-devices-"+t.Name(), "route-prefs-"+t.Name()
+	h := retries{n: make(chan struct{}, 1)}
+	table, err := NewTable(devices, prefs, slog.New(h), append(embedded.ClientOpts(), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	synced, ran, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- table.RunWith(ctx, func() { close(synced) }, func(ctx context.Context) error { close(ran); <-ctx.Done(); return nil })
+	}()
+	for range 2 { // two failed tries, and still waiting
+		select {
+		case <-h.n:
+		case err := <-done:
+			t.Fatalf("RunWith returned %v while its topics do not exist, want it to wait", err)
+		case <-synced:
+			t.Fatal("synced before the topics exist")
+		case <-testenv.Guarded(t).Done():
+			t.Fatal("no retry logged")
+		}
+	}
+	adm := kadm.NewClient(testenv.Client(t, brokers))
+	if _, err := adm.CreateTopics(testenv.Guarded(t), 2, 1, nil, devices, prefs); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Await(t, synced, "the table synced once its topics exist")
+	testenv.Await(t, ran, "the stage run after the sync")
+	cancel()
+	if err := testenv.Await(t, done, "RunWith after cancel"); err != nil {
+		t.Fatalf("RunWith: %v, want nil once its context ends", err)
+	}
 }
