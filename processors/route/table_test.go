@@ -272,16 +272,22 @@ func TestARouteTableSyncEndsWhenItCannotCatchUp(t *testing.T) {
 	})
 }
 
-// retries is a slog handler that counts RunWith's "trying again" warnings.
-type retries struct{ n chan struct{} }
+// retries is a slog handler that hands on the failure count of RunWith's
+// "trying again" warnings.
+type retries struct{ n chan int64 }
 
 func (h retries) Enabled(context.Context, slog.Level) bool { return true }
 func (h retries) Handle(_ context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, "route table: devices and preferences not read") {
-		select {
-		case h.n <- struct{}{}:
-		default:
-		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "failures" {
+				select {
+				case h.n <- a.Value.Int64():
+				default: // the test reads only the first tries
+				}
+			}
+			return true
+		})
 	}
 	return nil
 }
@@ -297,7 +303,7 @@ func TestRunWithWaitsForItsTopicsThenRunsTheStage(t *testing.T) {
 	c := testenv.Kfake(t)
 	brokers := c.ListenAddrs()
 	devices, prefs := "route-devices-"+t.Name(), "route-prefs-"+t.Name()
-	h := retries{n: make(chan struct{}, 1)}
+	h := retries{n: make(chan int64, 16)}
 	table, err := NewTable(devices, prefs, slog.New(h), append(embedded.ClientOpts(), kgo.SeedBrokers(brokers...))...)
 	if err != nil {
 		t.Fatal(err)
@@ -308,9 +314,12 @@ func TestRunWithWaitsForItsTopicsThenRunsTheStage(t *testing.T) {
 	go func() {
 		done <- table.RunWith(ctx, func() { close(synced) }, func(ctx context.Context) error { close(ran); <-ctx.Done(); return nil })
 	}()
-	for range 2 { // two failed tries, and still waiting
+	for want := int64(1); want <= 2; want++ { // two failed tries, counted, and still waiting
 		select {
-		case <-h.n:
+		case n := <-h.n:
+			if n != want {
+				t.Fatalf("try %d logged failures=%d", want, n)
+			}
 		case err := <-done:
 			t.Fatalf("RunWith returned %v while its topics do not exist, want it to wait", err)
 		case <-synced:
