@@ -72,24 +72,25 @@ type Options struct {
 	Timeout time.Duration
 }
 
+// check names each bad option by the flag of herald bench api that sets it.
 func (o *Options) check() error {
 	var errs []error
 	if o.URL == "" {
-		errs = append(errs, errors.New("url: the API's base URL is required (e.g. http://127.0.0.1:8080)"))
+		errs = append(errs, errors.New("--url: the API's base URL is required (e.g. http://127.0.0.1:8080)"))
 	} else if !strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://") {
-		errs = append(errs, fmt.Errorf("url: %q is not an http:// or https:// URL", o.URL))
+		errs = append(errs, fmt.Errorf("--url: %q is not an http:// or https:// URL", o.URL))
 	}
 	switch {
 	case o.Clients < 0 || o.Rate < 0:
-		errs = append(errs, fmt.Errorf("clients, rate: must not be negative (got %d, %d)", o.Clients, o.Rate))
+		errs = append(errs, fmt.Errorf("--clients, --rate: must not be negative (got %d, %d)", o.Clients, o.Rate))
 	case (o.Clients == 0) == (o.Rate == 0):
-		errs = append(errs, errors.New("clients, rate: set exactly one: clients for the closed model, rate for the open one"))
+		errs = append(errs, errors.New("--clients, --rate: set exactly one: --clients for the closed model, --rate for the open one"))
 	}
 	if o.Duration <= 0 {
-		errs = append(errs, fmt.Errorf("duration: must be positive (got %s)", o.Duration))
+		errs = append(errs, fmt.Errorf("--duration: must be positive (got %s)", o.Duration))
 	}
 	if o.MaxInFlight < 0 || o.Recipients < 0 || o.Timeout < 0 {
-		errs = append(errs, errors.New("max-in-flight, recipients, timeout: must not be negative"))
+		errs = append(errs, errors.New("--max-sends-in-flight, --recipients, --timeout: must not be negative"))
 	}
 	return errors.Join(errs...)
 }

@@ -195,12 +195,12 @@ func TestBadOptionsAreRefusedNamingTheField(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"a run without a URL", Options{Clients: 1, Duration: time.Second}, "url: the API's base URL is required"},
+		{"a run without a URL", Options{Clients: 1, Duration: time.Second}, "--url: the API's base URL is required"},
 		{"a URL that is not http", Options{URL: "127.0.0.1:8080", Clients: 1, Duration: time.Second}, `url: "127.0.0.1:8080" is not an http://`},
-		{"both models at once", Options{URL: "http://x", Clients: 1, Rate: 1, Duration: time.Second}, "clients, rate: set exactly one"},
-		{"neither model", Options{URL: "http://x", Duration: time.Second}, "clients, rate: set exactly one"},
+		{"both models at once", Options{URL: "http://x", Clients: 1, Rate: 1, Duration: time.Second}, "--clients, --rate: set exactly one"},
+		{"neither model", Options{URL: "http://x", Duration: time.Second}, "--clients, --rate: set exactly one"},
 		{"a negative rate", Options{URL: "http://x", Rate: -1, Duration: time.Second}, "must not be negative"},
-		{"no duration", Options{URL: "http://x", Clients: 1}, "duration: must be positive"},
+		{"no duration", Options{URL: "http://x", Clients: 1}, "--duration: must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Run(context.Background(), tc.o)

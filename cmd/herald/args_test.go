@@ -228,3 +228,19 @@ func TestAnIntegerFlagIsReadInBase10Only(t *testing.T) {
 		})
 	}
 }
+
+// TestClickHouseServerNamesEveryBadFlag: its settings were checked by the
+// library, one at a time, naming ServeOptions' fields (TCPPort), not flags.
+func TestClickHouseServerNamesEveryBadFlag(t *testing.T) {
+	code, stderr := runCapturing(t, t.Context(), []string{"clickhouse-server", "--path", t.TempDir(), "--lib", "/nonexistent",
+		"--tcp-port", "99999", "--http-port", "18002", "--max-memory-mb", "-1", "--chdb-log-level", "loud"})
+	for _, want := range []string{"3 bad settings", "--tcp-port must be a port from 1 to 65535, got 99999",
+		"--max-memory-mb must be at least 0, got -1", `--chdb-log-level "loud" is not one of`} {
+		if code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("exit %d, want 2 with %q:\n%s", code, want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "ServeOptions") {
+		t.Errorf("the message names the library's fields:\n%s", stderr)
+	}
+}

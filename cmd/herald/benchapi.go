@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/bench/apiload"
@@ -44,8 +45,8 @@ func runBenchAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: --max-sends-in-flight and --recipients must be positive", errUsage)
 	}
 	r, err := apiload.Run(ctx, o)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err != nil { // every bad option, a line each, as parseFlags lists them
+		return fmt.Errorf("%w: %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(r)

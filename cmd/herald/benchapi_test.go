@@ -61,8 +61,8 @@ func TestBenchAPIRefusesBadSettingsNamingThem(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"without a URL", []string{"--clients", "1"}, "url: the API's base URL is required"},
-		{"with both models", []string{"--url", "http://127.0.0.1:1", "--clients", "1", "--rate", "5"}, "clients, rate: set exactly one"},
+		{"without a URL", []string{"--clients", "1"}, "--url: the API's base URL is required"},
+		{"with both models", []string{"--url", "http://127.0.0.1:1", "--clients", "1", "--rate", "5"}, "--clients, --rate: set exactly one"},
 		{"with no connection to send on", []string{"--url", "http://127.0.0.1:1", "--rate", "5", "--max-sends-in-flight", "0"}, "--max-sends-in-flight and --recipients must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +29,30 @@ func runClickHouseServer(ctx context.Context, args []string, stdout io.Writer) e
 	logLevel := fs.String("chdb-log-level", "", "ClickHouse's own log level on stderr: "+strings.Join(chdb.LogLevels, ", ")+" (default: errors only)")
 	maxMemory := fs.Int("max-memory-mb", 0, "cap on the server's memory in MiB (default 0: ClickHouse's own, 90% of the RAM)")
 	stopTimeout := fs.Duration("stop-timeout", 15*time.Second, "how long a graceful stop may take before the process exits anyway")
+	// The same rules as chdb.ServeOptions.Validate, by flag and all at once
+	// (and in herald config check); Validate stays the library's guard.
+	atLeast(fs, "tcp-port", tcpPort, 1)
+	atLeast(fs, "http-port", httpPort, 1)
+	atLeast(fs, "max-memory-mb", maxMemory, 0)
+	positive(fs, "stop-timeout", stopTimeout)
+	addCheck(fs, func() error {
+		var errs []error
+		for _, p := range []struct {
+			name string
+			v    int
+		}{{"tcp-port", *tcpPort}, {"http-port", *httpPort}} {
+			if p.v > 65535 {
+				errs = append(errs, badField(p.name, "must be a port from 1 to 65535, got %d", p.v))
+			}
+		}
+		if *tcpPort == *httpPort {
+			errs = append(errs, badField("http-port", "must differ from --tcp-port (both %d)", *tcpPort))
+		}
+		if *logLevel != "" && !slices.Contains(chdb.LogLevels, *logLevel) {
+			errs = append(errs, badField("chdb-log-level", "%q is not one of %s", *logLevel, strings.Join(chdb.LogLevels, ", ")))
+		}
+		return errors.Join(errs...)
+	})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
