@@ -253,17 +253,21 @@ func integerFlag(f *flag.Flag) bool {
 	return false
 }
 
-// notDecimal is the problem of an integer flag's text that is not base 10.
-func notDecimal(text string) string {
-	return fmt.Sprintf("= %q is not a decimal integer (a leading 0, 0x, 0o or 0b is read in another base)", text)
+// otherBase is the problem of an integer flag's text that the flag package
+// would read in another base than 10 (see decimal), or "".
+func otherBase(f *flag.Flag, text string) string {
+	if integerFlag(f) && !decimal.MatchString(text) {
+		if _, err := strconv.ParseInt(text, 0, 64); err == nil {
+			return fmt.Sprintf("= %q is not a decimal integer (a leading 0, 0x, 0o or 0b is read in another base)", text)
+		}
+	}
+	return ""
 }
 
 // setFlag sets f from the environment or the file: "" or what is wrong.
 func setFlag(f *flag.Flag, text string) string {
-	if integerFlag(f) && !decimal.MatchString(text) {
-		if _, err := strconv.ParseInt(text, 0, 64); err == nil {
-			return notDecimal(text)
-		}
+	if msg := otherBase(f, text); msg != "" {
+		return msg
 	}
 	if err := f.Value.Set(text); err != nil {
 		return setError(f, text, err)
@@ -299,10 +303,8 @@ func checkIntegers(fs *flag.FlagSet, args []string) error {
 			i++
 			val = args[i]
 		}
-		if integerFlag(f) && !decimal.MatchString(val) {
-			if _, err := strconv.ParseInt(val, 0, 64); err == nil {
-				return fmt.Errorf("%w: --%s %s", errUsage, name, notDecimal(val))
-			}
+		if msg := otherBase(f, val); msg != "" {
+			return fmt.Errorf("%w: --%s %s", errUsage, name, msg)
 		}
 	}
 	return nil
