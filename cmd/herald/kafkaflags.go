@@ -49,6 +49,8 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.compression, "kafka-compression", kafkacompress.Default,
 		"codec of the record batches herald's producers write: "+strings.Join(kafkacompress.Names, ", "))
 	k.tls.register(fs, "kafka", "Kafka")
+	atLeast(fs, "partitions", &k.partitions, 1)
+	atLeast(fs, "replication", &k.replication, 1)
 	positive(fs, "feed-retention", &k.feedRetention)
 	addCheck(fs, k.check)
 }
@@ -66,12 +68,6 @@ func (k *kafkaFlags) check() error {
 		if err := checkHostPort(b, false); err != nil {
 			errs = append(errs, badField("brokers", "%v", err))
 		}
-	}
-	if k.partitions < 1 {
-		errs = append(errs, badField("partitions", "must be at least 1, got %d", k.partitions))
-	}
-	if k.replication < 1 {
-		errs = append(errs, badField("replication", "must be at least 1, got %d", k.replication))
 	}
 	if _, err := k.sasl(); err != nil {
 		errs = append(errs, err)

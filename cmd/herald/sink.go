@@ -59,6 +59,9 @@ func (s *sinkFlags) register(fs *flag.FlagSet) {
 	positive(fs, "transaction-timeout", &s.txnTimeout)
 	positive(fs, "rebalance-timeout", &s.rebalanceTimeout)
 	positive(fs, "max-age", &s.maxAge)
+	atLeast(fs, "max-in-flight", &s.maxInFlight, 1)
+	atLeast(fs, "max-attempts", &s.maxAttempts, 1)
+	positive(fs, "call-timeout", &s.callTO)
 	addCheck(fs, s.check)
 }
 
@@ -73,15 +76,6 @@ func (s *sinkFlags) check() error {
 	}
 	if err := checkProducerLinger(s.linger); err != nil {
 		errs = append(errs, err)
-	}
-	if s.maxInFlight < 1 {
-		errs = append(errs, badField("max-in-flight", "must be at least 1, got %d", s.maxInFlight))
-	}
-	if s.maxAttempts < 1 {
-		errs = append(errs, badField("max-attempts", "must be at least 1, got %d", s.maxAttempts))
-	}
-	if s.callTO <= 0 {
-		errs = append(errs, badField("call-timeout", "must be positive, got %v", s.callTO))
 	}
 	if s.backoffMin <= 0 || s.backoffMax < s.backoffMin {
 		errs = append(errs, badField("backoff-max", "must be at least --backoff-min, both positive (got %v and %v)", s.backoffMax, s.backoffMin))

@@ -47,6 +47,7 @@ func (s *stageFlags) register(fs *flag.FlagSet, stageName, group, stateName, rep
 	positive(fs, "batch-interval", &s.interval)
 	positive(fs, "transaction-timeout", &s.txnTimeout)
 	positive(fs, "rebalance-timeout", &s.rebalanceTimeout)
+	atLeast(fs, "restore-parallelism", &s.restoreParallelism, 1)
 	addCheck(fs, s.check)
 }
 
@@ -55,9 +56,6 @@ func (s *stageFlags) check() error {
 	var errs []error
 	if s.instance == "" {
 		errs = append(errs, badField("instance-id", "is empty"))
-	}
-	if s.restoreParallelism < 1 {
-		errs = append(errs, badField("restore-parallelism", "must be at least 1, got %d", s.restoreParallelism))
 	}
 	if err := stage.CheckResetOffsets(s.reset); err != nil {
 		errs = append(errs, badField("reset-offsets", "%v", err))
