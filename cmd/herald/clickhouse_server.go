@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -29,10 +28,9 @@ func runClickHouseServer(ctx context.Context, args []string, stdout io.Writer) e
 	logLevel := fs.String("chdb-log-level", "", "ClickHouse's own log level on stderr: "+strings.Join(chdb.LogLevels, ", ")+" (default: errors only)")
 	maxMemory := fs.Int("max-memory-mb", 0, "cap on the server's memory in MiB (default 0: ClickHouse's own, 90% of the RAM)")
 	stopTimeout := fs.Duration("stop-timeout", 15*time.Second, "how long a graceful stop may take before the process exits anyway")
-	// The same rules as chdb.ServeOptions.Validate, by flag and all at once
-	// (and in herald config check); Validate stays the library's guard.
-	atLeast(fs, "tcp-port", tcpPort, 1)
-	atLeast(fs, "http-port", httpPort, 1)
+	// chdb.ServeOptions.Validate's rules (its CheckPort and CheckLogLevel),
+	// by flag and all at once (and in herald config check); Validate stays
+	// the library's guard.
 	atLeast(fs, "max-memory-mb", maxMemory, 0)
 	positive(fs, "stop-timeout", stopTimeout)
 	addCheck(fs, func() error {
@@ -41,15 +39,15 @@ func runClickHouseServer(ctx context.Context, args []string, stdout io.Writer) e
 			name string
 			v    int
 		}{{"tcp-port", *tcpPort}, {"http-port", *httpPort}} {
-			if p.v > 65535 {
-				errs = append(errs, badField(p.name, "must be a port from 1 to 65535, got %d", p.v))
+			if err := chdb.CheckPort(p.v); err != nil {
+				errs = append(errs, badField(p.name, "%v", err))
 			}
 		}
 		if *tcpPort == *httpPort {
 			errs = append(errs, badField("http-port", "must differ from --tcp-port (both %d)", *tcpPort))
 		}
-		if *logLevel != "" && !slices.Contains(chdb.LogLevels, *logLevel) {
-			errs = append(errs, badField("chdb-log-level", "%q is not one of %s", *logLevel, strings.Join(chdb.LogLevels, ", ")))
+		if err := chdb.CheckLogLevel(*logLevel); err != nil {
+			errs = append(errs, badField("chdb-log-level", "%v", err))
 		}
 		return errors.Join(errs...)
 	})

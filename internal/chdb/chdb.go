@@ -192,8 +192,8 @@ func (o ServeOptions) Validate() error {
 		name string
 		port int
 	}{{"TCPPort", o.TCPPort}, {"HTTPPort", o.HTTPPort}} {
-		if p.port <= 0 || p.port > 65535 {
-			return fmt.Errorf("chdb: ServeOptions.%s %d: want a port in 1..65535", p.name, p.port)
+		if err := CheckPort(p.port); err != nil {
+			return fmt.Errorf("chdb: ServeOptions.%s: %w", p.name, err)
 		}
 	}
 	if o.TCPPort == o.HTTPPort {
@@ -202,8 +202,25 @@ func (o ServeOptions) Validate() error {
 	if o.MaxMemoryMB < 0 {
 		return fmt.Errorf("chdb: ServeOptions.MaxMemoryMB %d: want 0 (no cap) or more", o.MaxMemoryMB)
 	}
-	if o.LogLevel != "" && !slices.Contains(LogLevels, o.LogLevel) {
-		return fmt.Errorf("chdb: log level %q: want one of %s", o.LogLevel, strings.Join(LogLevels, ", "))
+	if err := CheckLogLevel(o.LogLevel); err != nil {
+		return fmt.Errorf("chdb: log level: %w", err)
+	}
+	return nil
+}
+
+// CheckPort reports whether p is a port Serve can listen on: 1 to 65535
+// (0 would leave the server's address unknown).
+func CheckPort(p int) error {
+	if p <= 0 || p > 65535 {
+		return fmt.Errorf("must be a port from 1 to 65535, got %d", p)
+	}
+	return nil
+}
+
+// CheckLogLevel reports whether l is a LogLevel, or "" (errors only).
+func CheckLogLevel(l string) error {
+	if l != "" && !slices.Contains(LogLevels, l) {
+		return fmt.Errorf("%q is not one of %s", l, strings.Join(LogLevels, ", "))
 	}
 	return nil
 }
