@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sideshow/apns2"
@@ -182,13 +184,12 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	ff.register(fs)
 	var wf webpushFlags
 	wf.register(fs)
-	channel := fs.String("channel", "", "the channel to deliver: apns, fcm, webpush, feed or webhook")
+	channel := fs.String("channel", "", "the channel to deliver: "+strings.Join(sinkChannels, ", "))
 	addCheck(fs, func() error {
-		switch *channel {
-		case "", "apns", "fcm", "webpush", "feed", webhook.Channel: // required when the sink runs, not in a shared file
+		if *channel == "" || slices.Contains(sinkChannels, *channel) { // required when the sink runs, not in a shared file
 			return nil
 		}
-		return badField("channel", "%q has no sink (apns, fcm, webpush, feed, webhook)", *channel)
+		return badField("channel", "%q has no sink (%s)", *channel, strings.Join(sinkChannels, ", "))
 	})
 	allowPrivate := fs.Bool("webhook-allow-private", false, "webhook channel: let endpoints be called at private, loopback and link-local addresses (development and tests only; refused by default, checked on every connection)")
 	var of opsFlags
@@ -223,7 +224,7 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	case webhook.Channel:
 		return runWebhookSink(ctx, &sf, &kf, &of, *allowPrivate)
 	case "":
-		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: apns, fcm, webpush, feed or webhook", errUsage)
+		return fmt.Errorf("%w: --channel (HERALD_CHANNEL) is required: %s", errUsage, strings.Join(sinkChannels, ", "))
 	}
 	o, err := sf.options(*channel, p, &kf)
 	if err != nil {
@@ -240,6 +241,9 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	defer stop()
 	return r.Run(ctx)
 }
+
+// sinkChannels are the channels runSink has a sink for.
+var sinkChannels = []string{"apns", "fcm", "webpush", "feed", webhook.Channel}
 
 // providerError is a channel's adapter refusing its settings: a usage
 // error that says which flags configure it (the adapters' own errors name
