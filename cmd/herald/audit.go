@@ -59,7 +59,7 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 	switch {
 	case n != 1:
 		return fmt.Errorf("%w: give exactly one of --id, --recipient or --dedupe-key", errUsage)
-	case sel.NotificationID != "" && !isID(sel.NotificationID):
+	case sel.NotificationID != "" && !identity.Valid(sel.NotificationID):
 		return fmt.Errorf("%w: --id %q is not a notification id: 32 lower-case hex characters, as herald id prints", errUsage, sel.NotificationID)
 	case sel.Recipient != "" && sel.Since.IsZero():
 		return fmt.Errorf("%w: --recipient needs --since", errUsage)
@@ -80,12 +80,6 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return tl.Print(stdout)
-}
-
-// isID reports whether s is a notification id.
-func isID(s string) bool {
-	_, ok := identity.ParseID(s)
-	return ok
 }
 
 // auditTime reads a time (RFC 3339, "2006-01-02 15:04:05" or "2006-01-02",
