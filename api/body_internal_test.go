@@ -112,7 +112,7 @@ func BenchmarkParseSend(b *testing.B) {
 		if prob != nil {
 			b.Fatal(prob.Detail)
 		}
-		if _, err := s.requestRecord(reqs[0], "", now); err != nil {
+		if _, err := s.requestRecord(reqs[0], "", now, false); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -601,10 +601,10 @@ func TestTheAPIMetersItsGroupCommitAndItsWaitsForDecisions(t *testing.T) {
 	}
 	// The API's consumers of the pipeline's topics report their lag on
 	// the partitions they have read records from: the live decisions
-	// consumer read the send's decisions; the read model reads its
-	// requests, and the replica the dedupe stage's seen entries, maybe
-	// after the answer.
-	decisions, requests, seen := p.cat.Name(topics.Decisions), p.cat.Name(topics.Requests), p.cat.Name(topics.Seen)
+	// consumer read the replies to the send (its instance's partition of
+	// herald.replies); the read model reads its requests, and the replica
+	// the dedupe stage's seen entries, maybe after the answer.
+	decisions, requests, seen := p.cat.Name(topics.Replies), p.cat.Name(topics.Requests), p.cat.Name(topics.Seen)
 	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
 		m := scrapeRegistry(t, reg)
 		live := m.Has("herald_consumer_lag_records", "consumer", "api-live-decisions", "topic", decisions)

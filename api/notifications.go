@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/processors/dedupe"
 	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
@@ -311,16 +312,20 @@ func (s *Server) requests(snd *send, p principal, now time.Time) ([]schemas.Requ
 }
 
 // requestRecord encodes one request for herald.requests, keyed by its
-// notification id.
-func (s *Server) requestRecord(rq schemas.Request, targetDevice string, now time.Time) (*kgo.Record, error) {
+// notification id. A request whose caller waits names this instance's
+// reply partition (internal/reply): the stages answer there.
+func (s *Server) requestRecord(rq schemas.Request, targetDevice string, now time.Time, waits bool) (*kgo.Record, error) {
 	rq.TargetDevice = targetDevice
 	rq.Schema = s.cfg.RequestFormat.RequestSchema()
 	b, err := schemas.Encode(rq)
 	if err != nil {
 		return nil, err
 	}
-	return &kgo.Record{Topic: s.requestsT, Key: []byte(rq.NotificationID), Value: b, Timestamp: now,
-		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(rq.Schema)}}}, nil
+	hs := []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(rq.Schema)}}
+	if waits {
+		hs = reply.AppendHeader(hs, s.replyPartition)
+	}
+	return &kgo.Record{Topic: s.requestsT, Key: []byte(rq.NotificationID), Value: b, Timestamp: now, Headers: hs}, nil
 }
 
 func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p principal) {
@@ -342,10 +347,17 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 		writeProblem(w, prob)
 		return
 	}
+	wait := min(preferWait(r.Header), s.cfg.MaxWait)
+	withRoute := wait > 0 && s.cfg.WaitForRoute
+	if snd.n.IdempotencyKey != "" {
+		// The authoritative replay/conflict check is the dedupe stage's
+		// decision: wait for it (bounded) to answer as the original did.
+		wait = max(wait, s.cfg.IdempotencyWait)
+	}
 	recs := make([]*kgo.Record, len(reqs))
 	ids := make([]string, len(reqs))
 	for i, rq := range reqs {
-		rec, err := s.requestRecord(rq, snd.targetDevice, now)
+		rec, err := s.requestRecord(rq, snd.targetDevice, now, wait > 0)
 		if err != nil {
 			writeProblem(w, invalid(err.Error()))
 			return
@@ -354,13 +366,6 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 	}
 	requestID := reqs[0].RequestID
 
-	wait := min(preferWait(r.Header), s.cfg.MaxWait)
-	withRoute := wait > 0 && s.cfg.WaitForRoute
-	if snd.n.IdempotencyKey != "" {
-		// The authoritative replay/conflict check is the dedupe stage's
-		// decision: wait for it (bounded) to answer as the original did.
-		wait = max(wait, s.cfg.IdempotencyWait)
-	}
 	var wt *waiter
 	if wait > 0 {
 		wt = s.tr.expect(requestID, ids, withRoute)

@@ -20,6 +20,7 @@ import (
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/ops"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/processors/dedupe"
 	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
@@ -163,6 +164,11 @@ type Server struct {
 
 	requestsT, decisionsT, devicesT, prefsT, segmentsT string
 	attemptsT, outcomesT                               string
+	// repliesT is herald.replies; replyPartition the one partition of it
+	// this instance reads (set by Start), named on every request record
+	// whose caller waits (internal/reply).
+	repliesT       string
+	replyPartition int32
 	feedT                                              string
 	webhooksT                                          string
 	receiptsT                                          string
@@ -207,6 +213,7 @@ func New(cfg Config) (*Server, error) {
 		requestsT: cat.Name(topics.Requests), decisionsT: cat.Name(topics.Decisions),
 		devicesT: cat.Name(topics.Devices), prefsT: cat.Name(topics.Preferences), segmentsT: cat.Name(topics.Segments),
 		attemptsT: cat.Name(topics.Attempts), outcomesT: cat.Name(topics.Outcomes),
+		repliesT: cat.Name(topics.Replies),
 	}
 	s.kafka.Client = s.replicaClient
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
@@ -398,7 +405,7 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() { defer s.wg.Done(); s.w.run(runCtx) }()
 	go func() {
 		defer s.wg.Done()
-		s.tr.consumeLive(runCtx, liveCl, metrics.ConsumerLag(s.cfg.Metrics, "api-live-decisions"), s.log)
+		s.tr.consumeLive(runCtx, liveCl, s.repliesT, metrics.ConsumerLag(s.cfg.Metrics, "api-live-decisions"), s.log)
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -435,29 +442,42 @@ const (
 	batchedFetchWait  = 50 * time.Millisecond
 )
 
-// liveDecisionsClient lists the end offsets of herald.decisions and returns
-// a read_committed consumer of every partition from there (see
-// tracker.consumeLive). Listed before Start returns, so before any send:
-// every decision about a record this server writes is committed after the
-// listing, at or above those offsets, and reaches its waiter.
+// liveDecisionsClient lists the end offsets of this instance's partition
+// of herald.replies (reply.For its instance id) and returns a
+// read_committed consumer of that partition from there (see
+// tracker.consumeLive); with a quota, also of every partition of
+// herald.decisions from their ends, whose accepted decisions it counts.
+// Listed before Start returns, so before any send: every reply to a
+// record this server writes is committed after the listing, at or above
+// that offset, and reaches its waiter.
 func (s *Server) liveDecisionsClient(ctx context.Context, cl *kgo.Client, base []kgo.Opt) (*kgo.Client, error) {
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.decisionsT)
+	adm := kadm.NewClient(cl)
+	listed := []string{s.repliesT}
+	if s.cfg.QuotaPerWindow > 0 {
+		listed = append(listed, s.decisionsT)
+	}
+	ends, err := adm.ListEndOffsets(ctx, listed...)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("api: list end offsets of %s: %w", s.decisionsT, err)
+		return nil, fmt.Errorf("api: list end offsets of %s: %w (run herald topics create)", strings.Join(listed, ", "), err)
 	}
-	from := map[int32]kgo.Offset{}
+	replies := ends[s.repliesT]
+	if len(replies) == 0 {
+		return nil, fmt.Errorf("api: topic %s has no partitions (run herald topics create)", s.repliesT)
+	}
+	s.replyPartition = reply.For(s.cfg.InstanceID, len(replies))
+	from := map[string]map[int32]kgo.Offset{s.repliesT: {s.replyPartition: kgo.NewOffset().At(replies[s.replyPartition].Offset)}}
 	s.tr.liveFrom = map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		from[o.Partition] = kgo.NewOffset().At(o.Offset)
-		s.tr.liveFrom[o.Partition] = o.Offset
-	})
-	if len(from) == 0 {
-		return nil, fmt.Errorf("api: topic %s has no partitions (run herald topics create)", s.decisionsT)
+	if s.cfg.QuotaPerWindow > 0 {
+		from[s.decisionsT] = map[int32]kgo.Offset{}
+		for p, o := range ends[s.decisionsT] {
+			from[s.decisionsT][p] = kgo.NewOffset().At(o.Offset)
+			s.tr.liveFrom[p] = o.Offset
+		}
 	}
-	liveCl, err := kgo.NewClient(append(base, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.decisionsT: from}))...)
+	liveCl, err := kgo.NewClient(append(base, kgo.ConsumePartitions(from))...)
 	if err != nil {
 		return nil, fmt.Errorf("api: live decisions client: %w", err)
 	}

@@ -33,8 +33,8 @@ import (
 // packed: its events are the record values they were read from, one copy
 // each, decoded only when the notification is read (see note). The decisions
 // that callers wait for (Prefer: wait, idempotency keys) come from a second
-// consumer of herald.decisions that starts at its end (consumeLive), so
-// they never wait for that catch-up.
+// consumer that reads only this instance's partition of herald.replies from
+// its end (consumeLive), so they never wait for that catch-up.
 type tracker struct {
 	max    int
 	quotaW int64 // quota window in ms; 0 without a quota
@@ -333,20 +333,26 @@ func (t *tracker) countAccepted(d *schemas.Decision) {
 	}
 }
 
-// addLive counts a decision the live consumer read against the quota and
-// hands it to the call waiting for it, if any, in that order: a call's
-// answer implies its accepted notifications count. Only the live decisions
-// consumer (consumeLive) calls it: the read model's consumer starts
-// Lookback ago and reaches new decisions only once it has read the history
-// before them.
+// addLive hands a decision the live consumer read to the call waiting for
+// it, if any (answer: read from this instance's partition of
+// herald.replies), or counts it against the quota (count: read from
+// herald.decisions, which the live consumer reads only with a quota). Only
+// the live consumer (consumeLive) calls it: the read model's consumer
+// starts Lookback ago and reaches new decisions only once it has read the
+// history before them.
 //
 // d was read in place from value (its strings may point into the record
 // being read); a decision handed to a waiter is decoded again from value,
 // into strings of its own.
-func (t *tracker) addLive(d *schemas.Decision, value []byte) {
+func (t *tracker) addLive(d *schemas.Decision, value []byte, count, answer bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.countAccepted(d)
+	if count {
+		t.countAccepted(d)
+	}
+	if !answer {
+		return
+	}
 	w := t.waiters[d.RequestID]
 	if w == nil || !w.want[d.NotificationID] {
 		return
@@ -479,21 +485,23 @@ var kindOrder = map[string]int{sdk.EventRequested: 0, sdk.EventDecision: 1, sdk.
 // trackerTopics names the topics the read model consumes.
 type trackerTopics struct{ requests, decisions, attempts, outcomes, receipts string }
 
-// consumeLive reads herald.decisions from where cl was positioned (the end
-// offsets listed when the server started, see Server.Start) until ctx ends,
-// and hands each decision to its waiter. It never reads history, so a call
-// waiting for a decision is answered as soon as the decision is committed,
-// however much the read model still has to catch up.
-func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, lag *metrics.Lag, log *slog.Logger) {
+// consumeLive reads this instance's partition of herald.replies (and, with
+// a quota, herald.decisions) from where cl was positioned (the end offsets
+// listed when the server started, see Server.liveDecisionsClient) until
+// ctx ends, and hands each reply to its waiter. It never reads history, so
+// a call waiting for a decision is answered as soon as the decision is
+// committed, however much the read model still has to catch up.
+func (t *tracker) consumeLive(ctx context.Context, cl *kgo.Client, repliesT string, lag *metrics.Lag, log *slog.Logger) {
 	var dec schemas.Decoder
 	d := new(schemas.Decision) // one for every record: see tracker.scratch
 	pollEach(ctx, cl, lag, log, "live decisions", func(r *kgo.Record) {
 		*d = schemas.Decision{}
 		if err := dec.DecodeShared(r.Value, d); err != nil {
-			log.Debug("live decisions: skip undecodable decision", "partition", r.Partition, "offset", r.Offset, "err", err)
+			log.Debug("live decisions: skip undecodable decision", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 			return
 		}
-		t.addLive(d, r.Value)
+		replied := r.Topic == repliesT
+		t.addLive(d, r.Value, !replied, replied)
 	})
 }
 

@@ -112,7 +112,7 @@ func TestTheReadModelKeepsCopiesOfTheRecordsItReads(t *testing.T) {
 			if err := shared.DecodeShared(live, &d); err != nil {
 				t.Fatal(err)
 			}
-			tr.addLive(&d, live)
+			tr.addLive(&d, live, false, true) // a reply
 			for i := range live {
 				live[i] = 'z'
 			}

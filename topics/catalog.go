@@ -160,6 +160,8 @@ func New(o Options) *Catalog {
 		compacted("seen", seenDoc, map[string]string{"delete.retention.ms": strconv.FormatInt(o.SeenTombstoneRetentionMs, 10)})
 	}
 	events("accepted", "notifications accepted by the dedupe stage; key: tenant/recipient")
+	events(Replies, "answers to waiting API callers (internal/reply): a copy of each stage decision about a request whose header herald-reply-to names a partition, written to that partition in the decision's transaction; key: notification id; kept one hour, never audited",
+		map[string]string{"retention.ms": "3600000"})
 	// The route stage's state is written in transactions like the seen-set,
 	// so it takes the seen-set's cleanup policy (kfake's defect 3).
 	const routeDoc = "the route stage's state changelog (rate counters, digest buffers, deferred deliveries), co-partitioned with accepted; key: kind/tenant/recipient/...; tombstone when done"
@@ -248,6 +250,7 @@ const (
 	Decisions   = "decisions"
 	Seen        = "seen"
 	Accepted    = "accepted"
+	Replies     = "replies"
 	Route       = "route"
 	Attempts    = "attempts"
 	Outcomes    = "outcomes"

@@ -10,12 +10,13 @@ import (
 // lands where the stage that owns it reads:
 //   - changelog topics (the seen-set, the route state, the sinks' state, the webhook completion state) are written to the partition set on the
 //     record (the partition of the input record that produced the change);
+//     so are replies (the partition the waiting caller named, internal/reply);
 //   - devices are hashed by their recipient prefix, co-partitioning them
 //     with preferences and accepted notifications;
 //   - everything else is hashed by its whole key with Kafka's murmur2, the
 //     default of the Java client, so producers in other languages agree.
 func (c *Catalog) Partitioner() kgo.Partitioner {
-	manual := map[string]bool{c.Name(Seen): true, c.Name(Route): true, c.Name(CompletionState): true}
+	manual := map[string]bool{c.Name(Seen): true, c.Name(Route): true, c.Name(CompletionState): true, c.Name(Replies): true}
 	for _, ch := range SinkChannels {
 		manual[c.Name(SinkState(ch))] = true
 	}

@@ -38,6 +38,9 @@ func TopicsOf(c *topics.Catalog) Topics {
 		Decisions: c.Name(topics.Decisions),
 		Seen:      c.Name(topics.Seen),
 		Accepted:  c.Name(topics.Accepted),
+		Replies:   c.Name(topics.Replies),
+		// Every catalog topic has the catalog's partitions.
+		ReplyPartitions: c.Options().Partitions,
 	}
 }
 
@@ -56,7 +59,7 @@ func New(o Options) (*stage.Runner, error) {
 	}
 	decisions := metrics.NewDecisions(o.Metrics, "dedupe")
 	cfg := o.Config("dedupe")
-	cfg.Input, cfg.Changelogs, cfg.Outputs = t.Requests, []string{t.Seen}, []string{t.Decisions, t.Accepted}
+	cfg.Input, cfg.Changelogs, cfg.Outputs = t.Requests, []string{t.Seen}, []string{t.Decisions, t.Accepted, t.Replies}
 	cfg.NewTask = func(p int32) stage.Task {
 		task := NewTask(o.Policy, t, p)
 		task.decisions = decisions.Tally()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/schemas/seenpb"
@@ -16,6 +17,11 @@ import (
 // Topics names the topics the stage reads and writes.
 type Topics struct {
 	Requests, Decisions, Seen, Accepted string
+	// Replies is where the answers to waiting callers go (internal/reply);
+	// empty: none are written (a replay's sandbox). ReplyPartitions is its
+	// number of partitions: a request naming another is not answered.
+	Replies         string
+	ReplyPartitions int32
 }
 
 // Task is the dedupe stage's state for one requests partition: the
@@ -42,6 +48,10 @@ type Task struct {
 	popped  []poppedItem      // popped from queued in this transaction, re-queued on abort
 
 	streamTime, pendingStreamTime int64
+
+	// replyTo is the reply partition the record being processed asks for
+	// (internal/reply), -1 for none.
+	replyTo int32
 
 	// decisions counts the transaction's decisions (nil: not counted).
 	decisions *metrics.Tally
@@ -196,6 +206,10 @@ func (t *Task) decisionID(src Source) string {
 func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	at := r.Timestamp.UnixMilli()
 	src := Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	t.replyTo = -1
+	if p, ok := reply.Partition(r, t.topics.ReplyPartitions); ok && t.topics.Replies != "" {
+		t.replyTo = p
+	}
 	req := &t.req
 	*req = schemas.Request{}
 	// The request is read in place: its strings point into r.Value, which
@@ -243,6 +257,10 @@ func (t *Task) emitDecision(d *schemas.Decision, at int64, out *stage.Out) error
 		return err
 	}
 	out.Emit(rec)
+	if t.replyTo >= 0 {
+		// The answer to the waiting caller, in the decision's transaction.
+		out.Emit(reply.Fill(t.out.newRecord(), rec, t.topics.Replies, t.replyTo))
+	}
 	t.decisions.Add(d.Tenant, d.Type, d.Outcome)
 	return nil
 }
@@ -284,7 +302,11 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 		t.draft.accepted = acceptedOf(req, at, occurrence)
 		t.draft.accepted.Schema = t.RecordFormat.AcceptedSchema()
 		key := schemas.AppendRecipientKey(t.out.reserve(textRoom), req.Tenant, req.Recipient)
-		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, t.headers(acceptedHeaders, acceptedV2Headers), at)
+		hs := t.headers(acceptedHeaders, acceptedV2Headers)
+		if t.replyTo >= 0 {
+			hs = reply.AppendHeader(hs, t.replyTo) // the route stage answers too
+		}
+		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, hs, at)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -19,6 +20,10 @@ type Topics struct {
 	Accepted, Decisions, Route, Devices, Preferences string
 	// Deliveries by channel.
 	Deliveries map[string]string
+	// Replies is where the answers to waiting callers go (internal/reply),
+	// ReplyPartitions its partitions; empty: none are written.
+	Replies         string
+	ReplyPartitions int32
 }
 
 // TopicsOf returns the route stage's topics in a catalog.
@@ -30,6 +35,9 @@ func TopicsOf(c *topics.Catalog) Topics {
 		Devices:     c.Name(topics.Devices),
 		Preferences: c.Name(topics.Preferences),
 		Deliveries:  map[string]string{},
+		Replies:     c.Name(topics.Replies),
+		// Every catalog topic has the catalog's partitions.
+		ReplyPartitions: c.Options().Partitions,
 	}
 	for _, ch := range topics.Channels {
 		t.Deliveries[ch] = c.Name(topics.Deliveries(ch))
@@ -38,11 +46,15 @@ func TopicsOf(c *topics.Catalog) Topics {
 }
 
 // outputs are the topics the stage writes besides its changelog: the
-// decisions and every channel's deliveries, in topics.Channels' order.
+// decisions, every channel's deliveries, in topics.Channels' order, and
+// the replies.
 func (t Topics) outputs() []string {
 	out := []string{t.Decisions}
 	for _, ch := range topics.Channels {
 		out = append(out, t.Deliveries[ch])
+	}
+	if t.Replies != "" {
+		out = append(out, t.Replies)
 	}
 	return out
 }
@@ -71,6 +83,10 @@ type Task struct {
 
 	streamTime, pendingStreamTime int64
 
+	// replyTo is the reply partition the notification being decided asks
+	// for (internal/reply), -1 for none.
+	replyTo int32
+
 	// decisions counts the transaction's decisions (nil: not counted).
 	decisions *metrics.Tally
 	// RecordFormat: how decisions are written (see Options.RecordFormat).
@@ -82,7 +98,7 @@ var _ stage.Task = (*Task)(nil)
 // NewTask returns the empty task of one partition. now, when not nil, is
 // the wall clock minus the grace period (see the package doc).
 func NewTask(p Policy, t Topics, partition int32, dir Directory, now func() int64) *Task {
-	return &Task{policy: p, topics: t, partition: partition, dir: dir, now: now,
+	return &Task{policy: p, topics: t, partition: partition, dir: dir, now: now, replyTo: -1,
 		state: map[string]schemas.RouteEntry{}, pending: map[string]*schemas.RouteEntry{}}
 }
 
@@ -145,6 +161,11 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		return err
 	}
 	res := t.policy.Decide(n, at, src, t.lookup, t.dir.Recipient(n.Tenant, n.Recipient))
+	// Answer a waiting caller (internal/reply); timers fired above do not.
+	if p, ok := reply.Partition(r, t.topics.ReplyPartitions); ok && t.topics.Replies != "" {
+		t.replyTo = p
+		defer func() { t.replyTo = -1 }()
+	}
 	return t.emit(res, at, out)
 }
 
@@ -188,6 +209,11 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 			return err
 		}
 		out.Emit(r)
+		if t.replyTo >= 0 && d.Channel == "" {
+			// The notification's decision (not a channel's), in the
+			// decision's transaction.
+			out.Emit(reply.Of(r, t.topics.Replies, t.replyTo))
+		}
 		t.decisions.Add(d.Tenant, d.Type, d.Outcome)
 	}
 	for _, c := range res.State {
