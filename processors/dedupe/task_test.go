@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 )
@@ -375,4 +376,81 @@ func TestWhatTheSeenSetKeepsOfARequestOutlivesTheRecordItWasReadFrom(t *testing.
 			}
 		})
 	}
+}
+
+func TestADecisionIsAnsweredOnTheReplyPartitionTheRequestNamed(t *testing.T) {
+	topics := Topics{Requests: "requests", Decisions: "decisions", Seen: "seen", Accepted: "accepted", Replies: "replies", ReplyPartitions: 4}
+	process := func(t *testing.T, task *Task, r schemas.Request, off int64, hs []kgo.RecordHeader) []*kgo.Record {
+		t.Helper()
+		b, err := schemas.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out stage.Out
+		rec := &kgo.Record{Topic: "requests", Partition: 3, Key: []byte(r.NotificationID), Value: b, Offset: off, Timestamp: taskBase, Headers: hs}
+		if err := task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+		recs := make([]*kgo.Record, 0, out.Len())
+		for _, o := range outRecords(&out) {
+			recs = append(recs, stored(o))
+		}
+		task.Commit()
+		return recs
+	}
+	on := func(recs []*kgo.Record, topic string) []*kgo.Record {
+		var got []*kgo.Record
+		for _, r := range recs {
+			if r.Topic == topic {
+				got = append(got, r)
+			}
+		}
+		return got
+	}
+	t.Run("an accepted request's decision is copied to the named partition, and the accepted notification carries the name on", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), topics, 3)
+		recs := process(t, task, req("a", "k1", ""), 0, reply.AppendHeader(nil, 2))
+		dec, rep, acc := on(recs, "decisions"), on(recs, "replies"), on(recs, "accepted")
+		if len(dec) != 1 || len(rep) != 1 || len(acc) != 1 {
+			t.Fatalf("%d decisions, %d replies, %d accepted; want one each", len(dec), len(rep), len(acc))
+		}
+		if rep[0].Partition != 2 || !bytes.Equal(rep[0].Value, dec[0].Value) || !bytes.Equal(rep[0].Key, dec[0].Key) {
+			t.Fatalf("reply on partition %d, same value %v; want partition 2 and the decision's value", rep[0].Partition, bytes.Equal(rep[0].Value, dec[0].Value))
+		}
+		if p, ok := reply.FromHeaders(acc[0].Headers); !ok || p != 2 {
+			t.Fatalf("the accepted notification names reply partition %d (%v), want 2", p, ok)
+		}
+	})
+	t.Run("a duplicate is answered too", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), topics, 3)
+		process(t, task, req("a", "k1", ""), 0, nil)
+		recs := process(t, task, req("a", "k1", ""), 1, reply.AppendHeader(nil, 1))
+		rep := on(recs, "replies")
+		var d schemas.Decision
+		if len(rep) != 1 || schemas.Decode(rep[0].Value, &d) != nil || d.Outcome != schemas.DecisionDuplicate || rep[0].Partition != 1 {
+			t.Fatalf("replies %d (%+v); want one duplicate decision on partition 1", len(rep), d)
+		}
+	})
+	t.Run("a request that names no partition, or one the topic does not have, is not answered", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), topics, 3)
+		for i, hs := range [][]kgo.RecordHeader{nil, reply.AppendHeader(nil, 4)} {
+			recs := process(t, task, req("a", fmt.Sprint("k", i), ""), int64(i), hs)
+			if n := len(on(recs, "replies")); n != 0 || len(on(recs, "decisions")) != 1 {
+				t.Fatalf("request %d: %d replies, want none and its decision", i, n)
+			}
+			for _, a := range on(recs, "accepted") {
+				if _, ok := reply.FromHeaders(a.Headers); ok {
+					t.Fatalf("request %d: the accepted notification names a reply partition", i)
+				}
+			}
+		}
+	})
+	t.Run("a task without a replies topic (a replay's sandbox) answers nothing", func(t *testing.T) {
+		sandbox := topics
+		sandbox.Replies = ""
+		task := NewTask(DefaultPolicy(), sandbox, 3)
+		if n := len(on(process(t, task, req("a", "k1", ""), 0, reply.AppendHeader(nil, 2)), "replies")); n != 0 {
+			t.Fatalf("%d replies, want none", n)
+		}
+	})
 }

@@ -3,12 +3,14 @@ package route
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 )
@@ -234,4 +236,67 @@ func TestDecisionsAreWrittenInTheTasksRecordFormat(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestTheNotificationsDecisionIsAnsweredOnTheReplyPartitionItNamed(t *testing.T) {
+	tp := testTopics
+	tp.Replies, tp.ReplyPartitions = "replies", 4
+	quiet := Recipient{Devices: fourDevices[:1], Prefs: &schemas.Preferences{QuietHours: &schemas.QuietHours{Start: "22:00", End: "07:00", TimeZone: "UTC"}}}
+	process := func(t *testing.T, task *Task, n schemas.Accepted, at time.Duration, hs []kgo.RecordHeader) *stage.Out {
+		t.Helper()
+		rec := acceptedRecord(t, n, 0, at)
+		rec.Headers = hs
+		var out stage.Out
+		if err := task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+		task.Commit()
+		return &out
+	}
+	replies := func(out *stage.Out) []schemas.Decision {
+		var ds []schemas.Decision
+		for _, r := range out.Records() {
+			if r.Topic == "replies" {
+				var d schemas.Decision
+				if err := schemas.Decode(r.Value, &d); err != nil {
+					t.Fatal(err)
+				}
+				if r.Partition != 2 {
+					t.Fatalf("a reply on partition %d, want 2", r.Partition)
+				}
+				ds = append(ds, d)
+			}
+		}
+		return ds
+	}
+	t.Run("a routed notification's decision, and none of its channels', is answered", func(t *testing.T) {
+		task := NewTask(Policy{}, tp, 0, StaticDirectory{schemas.RecipientKey("acme", "u1"): Recipient{Devices: fourDevices}}, nil)
+		out := process(t, task, note("x", "1"), 0, reply.AppendHeader(nil, 2))
+		ds := replies(out)
+		if len(ds) != 1 || ds[0].Channel != "" || ds[0].Outcome != schemas.DecisionRouted || len(ds[0].Deliveries) == 0 {
+			t.Fatalf("replies %+v; want the one routed decision with its deliveries", ds)
+		}
+	})
+	t.Run("a deferral is answered when decided, and its release later is not", func(t *testing.T) {
+		clock := int64(0)
+		task := NewTask(Policy{}, tp, 0, StaticDirectory{schemas.RecipientKey("acme", "u1"): quiet}, func() int64 { return clock })
+		out := process(t, task, note("x", "1"), 11*time.Hour, reply.AppendHeader(nil, 2)) // 23:00 UTC
+		if ds := replies(out); len(ds) != 1 || ds[0].Outcome != schemas.DecisionDeferred {
+			t.Fatalf("replies %+v; want the deferral", ds)
+		}
+		clock = base.Add(20 * time.Hour).UnixMilli()
+		var tick stage.Out
+		task.Tick(&tick)
+		if count(&tick, "d.apns") != 1 || len(replies(&tick)) != 0 {
+			t.Fatalf("the release emitted %d apns commands and %d replies; want 1 and none", count(&tick, "d.apns"), len(replies(&tick)))
+		}
+	})
+	t.Run("a notification that names no partition, or a partition the topic does not have, is not answered", func(t *testing.T) {
+		task := NewTask(Policy{}, tp, 0, StaticDirectory{schemas.RecipientKey("acme", "u1"): Recipient{Devices: fourDevices}}, nil)
+		for i, hs := range [][]kgo.RecordHeader{nil, reply.AppendHeader(nil, 4)} {
+			if out := process(t, task, note("x", fmt.Sprint(i)), 0, hs); count(out, "replies") != 0 || count(out, "decisions") == 0 {
+				t.Fatalf("notification %d: %d replies, want none", i, count(out, "replies"))
+			}
+		}
+	})
 }
