@@ -394,6 +394,12 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 			s.waitedIncomplete.ObserveSince(start)
 		}
 	}
+	if s.tr.ownOnly {
+		// The bounded cache of this instance's own sends (see history.go).
+		for i, rec := range recs {
+			s.tr.placeOwn(p.tenant, ids[i], now.UnixMilli(), rec.Value)
+		}
+	}
 	s.log.Debug("send written", "tenant", p.tenant, "request_id", requestID, "notifications", len(reqs), "decided", len(got))
 	s.answerSend(w, reqs, requestID, got, routed)
 }
@@ -590,6 +596,22 @@ func (s *Server) getNotification(w http.ResponseWriter, r *http.Request, p princ
 	if !identity.Valid(id) {
 		writeProblem(w, notFound("notification"))
 		return
+	}
+	if s.cfg.historyFromAudit() {
+		rec, ok, err := s.auditRecord(r.Context(), p.tenant, id)
+		if err != nil {
+			// The cache may still know it; else the audit's failure is the answer.
+			if rec, ok := s.tr.record(p.tenant, id); ok {
+				writeJSON(w, http.StatusOK, rec)
+				return
+			}
+			s.dashboardFailed(w, r, err)
+			return
+		}
+		if ok {
+			writeJSON(w, http.StatusOK, rec)
+			return
+		}
 	}
 	rec, ok := s.tr.record(p.tenant, id)
 	if !ok {

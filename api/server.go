@@ -217,6 +217,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.kafka.Client = s.replicaClient
 	s.tr = newTracker(cfg.MaxTracked, cfg.QuotaWindow)
+	s.tr.ownOnly = cfg.historyFromAudit()
 	const waitHelp = "time a send waiting for its decisions (Prefer: wait, or an idempotency key) waited after its commit; result=complete when every decision arrived in time"
 	s.waitedComplete = cfg.Metrics.Histogram("herald_api_decision_wait_seconds", waitHelp, metrics.LatencyBuckets, "result", "complete")
 	s.waitedIncomplete = cfg.Metrics.Histogram("herald_api_decision_wait_seconds", waitHelp, metrics.LatencyBuckets, "result", "incomplete")
@@ -368,13 +369,25 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("api: already started (a server starts once)")
 	}
 	base := append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted())}, s.cfg.ClientOpts...)
-	trCl, err := kgo.NewClient(append(base,
-		kgo.ConsumeTopics(s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT, s.receiptsT),
-		kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-s.cfg.Lookback).UnixMilli())),
-		kgo.FetchMinBytes(batchedFetchBytes), kgo.FetchMaxWait(batchedFetchWait),
-	)...)
-	if err != nil {
-		return fmt.Errorf("api: read model client: %w", err)
+	// The read model's consumer: none when history comes from the audit
+	// record (history.go). franz-go fetches as soon as a consuming client
+	// exists, so it is not even made then.
+	var trCl *kgo.Client
+	if !s.tr.ownOnly {
+		var err error
+		trCl, err = kgo.NewClient(append(base,
+			kgo.ConsumeTopics(s.requestsT, s.decisionsT, s.attemptsT, s.outcomesT, s.receiptsT),
+			kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-s.cfg.Lookback).UnixMilli())),
+			kgo.FetchMinBytes(batchedFetchBytes), kgo.FetchMaxWait(batchedFetchWait),
+		)...)
+		if err != nil {
+			return fmt.Errorf("api: read model client: %w", err)
+		}
+	}
+	closeTr := func() {
+		if trCl != nil {
+			trCl.Close()
+		}
 	}
 	repCl, err := kgo.NewClient(append(base,
 		kgo.ConsumeTopics(s.rep.topics()...),
@@ -383,23 +396,26 @@ func (s *Server) Start(ctx context.Context) error {
 		kgo.FetchMinBytes(batchedFetchBytes), kgo.FetchMaxWait(batchedFetchWait),
 	)...)
 	if err != nil {
-		trCl.Close()
+		closeTr()
 		return fmt.Errorf("api: replica client: %w", err)
 	}
 	if err := repCl.Ping(ctx); err != nil {
-		trCl.Close()
+		closeTr()
 		repCl.Close()
 		return fmt.Errorf("api: reach Kafka: %w", err)
 	}
 	liveCl, err := s.liveDecisionsClient(ctx, repCl, base)
 	if err != nil {
-		trCl.Close()
+		closeTr()
 		repCl.Close()
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.clients = []*kgo.Client{trCl, repCl, liveCl}
+	s.clients = []*kgo.Client{repCl, liveCl}
+	if trCl != nil {
+		s.clients = append(s.clients, trCl)
+	}
 	s.started = true
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.w.run(runCtx) }()
@@ -409,6 +425,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer s.wg.Done()
+		if trCl == nil {
+			return // history comes from the audit record (history.go)
+		}
 		if s.cfg.holdReadModel != nil {
 			select {
 			case <-s.cfg.holdReadModel:
@@ -536,7 +555,7 @@ func (s *Server) replicaClient() *kgo.Client {
 	if !s.started {
 		return nil
 	}
-	return s.clients[1]
+	return s.clients[0]
 }
 
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request, _ principal) {

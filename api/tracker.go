@@ -38,6 +38,10 @@ import (
 type tracker struct {
 	max    int
 	quotaW int64 // quota window in ms; 0 without a quota
+	// ownOnly: the read model consumer does not run (history comes from
+	// the audit record, see history.go); the tracker caches this
+	// instance's own sends and the replies to them.
+	ownOnly bool
 
 	mu      sync.Mutex
 	notes   map[noteKey]*note
@@ -210,6 +214,14 @@ func (t *tracker) noteFor(k noteKey) *note {
 // placed nowhere.
 
 // addRequest places a request.
+// placeOwn places a request this instance wrote itself (the bounded cache
+// of its own sends, when the read model does not run: see history.go).
+func (t *tracker) placeOwn(tenant, id string, at int64, value []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.place(noteKey{tenant, id}, sdk.EventRequested, at, value)
+}
+
 func (t *tracker) addRequest(value []byte, at int64) error {
 	r := &t.scratch.req
 	*r = schemas.Request{}
@@ -352,6 +364,10 @@ func (t *tracker) addLive(d *schemas.Decision, value []byte, count, answer bool)
 	}
 	if !answer {
 		return
+	}
+	if t.ownOnly && d.Tenant != "" {
+		// The cache of this instance's own sends keeps the answers too.
+		t.place(noteKey{d.Tenant, d.NotificationID}, sdk.EventDecision, d.At, value)
 	}
 	w := t.waiters[d.RequestID]
 	if w == nil || !w.want[d.NotificationID] {

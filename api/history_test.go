@@ -1,0 +1,116 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/analytics/dashboard"
+	"github.com/heraldhq/herald/analytics/migrations"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/sdk"
+)
+
+func TestTheRecordFromTheAuditIsTheFirstRequestAndEveryEventInTimeOrder(t *testing.T) {
+	const id = "52f364d9288c640b306b566e509104bd"
+	at := time.UnixMilli(1_765_000_000_000).UTC()
+	tl := &audit.Timeline{
+		Requests: []audit.Request{
+			{At: at.Add(time.Minute), RequestID: "r2", NotificationID: id, Type: "invoice.paid", Recipient: "u1", IDSource: "dedupe_key", DedupeKey: "k"},
+			{At: at, RequestID: "r1", NotificationID: id, Type: "invoice.paid", Recipient: "u1", IDSource: "dedupe_key", DedupeKey: "k", Title: "Paid", Source: "api"},
+		},
+		Decisions: []audit.Decision{
+			{At: at.Add(time.Minute), Stage: "dedupe", Outcome: "duplicate", RequestID: "r2", NotificationID: id},
+			{At: at, Stage: "route", Outcome: "routed", RequestID: "r1", NotificationID: id},
+			{At: at, Stage: "dedupe", Outcome: "accepted", RequestID: "r1", NotificationID: id},
+		},
+		Outcomes: []audit.Outcome{{At: at.Add(time.Second), DeliveryID: "d1", NotificationID: id, Channel: "apns", Status: "delivered", Attempts: 1}},
+	}
+	// Audit rows come in table order; the first request is the earliest.
+	tl.Requests[0], tl.Requests[1] = tl.Requests[1], tl.Requests[0]
+	rec, ok := recordFromAudit(tl, id)
+	if !ok {
+		t.Fatal("no record")
+	}
+	if rec.RequestID != "r1" || rec.Title != "Paid" || rec.Status != "accepted" || rec.CreatedAt != at.UnixMilli() {
+		t.Fatalf("record %+v; want the first request r1, accepted", rec)
+	}
+	var kinds []string
+	for _, e := range rec.Timeline {
+		kinds = append(kinds, e.Kind+"/"+e.Outcome+e.Status)
+	}
+	want := []string{"requested/", "decision/routed", "decision/accepted", "outcome/delivered", "requested/", "decision/duplicate"}
+	if len(kinds) != len(want) {
+		t.Fatalf("timeline %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("timeline %v, want %v", kinds, want)
+		}
+	}
+	if _, ok := recordFromAudit(&audit.Timeline{Outcomes: tl.Outcomes}, id); ok {
+		t.Fatal("outcomes alone made a record: the audit holds no request or decision of it")
+	}
+}
+
+// TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince is
+// the front door's history promise: GET /v1/notifications/{id} reads the
+// year-long audit, so an instance that never saw the send (here, one that
+// is not even connected to Kafka) answers it with its whole timeline, and
+// the read model's size does not bound it.
+func TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince(t *testing.T) {
+	addr, db := testenv.ClickHouseDB(t)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
+		t.Fatal(err)
+	}
+	const id = "0f9e8d7c6b5a49382716f5e4d3c2b1a0"
+	at := time.Now().UTC().Add(-400 * 24 * time.Hour / 2) // two hundred days ago
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if err := conn.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("INSERT INTO `"+db+"`.requests (kafka_topic, kafka_partition, kafka_offset, at, request_id, tenant, type, recipient, notification_id, id_source, dedupe_key, title, source) VALUES ('herald.requests', 3, 17, ?, 'req-1', 'ta', 'invoice.paid', 'u1', ?, 'dedupe_key', 'k1', 'Paid', 'api')", at, id)
+	exec("INSERT INTO `"+db+"`.decisions (kafka_topic, kafka_partition, kafka_offset, at, decision_id, stage, outcome, request_id, tenant, type, recipient, notification_id) VALUES ('herald.decisions', 3, 20, ?, 'dec-1', 'dedupe', 'accepted', 'req-1', 'ta', 'invoice.paid', 'u1', ?)", at, id)
+	exec("INSERT INTO `"+db+"`.outcomes (kafka_topic, kafka_partition, kafka_offset, at, delivery_id, notification_id, tenant, type, recipient, device_id, channel, status, attempts) VALUES ('herald.outcomes', 1, 5, ?, 'del-1', ?, 'ta', 'invoice.paid', 'u1', 'ios-a', 'apns', 'delivered', 1)", at.Add(time.Second), id)
+
+	s := unstarted(t, func(c *Config) {
+		c.Dashboard = &dashboard.Source{Conn: conn, Database: db}
+		c.MaxTracked = 1 // the read model could hold one notification: it is not asked
+	})
+	t.Run("the tenant's notification is found with its timeline", func(t *testing.T) {
+		w := do(t, s, "GET", "/v1/notifications/"+id, keyA, "")
+		if w.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+		var rec sdk.NotificationRecord
+		if err := json.Unmarshal(w.Body.Bytes(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.RequestID != "req-1" || rec.Status != "accepted" || len(rec.Timeline) != 3 || rec.Timeline[2].Status != "delivered" {
+			t.Fatalf("record %+v", rec)
+		}
+	})
+	t.Run("another tenant's key does not find it", func(t *testing.T) {
+		if w := do(t, s, "GET", "/v1/notifications/"+id, keyB, ""); w.Code != http.StatusNotFound {
+			t.Fatalf("status %d, want 404", w.Code)
+		}
+	})
+	t.Run("an id the audit does not hold is not found", func(t *testing.T) {
+		if w := do(t, s, "GET", "/v1/notifications/00000000000000000000000000000001", keyA, ""); w.Code != http.StatusNotFound {
+			t.Fatalf("status %d, want 404", w.Code)
+		}
+	})
+}
