@@ -6,25 +6,37 @@
 // served at /openapi.json). New returns a Server, an http.Handler that
 // `herald api` serves on its own listener and `herald dev` can mount.
 //
-// # Writes: one transaction per request, grouped
+// # Writes: one record alone, several records in one transaction, grouped
 //
-// Every write goes through one transactional producer (acks=all,
-// idempotent) per instance, transactional id "herald-api-<instance>". A
-// request's records (one per recipient) always share a transaction, so a
-// multi-recipient send is all-or-nothing in Kafka. Requests that arrive
-// while a transaction commits wait and are committed together in the next
-// one (group commit, up to MaxBatchRecords records): a failed transaction
-// fails every request in it with 503 and nothing of them is visible to
-// read_committed readers. A commit whose outcome Kafka did not confirm is
-// also a 503, and the records may be in Kafka: a retry with the same
-// idempotency or dedupe key is then decided as a replay or duplicate. A
-// send with neither key gets a random id and cannot be told from a second
-// send (the Go SDK's Client always sends an idempotency key).
+// A write of one record (a send to one recipient, a device, a preference,
+// a receipt) is produced alone by an idempotent producer with acks=all: a
+// single record is atomic without a transaction, and a transaction per
+// send would cost the broker markers on every partition it touched. A
+// write of several records (a multi-recipient send) goes through one
+// transactional producer (acks=all, idempotent) per instance,
+// transactional id "herald-api-<instance>", so a multi-recipient send is
+// all-or-nothing in Kafka. Such requests that arrive while a transaction
+// commits wait and are committed together in the next one (group commit,
+// up to MaxBatchRecords records): a failed transaction fails every request
+// in it with 503 and nothing of them is visible to read_committed readers.
+// A write whose outcome Kafka did not confirm (a commit, or a single
+// record's produce, that failed after it was sent) is also a 503, and the
+// records may be in Kafka: a retry with the same idempotency or dedupe key
+// is then decided as a replay or duplicate. A send with neither key gets a
+// random id and cannot be told from a second send (the Go SDK's Client
+// always sends an idempotency key).
 //
-// # Waiting for decisions
+// # History and waiting for decisions
 //
-// The API reads herald.requests, herald.decisions, herald.attempts and
-// herald.outcomes read_committed (from Lookback ago) into a read model: a
+// With the audit record configured (Config.Dashboard, ClickHouse: herald
+// dev and every production deployment), GET /v1/notifications/{id} reads
+// the notification's timeline from the audit, which holds it for a year,
+// from any instance; the instance also caches its own sends and the
+// decisions it was answered (MaxTracked), for the second or so before the
+// audit writer has written them (see history.go). It then reads no
+// history from Kafka. Without the audit, the API reads herald.requests,
+// herald.decisions, herald.attempts, herald.outcomes and herald.receipts
+// read_committed (from Lookback ago) into a read model: a
 // notification's timeline lists its requests, the stages' decisions, the
 // sinks' attempts (channel, device, result, classification, the provider's
 // reason) and each delivery's outcome (status, reason), in time order.
@@ -42,16 +54,19 @@
 // wait=N, capped by MaxWait) and always when it carries an idempotency key
 // (bounded by IdempotencyWait): the dedupe stage's decision is the
 // authoritative idempotency check. With Config.WaitForRoute it also waits
-// for the route stage's decision about each accepted notification (same
-// topic, same key, so after the dedupe decision) and answers deliveries[]
-// (channel, device, queued or deferred) and the route's skips. Those decisions come from a second
-// read_committed consumer of herald.decisions that starts at the end
-// offsets listed before Start returns, so it never reads history: a freshly
-// started API answers a replay and a conflict as soon as the stage has
-// decided, however long the read model's catch-up takes, and until Start
-// has listed those offsets sends answer 503. A waiter is registered before
-// the write, and every decision about it is committed after Start's
-// listing, so no decision can be missed. The answer
+// for the route stage's decision about each accepted notification and
+// answers deliveries[] (channel, device, queued or deferred) and the
+// route's skips. Those decisions come by request–reply on Kafka
+// (internal/reply): a waiting send's records name this instance's
+// partition of herald.replies (reply.For its InstanceID), and each stage
+// writes a copy of its decision there in the decision's own transaction.
+// An instance reads that one partition, read_committed, from the end
+// offset listed before Start returns, so it never reads history, never
+// reads what answers other instances, and answers a replay or a conflict
+// as soon as the stage has decided; until Start has listed the offset
+// sends answer 503. A waiter is registered before the write, and every
+// reply to it is committed after Start's listing, so none can be missed.
+// Sends that do not wait ask for no reply and cost none. The answer
 // (202) lists each notification with its status, plus NotifyKit's
 // deliveries[] (the route decisions' deliveries, with WaitForRoute and
 // Prefer: wait; else empty) and skipped[{reason}]. If the wait ends first, the undecided notifications

@@ -169,9 +169,9 @@ type Server struct {
 	// whose caller waits (internal/reply).
 	repliesT       string
 	replyPartition int32
-	feedT                                              string
-	webhooksT                                          string
-	receiptsT                                          string
+	feedT          string
+	webhooksT      string
+	receiptsT      string
 
 	w   *writer
 	tr  *tracker
@@ -229,6 +229,7 @@ func New(cfg Config) (*Server, error) {
 	s.webhooksT = cat.Name(topics.Webhooks)
 	s.rep.webhooksT = s.webhooksT
 	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log, cfg.Metrics)
+	s.w.newPlain = s.newPlainProducer
 	s.routes = apiRoutes()
 	s.mux = http.NewServeMux()
 	allowed := map[string][]string{}
@@ -511,6 +512,18 @@ func (s *Server) newProducer() (*kgo.Client, error) {
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.TransactionalID("herald-api-" + s.cfg.InstanceID),
 		kgo.TransactionTimeout(s.cfg.TransactionTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(s.cfg.Catalog.Partitioner()),
+		kgo.ProducerLinger(0),
+	}, s.cfg.ClientOpts...)
+	return kgo.NewClient(opts...)
+}
+
+// newPlainProducer makes the producer of single records: idempotent,
+// acks=all, no transaction (see writer).
+func (s *Server) newPlainProducer() (*kgo.Client, error) {
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(s.cfg.Catalog.Partitioner()),
 		kgo.ProducerLinger(0),

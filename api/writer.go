@@ -16,14 +16,22 @@ import (
 // errClosed answers writes after Close.
 var errClosed = errors.New("api: server is closed")
 
-// writer is the API's only Kafka producer: a transactional producer
-// (acks=all, idempotent) that commits records in group transactions. Every
-// write (the records of one HTTP request) is all-or-nothing: its records
+// writer is the API's Kafka producer. A write of one record (a send to one
+// recipient, a device, a preference, a receipt) is produced on its own by
+// an idempotent producer with acks=all: a single record is atomic without
+// a transaction, and a transaction would cost the broker an
+// AddPartitionsToTxn, an EndTxn and a commit marker on every partition it
+// touched. A write of several records (a send to many recipients) goes
+// through a transactional producer (acks=all, idempotent) that commits
+// records in group transactions, so it is all-or-nothing: its records
 // share one transaction, and a transaction that fails is aborted and
 // reported to every write in it. Writes that arrive while a transaction
 // commits queue up and go into the next one together (group commit), so
 // concurrent requests share the cost of a commit.
 type writer struct {
+	// newPlain makes the producer of single records (nil: they go
+	// through transactions too).
+	newPlain   func() (*kgo.Client, error)
 	newClient  func() (*kgo.Client, error)
 	maxRecords int
 	timeout    time.Duration
@@ -38,6 +46,11 @@ type writer struct {
 
 	mu sync.Mutex // guards cl against Close racing a reset
 	cl *kgo.Client
+
+	plainMu   sync.Mutex
+	plain     *kgo.Client
+	plainDone bool             // closed: no new producer
+	single    *metrics.Counter // single records produced without a transaction
 }
 
 type submission struct {
@@ -48,6 +61,7 @@ type submission struct {
 func newWriter(newClient func() (*kgo.Client, error), maxRecords int, timeout time.Duration, log *slog.Logger, m *metrics.Registry) *writer {
 	return &writer{newClient: newClient, maxRecords: maxRecords, timeout: timeout, log: log,
 		in: make(chan *submission), stopped: make(chan struct{}),
+		single:    m.Counter("herald_api_single_records_total", "writes of one record produced without a transaction (idempotent, acks=all)"),
 		committed: m.Counter("herald_api_transactions_total", "the API's group-commit transactions ended", "result", "committed"),
 		aborted:   m.Counter("herald_api_transactions_total", "the API's group-commit transactions ended", "result", "aborted"),
 		writes:    m.Histogram("herald_api_transaction_writes", "HTTP requests' writes sharing one transaction (group commit)", metrics.SizeBuckets),
@@ -62,6 +76,9 @@ func newWriter(newClient func() (*kgo.Client, error), maxRecords int, timeout ti
 // are not, except for an error wrapping errCommitUnknown, after which they
 // may be.
 func (w *writer) write(ctx context.Context, recs []*kgo.Record) error {
+	if len(recs) == 1 && w.newPlain != nil {
+		return w.writeOne(ctx, recs[0])
+	}
 	s := &submission{records: recs, done: make(chan error, 1)}
 	select {
 	case w.in <- s:
@@ -75,6 +92,43 @@ func (w *writer) write(ctx context.Context, recs []*kgo.Record) error {
 	return <-s.done
 }
 
+// writeOne produces one record without a transaction and returns nil once
+// every in-sync replica has it. Any error is reported as errCommitUnknown:
+// a produce that failed after it was sent (a timeout, a broker gone) may
+// have been appended, and the caller's retry with the same key is then
+// decided as a replay or a duplicate.
+func (w *writer) writeOne(ctx context.Context, rec *kgo.Record) error {
+	cl, err := w.plainClient()
+	if err != nil {
+		return err
+	}
+	// Not the request's context: a caller gone mid-produce would leave the
+	// outcome unknown for nothing. The timeout bounds it.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout)
+	defer cancel()
+	if err := cl.ProduceSync(pctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("api: produce to %s: %w: %w", rec.Topic, errCommitUnknown, err)
+	}
+	w.single.Inc()
+	return nil
+}
+
+func (w *writer) plainClient() (*kgo.Client, error) {
+	w.plainMu.Lock()
+	defer w.plainMu.Unlock()
+	if w.plainDone {
+		return nil, errClosed
+	}
+	if w.plain == nil {
+		cl, err := w.newPlain()
+		if err != nil {
+			return nil, fmt.Errorf("api: producer: %w", err)
+		}
+		w.plain = cl
+	}
+	return w.plain, nil
+}
+
 // errCommitUnknown marks a commit whose outcome Kafka did not confirm.
 var errCommitUnknown = errors.New("transaction outcome unknown")
 
@@ -83,6 +137,7 @@ var errCommitUnknown = errors.New("transaction outcome unknown")
 func (w *writer) run(ctx context.Context) {
 	defer close(w.stopped)
 	defer w.closeClient()
+	defer w.closePlain()
 	for {
 		var batch []*submission
 		select {
@@ -139,6 +194,16 @@ func (w *writer) closeClient() {
 	if w.cl != nil {
 		w.cl.Close()
 		w.cl = nil
+	}
+}
+
+func (w *writer) closePlain() {
+	w.plainMu.Lock()
+	defer w.plainMu.Unlock()
+	w.plainDone = true
+	if w.plain != nil {
+		w.plain.Close()
+		w.plain = nil
 	}
 }
 
