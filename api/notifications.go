@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,13 @@ const (
 	headerIdemKey  = "Idempotency-Key"
 	headerReplayed = "Idempotency-Replayed"
 )
+
+// ConsistencyReadYourWrites is explain's consistency: its dedupe answer
+// (wouldDeduplicate, wouldReplay, wouldConflict) comes from the dedupe
+// stage and reflects every send appended before it; its route answer
+// (wouldRateLimit, wouldDigest, wouldDefer, channels) comes from the
+// API's replica of the route stage's state, which lags it by a fetch.
+const ConsistencyReadYourWrites = "read-your-writes"
 
 // send is a validated POST /v1/notifications or /v1/explain body.
 type send struct {
@@ -478,10 +486,18 @@ func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, reque
 	writeJSON(w, http.StatusAccepted, res)
 }
 
-// explainOne evaluates one request against the seen-set replica.
+// explainOne evaluates one request against the seen-set replica (kept
+// only with a quota, for checkQuota: explain itself asks the dedupe stage,
+// see explainByStage).
 func (s *Server) explainOne(rq schemas.Request, now time.Time) sdk.ExplainedNotification {
 	res := s.rep.seen.Decide(s.cfg.Policy, rq, now.UnixMilli(), dedupe.Source{Topic: "explain", Partition: -1, Offset: -1})
-	d := res.Decision
+	return s.explainFrom(rq, res.Decision, now)
+}
+
+// explainFrom is the explanation of one request from the dedupe decision
+// it would get: and, when that is accepted, what the route stage would
+// decide (explainRoute).
+func (s *Server) explainFrom(rq schemas.Request, d schemas.Decision, now time.Time) sdk.ExplainedNotification {
 	e := sdk.ExplainedNotification{
 		ID: rq.NotificationID, Recipient: rq.Recipient, IDSource: rq.IDSource, Outcome: d.Outcome,
 		WouldDeduplicate:  d.Outcome == schemas.DecisionDuplicate,
@@ -489,10 +505,43 @@ func (s *Server) explainOne(rq schemas.Request, now time.Time) sdk.ExplainedNoti
 		WouldConflict:     d.Outcome == schemas.DecisionIdempotencyConflict,
 		OriginalRequestID: d.OriginalRequestID, OriginalNotificationID: d.OriginalNotificationID, OriginalAt: d.OriginalAt,
 	}
-	if res.Accepted != nil {
-		s.explainRoute(*res.Accepted, now.UnixMilli(), &e)
+	if d.Outcome == schemas.DecisionAccepted {
+		s.explainRoute(dedupe.AcceptedOf(rq, now.UnixMilli()), now.UnixMilli(), &e)
 	}
 	return e
+}
+
+// explainByStage asks the dedupe stage, the owner of the seen-set, how it
+// would decide reqs: each is written to herald.requests as an explain
+// (reply.ExplainHeader; the stage answers on this instance's reply
+// partition and changes nothing), without a transaction. The stage reads
+// its partition in order, so the answer reflects every send appended
+// before it, this instance's own included (read-your-writes). It waits at
+// most IdempotencyWait; an answer that does not come in time is a 503.
+func (s *Server) explainByStage(ctx context.Context, reqs []schemas.Request, targetDevice string, now time.Time) (map[string]schemas.Decision, *problem) {
+	recs := make([]*kgo.Record, len(reqs))
+	ids := make([]string, len(reqs))
+	for i, rq := range reqs {
+		rec, err := s.requestRecord(rq, targetDevice, now, true)
+		if err != nil {
+			return nil, invalid(err.Error())
+		}
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: reply.ExplainHeader, Value: []byte("1")})
+		recs[i], ids[i] = rec, rq.NotificationID
+	}
+	requestID := reqs[0].RequestID
+	wt := s.tr.expect(requestID, ids, false)
+	wt.explain = true
+	if err := s.w.writePlain(ctx, recs); err != nil {
+		s.tr.forget(requestID)
+		s.log.Warn("explain not written", "request_id", requestID, "err", err)
+		return nil, unavailable("the explain could not be written to Kafka; retry", 1)
+	}
+	got, complete := s.tr.wait(ctx, requestID, wt, s.cfg.IdempotencyWait)
+	if !complete {
+		return nil, unavailable("the dedupe stage did not answer in time; retry", 1)
+	}
+	return got, nil
 }
 
 // explainRoute runs the route stage's own decision code on the replica's
@@ -568,7 +617,7 @@ func (s *Server) postExplain(w http.ResponseWriter, r *http.Request, p principal
 		return
 	}
 	if !s.running() || !s.rep.ready.Load() {
-		writeProblem(w, unavailable("the seen-set replica is still loading; retry shortly", 1))
+		writeProblem(w, unavailable("the device and route state replica is still loading; retry shortly", 1))
 		return
 	}
 	now := s.cfg.Now()
@@ -577,9 +626,14 @@ func (s *Server) postExplain(w http.ResponseWriter, r *http.Request, p principal
 		writeProblem(w, prob)
 		return
 	}
-	ex := sdk.Explanation{Consistency: "eventual", Notifications: make([]sdk.ExplainedNotification, len(reqs))}
+	got, prob := s.explainByStage(r.Context(), reqs, snd.targetDevice, now)
+	if prob != nil {
+		writeProblem(w, prob)
+		return
+	}
+	ex := sdk.Explanation{Consistency: ConsistencyReadYourWrites, Notifications: make([]sdk.ExplainedNotification, len(reqs))}
 	for i, rq := range reqs {
-		e := s.explainOne(rq, now)
+		e := s.explainFrom(rq, got[rq.NotificationID], now)
 		ex.Notifications[i] = e
 		ex.WouldDeduplicate = ex.WouldDeduplicate || e.WouldDeduplicate
 		ex.WouldReplay = ex.WouldReplay || e.WouldReplay

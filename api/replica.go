@@ -19,10 +19,12 @@ import (
 	"github.com/heraldhq/herald/schemas"
 )
 
-// replica is the API's read-only copy of four compacted topics, consumed
-// read_committed from their start: the dedupe stage's seen-set
-// (herald.seen, for explain), devices, preferences and segments (for their
-// endpoints and for resolving device, tag, segment and all targets). It is
+// replica is the API's read-only copy of compacted topics, consumed
+// read_committed from their start: devices, preferences and segments (for
+// their endpoints and for resolving device, tag, segment and all targets),
+// the route stage's state, the feed, the webhook endpoints and, only with
+// a quota, the dedupe stage's seen-set (herald.seen; seenT empty without
+// one: explain asks the dedupe stage itself, see explainByStage). It is
 // eventually consistent with the stage that owns each topic: it lags by the
 // time the consumer takes to read a committed change. The API's own device,
 // preference and segment writes are applied to it as soon as they commit,
@@ -38,8 +40,9 @@ type replica struct {
 
 	dec schemas.Decoder // apply's, from the one goroutine that consumes
 
-	// seen is herald.seen's copy, packed as the stage keeps it: every
-	// instance holds the whole seen-set.
+	// seen is herald.seen's copy, packed as the stage keeps it, read only
+	// with a quota (checkQuota): then every instance holds the whole
+	// seen-set.
 	seen *dedupe.SeenSet
 
 	mu      sync.RWMutex
@@ -251,7 +254,10 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 
 // topics lists the topics the replica reads.
 func (r *replica) topics() []string {
-	ts := []string{r.seenT, r.devicesT, r.prefsT, r.segmentsT}
+	ts := []string{r.devicesT, r.prefsT, r.segmentsT}
+	if r.seenT != "" {
+		ts = append(ts, r.seenT)
+	}
 	if r.routeT != "" {
 		ts = append(ts, r.routeT)
 	}

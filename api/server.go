@@ -221,7 +221,11 @@ func New(cfg Config) (*Server, error) {
 	const waitHelp = "time a send waiting for its decisions (Prefer: wait, or an idempotency key) waited after its commit; result=complete when every decision arrived in time"
 	s.waitedComplete = cfg.Metrics.Histogram("herald_api_decision_wait_seconds", waitHelp, metrics.LatencyBuckets, "result", "complete")
 	s.waitedIncomplete = cfg.Metrics.Histogram("herald_api_decision_wait_seconds", waitHelp, metrics.LatencyBuckets, "result", "incomplete")
-	s.rep = newReplica(cat.Name(topics.Seen), s.devicesT, s.prefsT, s.segmentsT)
+	seenT := "" // the seen-set copy serves the quota only (explain asks the stage)
+	if cfg.QuotaPerWindow > 0 {
+		seenT = cat.Name(topics.Seen)
+	}
+	s.rep = newReplica(seenT, s.devicesT, s.prefsT, s.segmentsT)
 	s.rep.routeT = cat.Name(topics.Route)
 	s.feedT = cat.Name(topics.Feed)
 	s.receiptsT = cat.Name(topics.Receipts)

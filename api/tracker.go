@@ -106,6 +106,8 @@ type waiter struct {
 	routed map[string]schemas.Decision
 	// withRoute: wait for the route decisions too (set before the write).
 	withRoute bool
+	// explain: the answers are dry runs, never cached as decisions.
+	explain bool
 	closed    bool
 	done      chan struct{}
 }
@@ -365,11 +367,11 @@ func (t *tracker) addLive(d *schemas.Decision, value []byte, count, answer bool)
 	if !answer {
 		return
 	}
-	if t.ownOnly && d.Tenant != "" {
+	w := t.waiters[d.RequestID]
+	if t.ownOnly && d.Tenant != "" && w != nil && !w.explain {
 		// The cache of this instance's own sends keeps the answers too.
 		t.place(noteKey{d.Tenant, d.NotificationID}, sdk.EventDecision, d.At, value)
 	}
-	w := t.waiters[d.RequestID]
 	if w == nil || !w.want[d.NotificationID] {
 		return
 	}

@@ -61,7 +61,7 @@ type submission struct {
 func newWriter(newClient func() (*kgo.Client, error), maxRecords int, timeout time.Duration, log *slog.Logger, m *metrics.Registry) *writer {
 	return &writer{newClient: newClient, maxRecords: maxRecords, timeout: timeout, log: log,
 		in: make(chan *submission), stopped: make(chan struct{}),
-		single:    m.Counter("herald_api_single_records_total", "writes of one record produced without a transaction (idempotent, acks=all)"),
+		single:    m.Counter("herald_api_single_records_total", "records produced without a transaction (idempotent, acks=all): writes of one record, and explains"),
 		committed: m.Counter("herald_api_transactions_total", "the API's group-commit transactions ended", "result", "committed"),
 		aborted:   m.Counter("herald_api_transactions_total", "the API's group-commit transactions ended", "result", "aborted"),
 		writes:    m.Histogram("herald_api_transaction_writes", "HTTP requests' writes sharing one transaction (group commit)", metrics.SizeBuckets),
@@ -77,7 +77,7 @@ func newWriter(newClient func() (*kgo.Client, error), maxRecords int, timeout ti
 // may be.
 func (w *writer) write(ctx context.Context, recs []*kgo.Record) error {
 	if len(recs) == 1 && w.newPlain != nil {
-		return w.writeOne(ctx, recs[0])
+		return w.writePlain(ctx, recs)
 	}
 	s := &submission{records: recs, done: make(chan error, 1)}
 	select {
@@ -92,12 +92,13 @@ func (w *writer) write(ctx context.Context, recs []*kgo.Record) error {
 	return <-s.done
 }
 
-// writeOne produces one record without a transaction and returns nil once
-// every in-sync replica has it. Any error is reported as errCommitUnknown:
-// a produce that failed after it was sent (a timeout, a broker gone) may
-// have been appended, and the caller's retry with the same key is then
-// decided as a replay or a duplicate.
-func (w *writer) writeOne(ctx context.Context, rec *kgo.Record) error {
+// writePlain produces records without a transaction, each on its own
+// (a single record of a write, or explains, which need no atomicity), and
+// returns nil once every in-sync replica has every one. Any error is
+// reported as errCommitUnknown: a produce that failed after it was sent
+// (a timeout, a broker gone) may have been appended, and the caller's
+// retry with the same key is then decided as a replay or a duplicate.
+func (w *writer) writePlain(ctx context.Context, recs []*kgo.Record) error {
 	cl, err := w.plainClient()
 	if err != nil {
 		return err
@@ -106,10 +107,10 @@ func (w *writer) writeOne(ctx context.Context, rec *kgo.Record) error {
 	// outcome unknown for nothing. The timeout bounds it.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout)
 	defer cancel()
-	if err := cl.ProduceSync(pctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("api: produce to %s: %w: %w", rec.Topic, errCommitUnknown, err)
+	if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("api: produce: %w: %w", errCommitUnknown, err)
 	}
-	w.single.Inc()
+	w.single.Add(int64(len(recs)))
 	return nil
 }
 

@@ -121,6 +121,7 @@ import (
 
 	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/topics"
 )
@@ -413,6 +414,9 @@ func (w *Writer) session(ctx context.Context) (err error) {
 		w.lag.Observe(fetches)
 		now := time.Now()
 		for _, r := range fetches.Records() {
+			if reply.IsExplain(r) {
+				continue // a dry run, answered by the dedupe stage, not a request
+			}
 			if err := w.addRecord(w.byName[r.Topic], r, now, errc); err != nil {
 				return err
 			}

@@ -96,3 +96,29 @@ func For(instanceID string, n int) int32 {
 	}
 	return int32(h % uint32(n))
 }
+
+// ExplainHeader marks a request record as an explain (a dry run): the
+// dedupe stage decides it over its seen-set, as it would the same request
+// at that place in the partition, answers the decision on the reply
+// partition and changes nothing: no decision on herald.decisions, no seen
+// entry, no accepted notification, and its time does not move the
+// partition's stream time. Every other reader of herald.requests (the
+// audit writer, replay) skips it. Because the stage reads a partition in
+// order, an explain sees every request appended before it: an API that
+// has written a send, then an explain of the same request, is answered
+// with the send's effect (read-your-writes).
+//
+// Hazard: a dedupe stage of a herald before this header existed decides an
+// explain as a request and sends it. Upgrade the dedupe stages before the
+// API instances.
+const ExplainHeader = "herald-explain"
+
+// IsExplain reports whether a record is an explain.
+func IsExplain(r *kgo.Record) bool {
+	for i := range r.Headers {
+		if r.Headers[i].Key == ExplainHeader {
+			return true
+		}
+	}
+	return false
+}

@@ -275,6 +275,13 @@ func (c *change) entryV2(m *seenpb.SeenEntry, fx *effects) {
 
 // acceptedOf is the herald.accepted record of an accepted request, whose
 // occurrence id is identity.OccurrenceID(req.NotificationID, at).
+// AcceptedOf is the notification the stage emits for the route stage when
+// it accepts req at record time at: what explain hands the route stage's
+// decision function.
+func AcceptedOf(req schemas.Request, at int64) schemas.Accepted {
+	return acceptedOf(&req, at, identity.OccurrenceID(req.NotificationID, at))
+}
+
 func acceptedOf(req *schemas.Request, at int64, occurrence string) schemas.Accepted {
 	return schemas.Accepted{
 		Schema: schemas.AcceptedV1, NotificationID: req.NotificationID, OccurrenceID: occurrence,

@@ -220,9 +220,15 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	// effects.add; the decision counts' labels, see metrics.Decisions);
 	// everything else is encoded into the slab before Process returns.
 	if err := t.dec.DecodeShared(r.Value, req); err != nil {
+		if reply.IsExplain(r) {
+			return nil // a dry run that is no request: nothing to answer, nothing to audit
+		}
 		*req = schemas.Request{NotificationID: string(r.Key)}
 		d := rejected(*req, at, src, err.Error())
 		return t.emitDecision(&d, at, out)
+	}
+	if reply.IsExplain(r) {
+		return t.explain(req, at, src, out)
 	}
 	t.pendingStreamTime = max(t.pendingStreamTime, at)
 	t.expire(out)
@@ -231,6 +237,28 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		return nil
 	}
 	return t.emit(req, at, out)
+}
+
+// explain answers an explain (reply.ExplainHeader): the decision the
+// request would get here and now, over the seen-set with the open
+// transaction's changes, written to the reply partition only. Nothing else
+// is emitted or changed, and the stream time does not move, so decisions
+// stay a function of the real requests alone (replay skips explains). An
+// explain that names no reply partition is dropped: nobody waits for it.
+func (t *Task) explain(req *schemas.Request, at int64, src Source, out *stage.Out) error {
+	if t.replyTo < 0 {
+		return nil
+	}
+	t.policy.decide(req, at, src, t, &t.fx)
+	d := &t.fx.decision
+	d.Schema = t.RecordFormat.DecisionSchema()
+	rec, err := t.out.record(t.topics.Replies, d.NotificationID, d, t.headers(decisionHeaders, decisionV2Headers), at)
+	if err != nil {
+		return err
+	}
+	rec.Partition = t.replyTo
+	out.Emit(rec)
+	return nil
 }
 
 func rejected(req schemas.Request, at int64, src Source, detail string) schemas.Decision {

@@ -454,3 +454,77 @@ func TestADecisionIsAnsweredOnTheReplyPartitionTheRequestNamed(t *testing.T) {
 		}
 	})
 }
+
+func TestAnExplainIsAnsweredAsTheRequestWouldBeAndChangesNothing(t *testing.T) {
+	topics := Topics{Requests: "requests", Decisions: "decisions", Seen: "seen", Accepted: "accepted", Replies: "replies", ReplyPartitions: 4}
+	explainHeaders := append(reply.AppendHeader(nil, 1), kgo.RecordHeader{Key: reply.ExplainHeader, Value: []byte("1")})
+	run := func(t *testing.T, task *Task, r schemas.Request, off int64, at time.Duration, hs []kgo.RecordHeader) []*kgo.Record {
+		t.Helper()
+		b, err := schemas.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out stage.Out
+		rec := &kgo.Record{Topic: "requests", Partition: 3, Key: []byte(r.NotificationID), Value: b, Offset: off, Timestamp: taskBase.Add(at), Headers: hs}
+		if err := task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for _, o := range outRecords(&out) {
+			recs = append(recs, stored(o))
+		}
+		return recs
+	}
+	outcomeOf := func(t *testing.T, recs []*kgo.Record) string {
+		t.Helper()
+		if len(recs) != 1 || recs[0].Topic != "replies" || recs[0].Partition != 1 {
+			t.Fatalf("explain emitted %d records (%v); want one reply on partition 1", len(recs), recs)
+		}
+		var d schemas.Decision
+		if err := schemas.Decode(recs[0].Value, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Outcome
+	}
+	t.Run("an explain of a new request says accepted and leaves the request new", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), topics, 3)
+		if got := outcomeOf(t, run(t, task, req("a", "k1", ""), 0, 0, explainHeaders)); got != schemas.DecisionAccepted {
+			t.Fatalf("explain says %s, want accepted", got)
+		}
+		task.Commit()
+		if task.Len() != 0 {
+			t.Fatalf("the seen-set holds %d entries after an explain, want none", task.Len())
+		}
+		if x := feed(t, task, 1, []sent{{req("a", "k1", ""), 0}}); len(x.outcomes) != 1 || x.outcomes[0] != schemas.DecisionAccepted {
+			t.Fatalf("the request after its explain was %v, want accepted", x.outcomes)
+		}
+	})
+	t.Run("an explain after a send in the same open transaction sees the send", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), topics, 3)
+		run(t, task, req("a", "k1", "i1"), 0, 0, nil)
+		if got := outcomeOf(t, run(t, task, req("a", "k1", "i1"), 1, time.Second, explainHeaders)); got != schemas.DecisionIdempotentReplay {
+			t.Fatalf("explain says %s, want idempotent_replay", got)
+		}
+		if got := outcomeOf(t, run(t, task, req("b", "k1", ""), 2, time.Second, explainHeaders)); got != schemas.DecisionDuplicate {
+			t.Fatalf("explain of the same dedupe key says %s, want duplicate", got)
+		}
+	})
+	t.Run("an explain stamped far ahead does not move stream time: no entry expires early", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), topics, 3)
+		run(t, task, req("a", "k1", ""), 0, 0, nil)
+		task.Commit()
+		if recs := run(t, task, req("a", "k2", ""), 1, 48*time.Hour, explainHeaders); len(recs) != 1 {
+			t.Fatalf("the explain emitted %d records (tombstones?), want its reply alone", len(recs))
+		}
+		task.Commit()
+		if x := feed(t, task, 2, []sent{{req("a", "k1", ""), time.Minute}}); len(x.outcomes) != 1 || x.outcomes[0] != schemas.DecisionDuplicate {
+			t.Fatalf("a repeat inside the window after a far-ahead explain was %v, want duplicate", x.outcomes)
+		}
+	})
+	t.Run("an explain that names no reply partition is dropped", func(t *testing.T) {
+		task := NewTask(DefaultPolicy(), topics, 3)
+		if recs := run(t, task, req("a", "k1", ""), 0, 0, []kgo.RecordHeader{{Key: reply.ExplainHeader}}); len(recs) != 0 {
+			t.Fatalf("%d records for an explain nobody waits for, want none", len(recs))
+		}
+	})
+}
