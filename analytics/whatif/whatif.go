@@ -72,6 +72,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -105,9 +106,10 @@ type Request struct {
 
 // DirectoryChange is what is known of one recipient from At on.
 type DirectoryChange struct {
-	At                int64
-	Tenant, Recipient string
-	Who               route.Recipient
+	At int64
+	// Key is the recipient's schemas.RecipientKey(tenant, recipient).
+	Key string
+	Who route.Recipient
 }
 
 // Input is everything a what-if decides from.
@@ -265,7 +267,7 @@ func Run(in Input) *Report {
 				rep.Mismatches++
 				if len(rep.MismatchSamples) < samples {
 					m := c
-					m.Now = Outcome{Dedupe: r.Recorded, Detail: "as recorded"}
+					m.Now = Outcome{Dedupe: r.Recorded}
 					rep.MismatchSamples = append(rep.MismatchSamples, m)
 				}
 			}
@@ -458,7 +460,7 @@ func routeAll(p route.Policy, reqs []Request, acc []accepted, changes []Director
 	for i, a := range acc {
 		for ; next < len(changes) && changes[next].At <= a.at; next++ {
 			c := changes[next]
-			dir[schemas.RecipientKey(c.Tenant, c.Recipient)] = c.Who
+			dir[c.Key] = c.Who
 		}
 		v, err := schemas.Encode(&a.n)
 		if err != nil {
@@ -490,4 +492,56 @@ func routeAll(p route.Policy, reqs []Request, acc []accepted, changes []Director
 		}
 		task.Commit()
 	}
+}
+
+// String describes p in words, each list sorted.
+func (p Policy) String() string {
+	ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
+	var b strings.Builder
+	fmt.Fprintf(&b, "dedupe window %s", ms(p.Dedupe.DefaultWindowMs))
+	if len(p.Dedupe.TypeWindowMs) > 0 {
+		b.WriteString(" (" + list(p.Dedupe.TypeWindowMs, func(w int64) string { return ms(w) }) + ")")
+	}
+	fmt.Fprintf(&b, ", idempotency TTL %s", ms(p.Dedupe.IdempotencyTTLMs))
+	if len(p.Route.Rates) == 0 {
+		b.WriteString(", no rate limits")
+	} else {
+		b.WriteString(", rate limits " + list(p.Route.Rates, func(r route.RateLimit) string { return fmt.Sprintf("%d/%s", r.Max, ms(r.WindowMs)) }))
+	}
+	if len(p.Route.Digests) == 0 {
+		b.WriteString(", no digests")
+	} else {
+		b.WriteString(", digests " + list(p.Route.Digests, func(d route.Digest) string {
+			if d.Key != "" {
+				return ms(d.WindowMs) + ":" + d.Key
+			}
+			return ms(d.WindowMs)
+		}))
+	}
+	var urgent []string
+	for typ, on := range p.Route.Urgent {
+		if on {
+			urgent = append(urgent, typ)
+		}
+	}
+	sort.Strings(urgent)
+	if len(urgent) == 0 {
+		b.WriteString(", no urgent types")
+	} else {
+		b.WriteString(", urgent types " + strings.Join(urgent, ","))
+	}
+	return b.String()
+}
+
+// list is m as "k=v,k=v", sorted by key.
+func list[V any](m map[string]V, f func(V) string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + f(m[k])
+	}
+	return strings.Join(keys, ",")
 }

@@ -154,7 +154,7 @@ func TestWhatIfReportsWhatAnotherPolicyWouldChange(t *testing.T) {
 		{"dropping an urgent type defers its pushes in quiet hours, with the devices of that time",
 			urgent, window(hour),
 			build(push(random("chat", "u1", 0)), push(random("chat", "u1", 2*hour))),
-			[]whatif.DirectoryChange{{At: t0 - hour, Tenant: "acme", Recipient: "u1", Who: night}, {At: t0 + hour, Tenant: "acme", Recipient: "u1", Who: ios}},
+			[]whatif.DirectoryChange{{At: t0 - hour, Key: schemas.RecipientKey("acme", "u1"), Who: night}, {At: t0 + hour, Key: schemas.RecipientKey("acme", "u1"), Who: ios}},
 			[]string{"chat accepted, routed → accepted, deferred"}},
 	}
 	for _, c := range cases {
