@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -136,7 +135,7 @@ func (w *whatIfFlags) candidate(fs *flag.FlagSet, file *configFile) (whatif.Poli
 		var fe *fieldError
 		if !errors.As(err, &fe) {
 			errs = append(errs, fmt.Errorf("the what-if policy: %w", err))
-		} else if w, ok := where[fe.field]; ok && strings.HasPrefix(w, "--"+whatIfPrefix) {
+		} else if w, ok := where[fe.field]; ok && w == "--"+whatIfPrefix+fe.field {
 			errs = append(errs, badField(whatIfPrefix+fe.field, "%s", fe.msg))
 		} else if ok {
 			errs = append(errs, fmt.Errorf("%s %s", w, fe.msg))
