@@ -2,10 +2,20 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/topics"
 )
 
 func TestWhatIfTakesItsCandidateFromPrefixedFlagsAndAFile(t *testing.T) {
@@ -107,4 +117,92 @@ func TestWhatIfRefusesBadSettingsNamingThem(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestWhatIfCommandOnTheRealBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 1)
+	base := time.Now().Add(-3 * time.Hour).Truncate(time.Minute)
+	cl := testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner()))
+	var recs []*kgo.Record
+	add := func(topic, key string, v schemas.Record, at time.Time) {
+		b, err := schemas.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: cat.Name(topic), Key: []byte(key), Value: b, Timestamp: at,
+			Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(v.SchemaName())}}})
+	}
+	// u1's phone, and quiet hours from an hour before the requests to an
+	// hour after them.
+	add(topics.Devices, schemas.DeviceKey("acme", "u1", "phone"), &schemas.Device{Schema: schemas.DeviceV1, Tenant: "acme", Recipient: "u1",
+		DeviceID: "phone", Platform: "ios", Token: "tok", Enabled: true}, base.Add(-2*time.Hour))
+	add(topics.Preferences, schemas.RecipientKey("acme", "u1"), &schemas.Preferences{Schema: schemas.PreferencesV1, Tenant: "acme", Recipient: "u1",
+		QuietHours: &schemas.QuietHours{Start: base.Add(-time.Hour).UTC().Format("15:04"), End: base.Add(time.Hour).UTC().Format("15:04"), TimeZone: "UTC"}},
+		base.Add(-2*time.Hour))
+	request := func(key string, at time.Duration) {
+		r := schemas.Request{Schema: schemas.RequestV1, RequestID: identity.NewRandomID(), Tenant: "acme", Type: "chat", Recipient: "u1",
+			Title: "hello", Body: "b", Channels: []string{"apns"}, DedupeKey: key, IDSource: "dedupe_key",
+			NotificationID: identity.DedupeID("acme", "chat", "u1", key), CreatedAt: base.Add(at).UnixMilli()}
+		add(topics.Requests, r.NotificationID, &r, base.Add(at))
+	}
+	request("a", 0)
+	request("a", 5*time.Minute) // a repeat 5 minutes later
+	request("b", 10*time.Minute)
+	if err := cl.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"replay", "--brokers", strings.Join(brokers, ","), "--topic-prefix", cat.Options().Prefix, "--clickhouse-addr", "",
+		"--what-if", "--dedupe-window", "10m", "--urgent-types", "chat", "--what-if-dedupe-window", "1m", "--what-if-urgent-types", "none"}
+
+	t.Run("the report says in words what would change", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), args, &out, &errb); code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, errb.String())
+		}
+		for _, want := range []string{
+			"3 of 3 request(s) would be decided differently.",
+			"chat: 3 request(s), 3 changed; dedup hit rate 33.3% then, 0.0% now\n",
+			"  2  accepted, routed → accepted, deferred: would now be deferred by quiet hours",
+			"  1  duplicate → accepted, deferred: a repeat caught then would be let through now",
+			"herald audit timeline --id",
+		} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the report lacks %q:\n%s", want, out.String())
+			}
+		}
+	})
+	t.Run("--json prints the same report as JSON", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), append(args, "--json", "--samples", "1"), &out, &errb); code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, errb.String())
+		}
+		var rep struct {
+			Requests, Changed int
+			Types             []struct {
+				Type                    string
+				HitRateThen, HitRateNow float64
+			}
+			Samples []struct{ NotificationID string }
+		}
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		if rep.Requests != 3 || rep.Changed != 3 || len(rep.Types) != 1 || rep.Types[0].HitRateNow != 0 || len(rep.Samples) != 1 ||
+			rep.Samples[0].NotificationID != identity.DedupeID("acme", "chat", "u1", "a") {
+			t.Fatalf("report %+v, want 3 requests, 3 changed, one type, one sample of key a", rep)
+		}
+	})
+	t.Run("nothing is written to any topic", func(t *testing.T) {
+		adm := kadm.NewClient(testenv.Client(t, brokers))
+		ends, err := adm.ListEndOffsets(t.Context(), cat.Name(topics.Decisions), cat.Name(topics.Accepted), cat.Name(topics.Seen), cat.Name(topics.Route))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Offset != 0 {
+				t.Errorf("%s/%d ends at %d, want 0", o.Topic, o.Partition, o.Offset)
+			}
+		})
+	})
 }
