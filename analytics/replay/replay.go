@@ -16,8 +16,30 @@
 // start.
 //
 // The replay must use the live stage's policy (windows and TTLs): a
-// different policy shows up as differences, which is also how to test a
-// policy change against history.
+// different policy shows up as differences.
+//
+// What-if (WhatIf, `herald replay --what-if`). To tune a window or a limit
+// before changing it, an analyst re-runs a window of herald.requests
+// (--from, --until) under the policy in force (the usual policy flags,
+// the live stages') and under a candidate: the same flags with the prefix
+// what-if- (--what-if-dedupe-window 1m, --what-if-rate-limits
+// 'chat=5/1h', none to empty a list), or a --what-if-config file of
+// unprefixed policy settings; an unset candidate setting is as in force.
+// Both run through the dedupe stage's Decide and the route stage's Task
+// (rate limits, digests, preferences, quiet hours, fan-out) in memory:
+// nothing is produced to any topic, nothing is written to ClickHouse. The
+// report counts, per type and per reason, the requests decided differently
+// (duplicates the candidate would catch or let through, notifications it
+// would rate-limit, digest or defer), the dedup hit rate per type under
+// each policy and as recorded, and lists changed notifications with both
+// decisions, each to look up with `herald audit timeline --id`. The
+// warm-up is the longest window, TTL, rate or digest window of either
+// policy (--warmup overrides it): requests read in it build state under
+// each policy and are not reported. With a ClickHouse address, the recorded
+// outcome of each request is read too; a "then" that differs from the
+// record is reported as a warning (the flags are not the live policy, or
+// the warm-up is too short). The semantics and hazards are in
+// analytics/whatif's package doc.
 package replay
 
 import (
