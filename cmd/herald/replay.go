@@ -36,7 +36,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	stageName := fs.String("stage", "dedupe", "the stage to replay: dedupe (requests, compared with the ClickHouse audit) or route "+
 		"(accepted notifications with devices and preferences, compared with herald.decisions; the route policy flags must match the live herald route)")
 	from := fs.String("from", "start", "where to start comparing: start, a time (RFC 3339), a duration ago (24h), offset:N or offset:P=N,P=N")
-	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL)")
+	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL; "+
+		"with --what-if, the longest dedupe window, TTL, rate or digest window of either policy)")
 	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -195,7 +195,11 @@ func TestWhatIfCommandOnTheRealBroker(t *testing.T) {
 	})
 	t.Run("nothing is written to any topic", func(t *testing.T) {
 		adm := kadm.NewClient(testenv.Client(t, brokers))
-		ends, err := adm.ListEndOffsets(t.Context(), cat.Name(topics.Decisions), cat.Name(topics.Accepted), cat.Name(topics.Seen), cat.Name(topics.Route))
+		written := []string{cat.Name(topics.Decisions), cat.Name(topics.Accepted), cat.Name(topics.Seen), cat.Name(topics.Route)}
+		for _, ch := range topics.Channels {
+			written = append(written, cat.Name(topics.Deliveries(ch)))
+		}
+		ends, err := adm.ListEndOffsets(t.Context(), written...)
 		if err != nil {
 			t.Fatal(err)
 		}
