@@ -49,6 +49,8 @@ type WhatIfOptions struct {
 // WhatIfReport is what a what-if replay found.
 type WhatIfReport struct {
 	whatif.Report
+	// Topic is the requests topic read.
+	Topic string `json:"topic"`
 	// Then and Now describe the two policies.
 	Then  string `json:"then"`
 	Now   string `json:"now"`
@@ -97,7 +99,7 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
 	if plans, err = until(ctx, adm, requests, plans, o.Until); err != nil {
 		return nil, err
 	}
-	rep := &WhatIfReport{Then: o.Then.String(), Now: o.Now.String(), From: o.From.String(), Until: "the log's end", WarmupPeriod: o.Warmup.String(), Partitions: len(plans)}
+	rep := &WhatIfReport{Topic: requests, Then: o.Then.String(), Now: o.Now.String(), From: o.From.String(), Until: "the log's end", WarmupPeriod: o.Warmup.String(), Partitions: len(plans)}
 	if !o.Until.IsZero() {
 		rep.Until = o.Until.UTC().Format(time.RFC3339)
 	}
@@ -285,7 +287,7 @@ func applyDirectory(devices map[string]map[string]schemas.Device, prefs map[stri
 // Print writes the report in plain words.
 func (r *WhatIfReport) Print(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "What-if replay of herald.requests from %s to %s: %d request(s) in %d partition(s)", r.From, r.Until, r.Requests, r.Partitions)
+	fmt.Fprintf(&b, "What-if replay of %s from %s to %s: %d request(s) in %d partition(s)", r.Topic, r.From, r.Until, r.Requests, r.Partitions)
 	if r.WarmupPeriod == "the log start" {
 		fmt.Fprintf(&b, ", after a warm-up from the log start (%d request(s) read to rebuild state, not reported)", r.Warmup)
 	} else if r.WarmupPeriod != "" {
