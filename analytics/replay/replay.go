@@ -16,8 +16,30 @@
 // start.
 //
 // The replay must use the live stage's policy (windows and TTLs): a
-// different policy shows up as differences, which is also how to test a
-// policy change against history.
+// different policy shows up as differences.
+//
+// What-if (WhatIf, `herald replay --what-if`). To tune a window or a limit
+// before changing it, an analyst re-runs a window of herald.requests
+// (--from, --until) under the policy in force (the usual policy flags,
+// the live stages') and under a candidate: the same flags with the prefix
+// what-if- (--what-if-dedupe-window 1m, --what-if-rate-limits
+// 'chat=5/1h', none to empty a list), or a --what-if-config file of
+// unprefixed policy settings; an unset candidate setting is as in force.
+// Both run through the dedupe stage's Decide and the route stage's Task
+// (rate limits, digests, preferences, quiet hours, fan-out) in memory:
+// nothing is produced to any topic, nothing is written to ClickHouse. The
+// report counts, per type and per reason, the requests decided differently
+// (duplicates the candidate would catch or let through, notifications it
+// would rate-limit, digest or defer), the dedup hit rate per type under
+// each policy and as recorded, and lists changed notifications with both
+// decisions, each to look up with `herald audit timeline --id`. The
+// warm-up is the longest window, TTL, rate or digest window of either
+// policy (--warmup overrides it): requests read in it build state under
+// each policy and are not reported. With a ClickHouse address, the recorded
+// outcome of each request is read too; a "then" that differs from the
+// record is reported as a warning (the flags are not the live policy, or
+// the warm-up is too short). The semantics and hazards are in
+// analytics/whatif's package doc.
 package replay
 
 import (
@@ -314,16 +336,45 @@ func replayPartition(ctx context.Context, o Options, topic string, p partitionPl
 	log.Debug("replaying partition", "read_from", p.readFrom, "compare_from", p.compareAt, "end", p.end)
 	audit := &auditCursor{conn: o.ClickHouse, db: o.Database, topic: topic, partition: p.partition, next: p.compareAt, end: p.end}
 	task := dedupe.NewTask(o.Policy, dedupe.Topics{Requests: topic, Decisions: sandboxTopics.Decisions, Seen: sandboxTopics.Seen, Accepted: sandboxTopics.Accepted}, p.partition)
+	err := eachRecord(ctx, o.Brokers, o.ClientOpts, log, topic, p.partition, p.readFrom, p.end, func(rec *kgo.Record) error {
+		rep.Read++
+		var out stage.Out
+		if err := task.Process(rec, &out); err != nil {
+			return fmt.Errorf("replay: process %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)
+		}
+		if rec.Offset >= p.compareAt {
+			if err := compare(ctx, rec, out.Records(), audit, rep); err != nil {
+				return err
+			}
+		}
+		task.Commit() // after compare: from here the task reuses the outputs' memory
+		return nil
+	}, progress)
+	if err != nil {
+		return err
+	}
+	return audit.finish(ctx, rep)
+}
 
+// eachRecord reads offsets [from, end) of one partition, read_committed,
+// and calls fn with every record that is not a control record, in offset
+// order, and progress with the offsets done. It returns at the end, or
+// when nothing more comes before it (the rest of the range holds only
+// records of aborted transactions).
+func eachRecord(ctx context.Context, brokers []string, clientOpts []kgo.Opt, log *slog.Logger, topic string, partition int32, from, end int64,
+	fn func(*kgo.Record) error, progress func(int64)) error {
+	if from >= end {
+		return nil
+	}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(o.Brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p.partition: kgo.NewOffset().At(p.readFrom)}}),
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Control records show where the log ends when it ends with a
 		// transaction marker.
 		kgo.KeepControlRecords(),
 	}
-	cl, err := kgo.NewClient(append(opts, o.ClientOpts...)...)
+	cl, err := kgo.NewClient(append(opts, clientOpts...)...)
 	if err != nil {
 		return fmt.Errorf("replay: kafka client: %w", err)
 	}
@@ -337,11 +388,9 @@ func replayPartition(ctx context.Context, o Options, topic string, p partitionPl
 			return ctx.Err()
 		}
 		if fetches.NumRecords() == 0 {
-			// Nothing more below the end: the rest of the range holds only
-			// records of aborted transactions.
 			if idle++; idle >= 3 {
-				log.Warn("no more records before the end offset; stopping", "end", p.end)
-				return audit.finish(ctx, rep)
+				log.Warn("no more records before the end offset; stopping", "topic", topic, "partition", partition, "end", end)
+				return nil
 			}
 		} else {
 			idle = 0
@@ -356,25 +405,17 @@ func replayPartition(ctx context.Context, o Options, topic string, p partitionPl
 			return ferr
 		}
 		for _, rec := range fetches.Records() {
-			if rec.Offset >= p.end {
-				return audit.finish(ctx, rep)
+			if rec.Offset >= end {
+				return nil
 			}
 			if !rec.Attrs.IsControl() {
-				rep.Read++
-				var out stage.Out
-				if err := task.Process(rec, &out); err != nil {
-					return fmt.Errorf("replay: process %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)
+				if err := fn(rec); err != nil {
+					return err
 				}
-				if rec.Offset >= p.compareAt {
-					if err := compare(ctx, rec, out.Records(), audit, rep); err != nil {
-						return err
-					}
-				}
-				task.Commit() // after compare: from here the task reuses the outputs' memory
 			}
-			progress(rec.Offset + 1 - p.readFrom)
-			if rec.Offset >= p.end-1 {
-				return audit.finish(ctx, rep)
+			progress(rec.Offset + 1 - from)
+			if rec.Offset >= end-1 {
+				return nil
 			}
 		}
 	}

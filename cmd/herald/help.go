@@ -38,7 +38,9 @@ var examples = map[string]string{
 	"migrate":         "herald migrate --clickhouse-addr clickhouse:9000 --database herald --ttl-days 90",
 	"probe":           "herald probe http://127.0.0.1:9464/readyz",
 	"replay": "herald replay --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --from 24h\n" +
-		"herald replay --stage route --config /etc/herald/herald.yaml",
+		"herald replay --stage route --config /etc/herald/herald.yaml\n" +
+		"herald replay --config /etc/herald/herald.yaml --what-if --from 7d --what-if-dedupe-window 1m --what-if-rate-limits 'chat.message=5/1h'\n" +
+		"herald replay --config /etc/herald/herald.yaml --what-if --from 2026-11-30 --until 2026-12-01 --what-if-config candidate.yaml --json",
 	"route": "herald route --config /etc/herald/herald.yaml --instance-id route-0 --rate-limits 'chat.message=5/1h' --metrics-addr :9464",
 	"sink": "herald sink --channel apns --config /etc/herald/herald.yaml --apns-key-file /etc/herald/AuthKey.p8 --apns-key-id ABC123 --apns-team-id TEAM42 --apns-topic com.example.app\n" +
 		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0",

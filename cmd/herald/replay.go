@@ -17,20 +17,27 @@ import (
 // produced, nothing is sent) and prints every decision that differs from
 // the audit record. It exits 1 when any does. The policy flags must match
 // the live `herald dedupe`.
+//
+// With --what-if it re-runs the window through both stages under the
+// policy in force and under a candidate (the --what-if-* flags and
+// --what-if-config) and reports what would change (runWhatIf).
 func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("replay")
 	var kf kafkaFlags
 	kf.register(fs)
 	var pf policyFlags
 	pf.register(fs)
-	var ch clickhouseFlags
+	ch := clickhouseFlags{optional: true} // --what-if reads the record only when given one
 	ch.register(fs)
 	var rf routeFlags
 	rf.register(fs)
+	var wf whatIfFlags
+	wf.register(fs)
 	stageName := fs.String("stage", "dedupe", "the stage to replay: dedupe (requests, compared with the ClickHouse audit) or route "+
 		"(accepted notifications with devices and preferences, compared with herald.decisions; the route policy flags must match the live herald route)")
 	from := fs.String("from", "start", "where to start comparing: start, a time (RFC 3339), a duration ago (24h), offset:N or offset:P=N,P=N")
-	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL)")
+	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL; "+
+		"with --what-if, the longest dedupe window, TTL, rate or digest window of either policy)")
 	progress := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -38,6 +45,18 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	seeds, kopts, err := kf.connect()
 	if err != nil {
 		return err
+	}
+	if wf.on {
+		if onCommandLine(fs, "stage") {
+			return fmt.Errorf("%w: --what-if re-runs both stages, dedupe then route: leave out --stage", errUsage)
+		}
+		return runWhatIf(ctx, fs, &wf, seeds, kopts, kf, pf, rf, ch, *from, *warmup, *progress, stdout)
+	}
+	if wf.changed() || wf.until != "" || wf.json {
+		return fmt.Errorf("%w: --what-if-*, --until and --json apply only with --what-if", errUsage)
+	}
+	if len(ch.addrs()) == 0 {
+		return fmt.Errorf("%w: --clickhouse-addr is empty: herald replay compares with the audit there", errUsage)
 	}
 	switch *stageName {
 	case "dedupe":
