@@ -42,6 +42,7 @@ export function parseRetryAfter(value: string | null | undefined, now: number = 
   if (value == null) return undefined;
   const v = value.trim();
   if (/^\d+$/.test(v)) return Number(v) * 1000;
+  if (!/[A-Za-z]/.test(v)) return undefined; // an HTTP-date names its day and month
   const t = Date.parse(v);
   if (Number.isNaN(t)) return undefined;
   return Math.max(0, t - now);
