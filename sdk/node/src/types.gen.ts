@@ -62,21 +62,21 @@ export interface NotificationStatus {
    * pending (not decided yet, or not waited for), or the dedupe stage's outcome: accepted,
    * duplicate, rejected, idempotency_conflict; later stages add theirs.
    */
-  status: string;
+  status: "pending" | "accepted" | "duplicate" | "rejected" | "idempotency_conflict";
 }
 
 export interface Delivery {
   notificationId: string;
   deliveryId: string;
   deviceId: string;
-  channel: string;
-  status: string;
+  channel: "apns" | "fcm" | "webpush" | "feed";
+  status: "queued" | "deferred";
 }
 
 export interface Skipped {
   notificationId: string;
   recipient: string;
-  reason: string;
+  reason: "duplicate" | "rejected" | "rate_limited" | "digested" | "opted_out" | "no_target";
 }
 
 export interface SendResult {
@@ -100,7 +100,7 @@ export interface ExplainedNotification {
   id: string;
   recipient: string;
   idSource: "key" | "dedupe_key" | "idempotency_key" | "random";
-  outcome: string;
+  outcome: "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rejected";
   wouldDeduplicate: boolean;
   wouldReplay: boolean;
   wouldConflict: boolean;
@@ -148,8 +148,8 @@ export interface TimelineEvent {
   kind: "requested" | "decision" | "attempt" | "outcome" | "receipt";
   /** The request (requested, decision). */
   requestId?: string;
-  stage?: string;
-  outcome?: string;
+  stage?: "dedupe" | "route";
+  outcome?: "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected";
   detail?: string;
   originalRequestId?: string;
   producer?: string;
@@ -159,11 +159,15 @@ export interface TimelineEvent {
   /** The attempt's number. */
   attempt?: number;
   /** An attempt's classified result: sent, retryable, permanent or ambiguous. */
-  result?: string;
+  result?: "sent" | "retryable" | "permanent" | "ambiguous";
   /** Refines an attempt's result, e.g. throttled. */
   classification?: string;
-  /** An outcome's final state: delivered, dead_lettered or device_retired. */
-  status?: string;
+  /**
+   * An outcome's final state: delivered, dead_lettered (retries exhausted, in the dead letters),
+   * device_retired (the provider invalidated the token), failed (a permanent provider error, or
+   * retries exhausted) or expired (the notification expired before a send succeeded).
+   */
+  status?: "delivered" | "dead_lettered" | "device_retired" | "failed" | "expired";
   /** The attempts an outcome took. */
   attempts?: number;
   /** The provider's reason (attempt) or the outcome's reason. */
@@ -184,12 +188,12 @@ export interface NotificationRecord {
   channels?: string[];
   dedupeKey?: string;
   idempotencyKey?: string;
-  idSource: string;
+  idSource: "key" | "dedupe_key" | "idempotency_key" | "random" | "unknown";
   requestId: string;
   producer?: string;
   source: string;
   createdAt: number;
-  status: string;
+  status: "pending" | "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected";
   timeline: TimelineEvent[];
 }
 

@@ -59,21 +59,21 @@ class NotificationStatus(TypedDict):
     recipient: str
     #: pending (not decided yet, or not waited for), or the dedupe stage's outcome: accepted,
     #: duplicate, rejected, idempotency_conflict; later stages add theirs.
-    status: str
+    status: Literal["pending", "accepted", "duplicate", "rejected", "idempotency_conflict"]
 
 
 class Delivery(TypedDict):
     notificationId: str
     deliveryId: str
     deviceId: str
-    channel: str
-    status: str
+    channel: Literal["apns", "fcm", "webpush", "feed"]
+    status: Literal["queued", "deferred"]
 
 
 class Skipped(TypedDict):
     notificationId: str
     recipient: str
-    reason: str
+    reason: Literal["duplicate", "rejected", "rate_limited", "digested", "opted_out", "no_target"]
 
 
 class SendResult(TypedDict):
@@ -95,7 +95,7 @@ class ExplainedNotification(TypedDict):
     id: str
     recipient: str
     idSource: Literal["key", "dedupe_key", "idempotency_key", "random"]
-    outcome: str
+    outcome: Literal["accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rejected"]
     wouldDeduplicate: bool
     wouldReplay: bool
     wouldConflict: bool
@@ -139,8 +139,8 @@ class TimelineEvent(TypedDict):
     kind: Literal["requested", "decision", "attempt", "outcome", "receipt"]
     #: The request (requested, decision).
     requestId: NotRequired[str]
-    stage: NotRequired[str]
-    outcome: NotRequired[str]
+    stage: NotRequired[Literal["dedupe", "route"]]
+    outcome: NotRequired[Literal["accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected"]]
     detail: NotRequired[str]
     originalRequestId: NotRequired[str]
     producer: NotRequired[str]
@@ -150,11 +150,13 @@ class TimelineEvent(TypedDict):
     #: The attempt's number.
     attempt: NotRequired[int]
     #: An attempt's classified result: sent, retryable, permanent or ambiguous.
-    result: NotRequired[str]
+    result: NotRequired[Literal["sent", "retryable", "permanent", "ambiguous"]]
     #: Refines an attempt's result, e.g. throttled.
     classification: NotRequired[str]
-    #: An outcome's final state: delivered, dead_lettered or device_retired.
-    status: NotRequired[str]
+    #: An outcome's final state: delivered, dead_lettered (retries exhausted, in the dead letters),
+    #: device_retired (the provider invalidated the token), failed (a permanent provider error, or
+    #: retries exhausted) or expired (the notification expired before a send succeeded).
+    status: NotRequired[Literal["delivered", "dead_lettered", "device_retired", "failed", "expired"]]
     #: The attempts an outcome took.
     attempts: NotRequired[int]
     #: The provider's reason (attempt) or the outcome's reason.
@@ -175,12 +177,12 @@ class NotificationRecord(TypedDict):
     channels: NotRequired[list[str]]
     dedupeKey: NotRequired[str]
     idempotencyKey: NotRequired[str]
-    idSource: str
+    idSource: Literal["key", "dedupe_key", "idempotency_key", "random", "unknown"]
     requestId: str
     producer: NotRequired[str]
     source: str
     createdAt: int
-    status: str
+    status: Literal["pending", "accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected"]
     timeline: list[TimelineEvent]
 
 
