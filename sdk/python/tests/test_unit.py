@@ -15,6 +15,7 @@ from heraldhq import (
     AsyncHerald,
     Backoff,
     Herald,
+    SendRequest,
     HeraldConnectionError,
     HeraldError,
     WebhookVerificationError,
@@ -24,7 +25,7 @@ from heraldhq import (
     verify_webhook,
 )
 
-SEND = {"type": "invoice.paid", "recipients": ["u_8831"], "title": "Paid", "body": "Thanks"}
+SEND: SendRequest = {"type": "invoice.paid", "recipients": ["u_8831"], "title": "Paid", "body": "Thanks"}
 
 
 def client(s: Script, delays: list[float], **options: object) -> Herald:

@@ -30,7 +30,7 @@ class Backoff:
         """The longest wait before retry n (1-based): min(max, min·2ⁿ)."""
         lo = self.min if self.min > 0 else 0.2
         hi = max(lo, self.max if self.max > 0 else 10.0)
-        return min(hi, lo * 2 ** max(0, n))
+        return min(hi, lo * 2.0 ** max(0, n))
 
     def delay(
         self, n: int, retry_after: float | None = None, random: Callable[[], float] = _random.random
