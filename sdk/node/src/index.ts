@@ -9,4 +9,4 @@ export { backoffCeiling, backoffDelay, defaultBackoff, isRetryableStatus, parseR
 export type { BackoffPolicy } from "./retry.js";
 export { SECRET_PREFIX, WebhookVerificationError, secretKey, signWebhook, verifyWebhook } from "./webhooks.js";
 export type { VerifyOptions, WebhookHeaders } from "./webhooks.js";
-export type * from "./types.gen.js";
+export * from "./types.gen.js";
