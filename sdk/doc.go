@@ -27,3 +27,5 @@
 // testdata/webhook_vectors.json with TestHeraldSignsAndVerifiesTheSharedWebhookVectors,
 // and sdk/test runs their tests against herald dev.
 package sdk
+
+//go:generate go run ./gen -root ..

@@ -8,7 +8,7 @@
 //
 // Run it from the repository's root after changing openapi.json:
 //
-//	go run ./sdk/gen
+//	go run ./sdk/gen      (or: go generate ./sdk)
 //
 // TestCommittedTypesAreGeneratedFromOpenAPI fails while the committed files
 // differ from what it writes.

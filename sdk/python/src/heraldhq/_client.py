@@ -207,8 +207,34 @@ class Herald(_Base):
 
     Use it as a context manager, or call close()."""
 
-    def __init__(self, base_url: str, api_key: str, *, http_client: httpx.Client | None = None, **options: Any) -> None:
-        super().__init__(base_url, api_key, **options)
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        max_attempts: int = 4,
+        attempt_timeout: float = 30.0,
+        min_backoff: float = 0.2,
+        max_backoff: float = 10.0,
+        user_agent: str | None = None,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        """base_url is the API's root (herald dev: http://127.0.0.1:8080),
+        api_key its bearer key (herald dev: herald-dev-key). A call is tried
+        up to max_attempts times, each bounded by attempt_timeout seconds
+        (httpx's connect, read and write timeouts); the n-th retry waits a
+        random time up to min(max_backoff, min_backoff·2ⁿ) seconds, never
+        less than Retry-After. Pass http_client to share a pool (it is not
+        closed by close())."""
+        super().__init__(
+            base_url,
+            api_key,
+            max_attempts=max_attempts,
+            attempt_timeout=attempt_timeout,
+            min_backoff=min_backoff,
+            max_backoff=max_backoff,
+            user_agent=user_agent,
+        )
         self._own = http_client is None
         self._http = http_client or httpx.Client()
         #: The pause between tries; replaced in tests.
@@ -334,9 +360,27 @@ class AsyncHerald(_Base):
     Use it as an async context manager, or await aclose()."""
 
     def __init__(
-        self, base_url: str, api_key: str, *, http_client: httpx.AsyncClient | None = None, **options: Any
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        max_attempts: int = 4,
+        attempt_timeout: float = 30.0,
+        min_backoff: float = 0.2,
+        max_backoff: float = 10.0,
+        user_agent: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        super().__init__(base_url, api_key, **options)
+        """See Herald; http_client is an httpx.AsyncClient here."""
+        super().__init__(
+            base_url,
+            api_key,
+            max_attempts=max_attempts,
+            attempt_timeout=attempt_timeout,
+            min_backoff=min_backoff,
+            max_backoff=max_backoff,
+            user_agent=user_agent,
+        )
         self._own = http_client is None
         self._http = http_client or httpx.AsyncClient()
         #: The pause between tries; replaced in tests.
