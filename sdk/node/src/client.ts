@@ -37,7 +37,7 @@ export interface ClientOptions {
   maxBackoffMs?: number;
   /** The fetch to call (globalThis.fetch by default). */
   fetch?: typeof fetch;
-  /** Sent as User-Agent. */
+  /** Sent as User-Agent (USER_AGENT by default). */
   userAgent?: string;
 }
 
@@ -85,6 +85,9 @@ interface Answer<T> {
 
 const enc = encodeURIComponent;
 
+/** The User-Agent sent unless ClientOptions.userAgent replaces it. */
+export const USER_AGENT = "heraldhq-node/0.1.0";
+
 /**
  * herald's HTTP API client. Every call is retried on network errors and
  * timeouts, 429, 502, 503 and 504, with exponential backoff and full jitter
@@ -125,7 +128,9 @@ export class Herald {
     const headers: Record<string, string> = {};
     if (key !== undefined) headers["Idempotency-Key"] = key;
     if (options.waitSeconds !== undefined) headers["Prefer"] = `wait=${Math.max(0, Math.floor(options.waitSeconds))}`;
-    const a = await this.#call<SendResult>("POST", "/v1/notifications", request, headers, options.signal);
+    // A try waiting for decisions gets the wait and 10 s on top of its bound.
+    const timeoutMs = options.waitSeconds === undefined ? undefined : Math.max(0, Math.floor(options.waitSeconds)) * 1000 + 10_000;
+    const a = await this.#call<SendResult>("POST", "/v1/notifications", request, headers, options.signal, timeoutMs);
     return { ...a.body, replayed: a.headers.get("Idempotency-Replayed") === "true", idempotencyKey: key };
   }
 
@@ -259,20 +264,22 @@ export class Herald {
     body: unknown,
     extra: Record<string, string>,
     signal: AbortSignal | undefined,
+    minTimeoutMs?: number,
   ): Promise<Answer<T>> {
+    const timeoutMs = Math.max(this.#attemptTimeoutMs, minTimeoutMs ?? 0);
     const headers: Record<string, string> = {
       ...extra,
       Authorization: `Bearer ${this.#apiKey}`,
       Accept: "application/json, application/problem+json",
     };
-    if (this.#userAgent) headers["User-Agent"] = this.#userAgent;
+    headers["User-Agent"] = this.#userAgent ?? USER_AGENT;
     const payload = body === undefined ? undefined : JSON.stringify(body);
     if (payload !== undefined) headers["Content-Type"] = "application/json";
     for (let attempt = 1; ; attempt++) {
       signal?.throwIfAborted();
       let retryAfterMs: number | undefined;
       try {
-        return await this.#once<T>(method, path, payload, headers, signal, attempt);
+        return await this.#once<T>(method, path, payload, headers, signal, attempt, timeoutMs);
       } catch (e) {
         if (signal?.aborted) throw signal.reason;
         if (e instanceof HeraldError) {
@@ -296,9 +303,10 @@ export class Herald {
     headers: Record<string, string>,
     signal: AbortSignal | undefined,
     attempt: number,
+    timeoutMs: number,
   ): Promise<Answer<T>> {
     const ctl = new AbortController();
-    const timer = setTimeout(() => ctl.abort(new Error(`try timed out after ${this.#attemptTimeoutMs} ms`)), this.#attemptTimeoutMs);
+    const timer = setTimeout(() => ctl.abort(new Error(`try timed out after ${timeoutMs} ms`)), timeoutMs);
     const onAbort = () => ctl.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     try {

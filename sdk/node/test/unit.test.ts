@@ -10,6 +10,7 @@ import {
   Herald,
   HeraldConnectionError,
   HeraldError,
+  USER_AGENT,
   WebhookVerificationError,
   backoffCeiling,
   backoffDelay,
@@ -67,6 +68,11 @@ function problem(status: number, headers: Record<string, string> = {}) {
 
 /** Drops the connection without an answer. */
 const hangUp = (res: ServerResponse) => res.socket?.destroy();
+
+/** Answers after ms. */
+const delayed = (ms: number, then: (res: ServerResponse) => void) => (res: ServerResponse) => {
+  setTimeout(() => then(res), ms);
+};
 
 /** Never answers (until the server closes). */
 const silence = (_res: ServerResponse) => {};
@@ -171,6 +177,18 @@ describe("a call against a local server", () => {
     s.reset(silence, json(202, { requestId: "r", notifications: [], deliveries: [], skipped: [] }));
     await client(s.url, [], { attemptTimeoutMs: 200 }).send(sendBody);
     assert.equal(s.seen.length, 2);
+  });
+
+  it("gives a send that waits for decisions the wait on top of its try's bound", async () => {
+    s.reset(delayed(400, json(202, { requestId: "r", notifications: [], deliveries: [], skipped: [] })));
+    await client(s.url, [], { attemptTimeoutMs: 200 }).send(sendBody, { waitSeconds: 1 });
+    assert.equal(s.seen.length, 1);
+  });
+
+  it("sends its User-Agent", async () => {
+    s.reset(json(200, { webhooks: [] }));
+    await client(s.url, []).listWebhooks();
+    assert.equal(s.seen[0].headers["user-agent"], USER_AGENT);
   });
 
   it("reports a server that never answers as a connection error after maxAttempts", async () => {

@@ -46,6 +46,14 @@ def hang_up(h: BaseHTTPRequestHandler) -> None:
     h.connection.shutdown(socket.SHUT_RDWR)
 
 
+def delayed(seconds: float, then: Answer) -> Answer:
+    def write(h: BaseHTTPRequestHandler) -> None:
+        time.sleep(seconds)
+        then(h)
+
+    return write
+
+
 def silence(h: BaseHTTPRequestHandler) -> None:
     """Answers nothing for longer than the tests' try timeout."""
     time.sleep(1.5)

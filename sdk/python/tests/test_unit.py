@@ -9,12 +9,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from conftest import ACCEPTED, Script, answer, hang_up, problem, silence
+from conftest import ACCEPTED, Script, answer, delayed, hang_up, problem, silence
 
 from heraldhq import (
     AsyncHerald,
     Backoff,
     Herald,
+    USER_AGENT,
     SendRequest,
     HeraldConnectionError,
     HeraldError,
@@ -103,6 +104,16 @@ class TestACallAgainstALocalServer:
         script.reset(silence, answer(202, ACCEPTED))
         client(script, [], attempt_timeout=0.3).send(SEND)
         assert len(script.seen) == 2
+
+    def test_a_send_that_waits_gets_the_wait_on_top_of_its_try_bound(self, script: Script) -> None:
+        script.reset(delayed(0.6, answer(202, ACCEPTED)))
+        client(script, [], attempt_timeout=0.3).send(SEND, wait=1)
+        assert len(script.seen) == 1
+
+    def test_the_user_agent_is_sent(self, script: Script) -> None:
+        script.reset(answer(200, {"webhooks": []}))
+        client(script, []).list_webhooks()
+        assert script.seen[0].headers["user-agent"] == USER_AGENT
 
     def test_a_server_that_never_answers_is_a_connection_error(self, script: Script) -> None:
         script.reset(hang_up, hang_up, hang_up)

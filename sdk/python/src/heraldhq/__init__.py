@@ -3,7 +3,7 @@ asyncio), their errors, the retry policy, Standard Webhooks verification for
 receivers, and the wire types generated from api/openapi.json
 (heraldhq.api_types)."""
 
-from ._client import AsyncHerald, Herald, HeraldBadAnswer, SendResponse, idempotency_key_for
+from ._client import USER_AGENT, AsyncHerald, Herald, HeraldBadAnswer, SendResponse, idempotency_key_for
 from ._errors import HeraldConnectionError, HeraldError
 from ._retry import RETRYABLE_STATUSES, Backoff, is_retryable_status, parse_retry_after
 from .api_types import *  # noqa: F403
@@ -22,6 +22,7 @@ __all__ = [
     "RETRYABLE_STATUSES",
     "SECRET_PREFIX",
     "SendResponse",
+    "USER_AGENT",
     "WebhookVerificationError",
     "idempotency_key_for",
     "is_retryable_status",

@@ -37,6 +37,9 @@ from .api_types import (
 
 T = TypeVar("T")
 
+#: The User-Agent sent unless user_agent replaces it.
+USER_AGENT = "heraldhq-python/0.1.0"
+
 
 class SendResponse(SendResult):
     """The answer to a send, and what the client knows of it."""
@@ -75,6 +78,8 @@ class _Call:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] | None = None
+    #: A try's bound when longer than the client's (a send that waits).
+    min_timeout: float = 0.0
 
 
 @dataclass
@@ -113,8 +118,7 @@ class _Base:
             "Authorization": f"Bearer {self._api_key}",
             "Accept": "application/json, application/problem+json",
         }
-        if self._user_agent:
-            headers["User-Agent"] = self._user_agent
+        headers["User-Agent"] = self._user_agent or USER_AGENT
         content = None
         if c.body is not None:
             content = json.dumps(c.body, ensure_ascii=False, separators=(",", ":")).encode()
@@ -159,7 +163,9 @@ class _Base:
             headers["Idempotency-Key"] = key
         if wait is not None:
             headers["Prefer"] = f"wait={max(0, int(wait))}"
-        return _Call("POST", "/v1/notifications", request, headers), key
+        # A try waiting for decisions gets the wait and 10 s on top of its bound.
+        min_timeout = 0.0 if wait is None else max(0, int(wait)) + 10.0
+        return _Call("POST", "/v1/notifications", request, headers, min_timeout=min_timeout), key
 
     @staticmethod
     def _explain(request: SendRequest, idempotency_key: str | None) -> _Call:
@@ -257,7 +263,7 @@ class Herald(_Base):
             attempt += 1
             try:
                 resp = self._http.request(
-                    c.method, url, headers=headers, content=content, params=c.params, timeout=self.attempt_timeout
+                    c.method, url, headers=headers, content=content, params=c.params, timeout=max(self.attempt_timeout, c.min_timeout)
                 )
                 return self._answer(c, resp, attempt)
             except (HeraldError, httpx.TransportError) as e:
@@ -403,7 +409,7 @@ class AsyncHerald(_Base):
             attempt += 1
             try:
                 resp = await self._http.request(
-                    c.method, url, headers=headers, content=content, params=c.params, timeout=self.attempt_timeout
+                    c.method, url, headers=headers, content=content, params=c.params, timeout=max(self.attempt_timeout, c.min_timeout)
                 )
                 return self._answer(c, resp, attempt)
             except (HeraldError, httpx.TransportError) as e:
