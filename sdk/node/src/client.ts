@@ -285,7 +285,7 @@ export class Herald {
         if (e instanceof HeraldError) {
           if (!isRetryableStatus(e.status) || attempt >= this.#maxAttempts) throw e;
           retryAfterMs = e.retryAfterMs;
-        } else if (e instanceof BadAnswerError) {
+        } else if (e instanceof HeraldBadAnswer) {
           throw e;
         } else if (attempt >= this.#maxAttempts) {
           throw new HeraldConnectionError(`herald: ${method} ${path}: no answer after ${attempt} tries: ${describe(e)}`, attempt, e);
@@ -320,7 +320,7 @@ export class Herald {
       try {
         parsed = text ? JSON.parse(text) : undefined;
       } catch (e) {
-        throw new BadAnswerError(`herald: ${method} ${path}: the answer (${resp.status}) is not JSON`, e);
+        throw new HeraldBadAnswer(`herald: ${method} ${path}: the answer (${resp.status}) is not JSON`, e);
       }
       return { status: resp.status, headers: resp.headers, body: parsed as T };
     } finally {
@@ -331,10 +331,10 @@ export class Herald {
 }
 
 /** A 2xx answer the client cannot read: not retried. */
-class BadAnswerError extends Error {
+export class HeraldBadAnswer extends Error {
   constructor(message: string, cause: unknown) {
     super(message, { cause });
-    this.name = "BadAnswerError";
+    this.name = "HeraldBadAnswer";
   }
 }
 

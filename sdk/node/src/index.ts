@@ -2,7 +2,7 @@
 // policy, Standard Webhooks verification for receivers, and the wire types
 // generated from api/openapi.json.
 
-export { Herald, USER_AGENT, idempotencyKeyFor } from "./client.js";
+export { Herald, HeraldBadAnswer, USER_AGENT, idempotencyKeyFor } from "./client.js";
 export type { CallOptions, ClientOptions, FeedOptions, SendOptions, SendResponse } from "./client.js";
 export { HeraldConnectionError, HeraldError } from "./errors.js";
 export { backoffCeiling, backoffDelay, defaultBackoff, isRetryableStatus, parseRetryAfter } from "./retry.js";
