@@ -67,21 +67,29 @@ func (e *APIError) Temporary() bool {
 // Send derives one for this call (a fresh random id) and sends it, as the
 // Idempotency-Key header, on every attempt: however many times a transient
 // failure makes it retry, herald makes the notifications once, and a retry
-// is answered as the first attempt was.
+// is answered as the first attempt was. The exception is a notification
+// with a Key and no DedupeKey: an idempotency key would replace its
+// canonical id (NotificationID of type, recipient and key; see DeriveID),
+// so Send sends none, and a retry is caught by herald's deduplication on
+// that id (answered duplicate).
 func (c *Client) Send(ctx context.Context, n Notification) (*SendResult, error) {
-	if n.IdempotencyKey == "" {
+	if n.IdempotencyKey == "" && (n.Key == nil || n.DedupeKey != "") {
 		n.IdempotencyKey = identity.NewRandomID()
+	}
+	var hdr http.Header
+	if n.IdempotencyKey != "" {
+		hdr = http.Header{"Idempotency-Key": {n.IdempotencyKey}}
 	}
 	body, err := json.Marshal(n)
 	if err != nil {
 		return nil, fmt.Errorf("herald: encode notification: %w", err)
 	}
 	var res SendResult
-	hdr, err := c.do(ctx, http.MethodPost, "/v1/notifications", body, http.Header{"Idempotency-Key": {n.IdempotencyKey}}, &res)
+	answer, err := c.do(ctx, http.MethodPost, "/v1/notifications", body, hdr, &res)
 	if err != nil {
 		return nil, err
 	}
-	res.Replayed = hdr.Get("Idempotency-Replayed") == "true"
+	res.Replayed = answer.Get("Idempotency-Replayed") == "true"
 	return &res, nil
 }
 

@@ -98,3 +98,37 @@ func TestTheClientGivesUpWhenItsContextEnds(t *testing.T) {
 		t.Fatalf("error %v, want the context's", err)
 	}
 }
+
+func TestTheClientSendsAnIdempotencyKeyUnlessTheIDComesFromAKey(t *testing.T) {
+	key := sdk.Key{"invoice": sdk.String("inv_2201")}
+	cases := []struct {
+		name string
+		n    sdk.Notification
+		want func(string) bool
+	}{
+		{"a send without keys gets a fresh key", sdk.Notification{}, func(k string) bool { return len(k) == 32 }},
+		{"the caller's key is sent", sdk.Notification{IdempotencyKey: "order-7"}, func(k string) bool { return k == "order-7" }},
+		{"a send whose id comes from its key gets none, so the id stays canonical", sdk.Notification{Key: key}, func(k string) bool { return k == "" }},
+		{"a send with a key and a dedupe key gets a fresh key", sdk.Notification{Key: key, DedupeKey: "d"}, func(k string) bool { return len(k) == 32 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make(chan string, 1)
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got <- r.Header.Get("Idempotency-Key")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusAccepted)
+				w.Write([]byte(`{"requestId":"r","notifications":[],"deliveries":[],"skipped":[]}`))
+			}))
+			defer hs.Close()
+			n := tc.n
+			n.Type, n.Recipients, n.Title, n.Body = "invoice.paid", []string{"u_8831"}, "x", "y"
+			if _, err := sdk.NewClient(hs.URL, api.DevAPIKey).Send(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
+			if k := <-got; !tc.want(k) {
+				t.Fatalf("Idempotency-Key %q", k)
+			}
+		})
+	}
+}

@@ -6,8 +6,8 @@
 //     id from its dedupeKey, idempotencyKey or key, so a producer can know an
 //     id before it sends.
 //   - [Client]: the HTTP API client. Each logical send gets one idempotency
-//     key, derived once (the caller's, or a fresh random one) and sent on
-//     every attempt; transient failures (5xx, timeouts, connection errors,
+//     key, derived once (the caller's, or a fresh random one, except for a
+//     send whose id comes from its key) and sent on every attempt; transient failures (5xx, timeouts, connection errors,
 //     429 with Retry-After) are retried with exponential backoff and full
 //     jitter, never changing the key, so a retry after a timeout is answered
 //     as the original was and never makes a second notification.
@@ -18,5 +18,14 @@
 //     and placed with the topics catalog's partitioner.
 //
 // The wire types ([Notification], [SendResult], [Problem], ...) are the JSON
-// of api/openapi.json; the HTTP API encodes its answers with them.
+// of api/openapi.json; the HTTP API encodes its answers with them, and
+// TestGoTypesMatchTheOpenAPISchemas checks them against its schemas.
+//
+// The Node and Python SDKs live in sdk/node and sdk/python: their wire types
+// are generated from api/openapi.json by sdk/gen (whose test fails when the
+// committed ones drift), they share the Standard Webhooks vectors of
+// testdata/webhook_vectors.json with TestHeraldSignsAndVerifiesTheSharedWebhookVectors,
+// and sdk/test runs their tests against herald dev.
 package sdk
+
+//go:generate go run ./gen -root ..
