@@ -22,9 +22,10 @@
 // A write whose outcome Kafka did not confirm (a commit, or a single
 // record's produce, that failed after it was sent) is also a 503, and the
 // records may be in Kafka: a retry with the same idempotency or dedupe key
-// is then decided as a replay or duplicate. A send with neither key gets a
-// random id and cannot be told from a second send (the Go SDK's Client
-// always sends an idempotency key).
+// is then decided as a replay or duplicate. A send with neither key nor a
+// notification key gets a random id and cannot be told from a second send
+// (the Go, Node and Python clients send an idempotency key unless the send
+// names a key, whose canonical id deduplicates its retries).
 //
 // # History and waiting for decisions
 //
@@ -93,25 +94,37 @@
 // 202 without Idempotency-Replayed); a retry whose body differs for any
 // recipient is a 422, though recipients the key never saw are sent.
 //
-// # Explain, devices, preferences and segments: an eventually consistent replica
+// # Explain: asked of the dedupe stage
 //
-// The API keeps a read-only replica of the compacted topics herald.seen
-// (the dedupe stage's seen-set), herald.devices, herald.preferences and
-// herald.segments, read read_committed from their start. Explain builds the
-// requests a send would make and runs the stage's own decision function
-// (dedupe.SeenSet.Decide, with the stage's Policy) over the replica, at the
-// current time, changing nothing. Every instance holds the whole
-// seen-set, so its copy is packed as the stage's own (dedupe.SeenSet:
-// about 100 bytes a live key). The replica lags the stage by the time it takes to read a
-// committed change, so explain can miss a key committed a moment ago:
-// treat wouldDeduplicate=false as "not as of a moment ago". Until the
-// replica has read every partition up to where it stood at Start, explain,
-// the device, preference and segment endpoints and sends to device, tag,
-// segment or all targets answer 503 (so do they if a topic is missing:
-// herald.segments is new, and `herald topics create` adds it before an
-// upgraded API starts). Device, preference and segment writes are applied
-// to the replica when they commit, so a caller reads its own writes on the
-// instance that made them.
+// Explain builds the requests a send would make and writes them to
+// herald.requests as explains (internal/reply.ExplainHeader), naming this
+// instance's reply partition, without a transaction. The dedupe stage, the
+// owner of the seen-set, decides each as it would the request at that
+// place in its partition and answers the decision on the reply partition;
+// it writes nothing else (no decision, no seen entry, no accepted
+// notification), and every other reader of herald.requests skips
+// explains. A partition is read in order, so an explain sees every send
+// appended before it: after a send was answered accepted, an explain of
+// it says wouldReplay or wouldDeduplicate (consistency read-your-writes).
+// An accepted answer then runs the route stage's decision function over
+// the replica's copy of its state, devices and preferences, which lags the
+// stage by a fetch. Explain waits at most IdempotencyWait for the stage;
+// past that, 503. The API holds no seen-set, except with a quota (see
+// Quotas), whose check reads a replica of herald.seen.
+//
+// # Devices, preferences and segments: an eventually consistent replica
+//
+// The API keeps a read-only replica of the compacted topics
+// herald.devices, herald.preferences, herald.segments, the route stage's
+// state, the feed and the webhook endpoints, read read_committed from their
+// start. The replica lags the stages by the time it takes to read a
+// committed change. Until the replica has read every partition up to where
+// it stood at Start, explain, the device, preference and segment endpoints
+// and sends to device, tag, segment or all targets answer 503 (so do they
+// if a topic is missing: herald.segments is new, and `herald topics
+// create` adds it before an upgraded API starts). Device, preference and
+// segment writes are applied to the replica when they commit, so a caller
+// reads its own writes on the instance that made them.
 //
 // # Targets
 //
@@ -180,4 +193,7 @@
 // replica says would be accepted is refused with 429 and Retry-After once
 // the count is reached, while repeats still pass. Both counts are
 // eventually consistent, so a burst can overshoot by what is in flight.
+// A quota costs every instance a read of herald.decisions and a copy of
+// the whole seen-set (herald.seen, about 100 bytes a live key): without
+// one, an instance reads neither.
 package api

@@ -108,8 +108,8 @@ type waiter struct {
 	withRoute bool
 	// explain: the answers are dry runs, never cached as decisions.
 	explain bool
-	closed    bool
-	done      chan struct{}
+	closed  bool
+	done    chan struct{}
 }
 
 // complete reports whether every decision awaited is in: a dedupe decision

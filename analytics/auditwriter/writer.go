@@ -121,8 +121,8 @@ import (
 
 	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/internal/metrics"
-	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/internal/ops"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/topics"
 )
 

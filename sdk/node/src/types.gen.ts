@@ -129,10 +129,13 @@ export interface Explanation {
   wouldDigest: boolean;
   wouldDefer: boolean;
   /**
-   * Answered from the API's replicas of the dedupe stage's seen-set (herald.seen) and the route
-   * stage's state (herald.route), devices and preferences, which lag the stages.
+   * read-your-writes: the dedupe answer (wouldDeduplicate, wouldReplay, wouldConflict) comes from
+   * the dedupe stage, which owns the seen-set, and reflects every send appended before the
+   * explain, this caller's own included; the route answer (wouldRateLimit, wouldDigest,
+   * wouldDefer, channels) comes from the API's replica of the route stage's state, devices and
+   * preferences, which lags the stage by a fetch.
    */
-  consistency: "eventual";
+  consistency: "read-your-writes";
   notifications: ExplainedNotification[];
 }
 

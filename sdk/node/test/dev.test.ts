@@ -115,7 +115,7 @@ describe("against herald dev", { skip: url ? false : "HERALD_SDK_TEST_URL is not
     });
     assert.equal(ex.notifications[0].id, sent.notifications[0].id);
     assert.equal(ex.notifications[0].idSource, "dedupe_key");
-    assert.equal(ex.consistency, "eventual");
+    assert.equal(ex.consistency, "read-your-writes");
   });
 
   it("lists, reads and deletes devices, and answers 404 for a deleted one", async () => {

@@ -281,7 +281,7 @@ class Herald(_Base):
         return cast(SendResponse, {**a.body, "replayed": a.headers.get("Idempotency-Replayed") == "true", "idempotencyKey": key})
 
     def explain(self, request: SendRequest, *, idempotency_key: str | None = None) -> Explanation:
-        """What herald would decide for this send now, changing nothing (eventually consistent)."""
+        """What herald would decide for this send now, changing nothing (the dedupe answer reads every earlier send)."""
         return cast(Explanation, self._call(self._explain(request, idempotency_key)).body)
 
     def get_notification(self, notification_id: str) -> NotificationRecord:
