@@ -34,9 +34,13 @@ type Reached struct {
 
 // Warning is the finding in one sentence.
 func (s SameContent) Warning() string {
-	return fmt.Sprintf("the same content (%s, title %q, body %q) reached %s device %s under two notification ids, %s apart: "+
+	where := s.Channel + " device " + s.DeviceID
+	if s.Channel == "feed" {
+		where = "the in-app feed"
+	}
+	return fmt.Sprintf("the same content (%s, title %q, body %q) reached %s under two notification ids, %s apart: "+
 		"%s at %s (%s) and %s at %s (%s). The producer sent this twice under different keys.",
-		s.Type, s.Title, s.Body, s.Channel, s.DeviceID, s.Second.At.Sub(s.First.At).Round(time.Millisecond),
+		s.Type, s.Title, s.Body, where, s.Second.At.Sub(s.First.At).Round(time.Millisecond),
 		s.First.NotificationID, stamp(s.First.At), s.First.keys(), s.Second.NotificationID, stamp(s.Second.At), s.Second.keys())
 }
 

@@ -22,6 +22,7 @@ import (
 type sent struct {
 	nid, idemKey, title, body, device string
 	at                                time.Time
+	channel                           string // apns when empty
 }
 
 // seed writes requests and sent attempts into a fresh, migrated database
@@ -40,12 +41,15 @@ func seed(t *testing.T, rows []sent) (driver.Conn, string) {
 	}
 	for i, r := range rows {
 		ms := r.at.UnixMilli()
+		if r.channel == "" {
+			r.channel = "apns"
+		}
 		req := fmt.Sprintf("INSERT INTO `%s`.requests (kafka_topic, kafka_partition, kafka_offset, at, request_id, tenant, type, recipient, notification_id, id_source, idempotency_key, title, body, channels, source) "+
 			"VALUES ('herald.requests', 0, %d, fromUnixTimestamp64Milli(%d), 'req%d', 'acme', 'payment.failed', 'u_twice', '%s', 'idempotency_key', '%s', '%s', '%s', ['apns'], 'api')",
 			db, i, ms-2000, i, r.nid, r.idemKey, r.title, r.body)
 		att := fmt.Sprintf("INSERT INTO `%s`.attempts (kafka_topic, kafka_partition, kafka_offset, at, attempt_id, delivery_id, notification_id, tenant, type, recipient, device_id, channel, attempt, result, collapse_id) "+
-			"VALUES ('herald.attempts', 0, %d, fromUnixTimestamp64Milli(%d), 'att%d', 'del%d', '%s', 'acme', 'payment.failed', 'u_twice', '%s', 'apns', 1, 'sent', '%s')",
-			db, i, ms, i, i, r.nid, r.device, r.nid)
+			"VALUES ('herald.attempts', 0, %d, fromUnixTimestamp64Milli(%d), 'att%d', 'del%d', '%s', 'acme', 'payment.failed', 'u_twice', '%s', '%s', 1, 'sent', '%s')",
+			db, i, ms, i, i, r.nid, r.device, r.channel, r.nid)
 		for _, q := range []string{req, att} {
 			if err := conn.Exec(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
@@ -59,11 +63,13 @@ func TestTheSameContentUnderTwoIdsIsNamedWithBothKeys(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
 	id := func(n int) string { return fmt.Sprintf("%032x", 0xa0+n) }
 	rows := []sent{
-		{id(1), "evt-a", "Payment failed", "Card declined", "dev-1", t0},
-		{id(2), "evt-b", "Payment failed", "Card declined", "dev-1", t0.Add(3 * time.Minute)}, // the producer's second send
-		{id(3), "evt-c", "Payment failed", "Card expired", "dev-1", t0.Add(5 * time.Minute)},  // other body
-		{id(4), "evt-d", "Payment failed", "Card declined", "dev-2", t0.Add(4 * time.Minute)}, // other device
-		{id(5), "evt-e", "Payment failed", "Card declined", "dev-1", t0.Add(30 * time.Hour)},  // a day later
+		{id(1), "evt-a", "Payment failed", "Card declined", "dev-1", t0, ""},
+		{id(2), "evt-b", "Payment failed", "Card declined", "dev-1", t0.Add(3 * time.Minute), ""}, // the producer's second send
+		{id(3), "evt-c", "Payment failed", "Card expired", "dev-1", t0.Add(5 * time.Minute), ""},  // other body
+		{id(4), "evt-d", "Payment failed", "Card declined", "dev-2", t0.Add(4 * time.Minute), ""}, // other device
+		{id(5), "evt-e", "Payment failed", "Card declined", "dev-1", t0.Add(30 * time.Hour), ""},  // a day later
+		{id(6), "evt-f", "Welcome", "Hello", "feed", t0.Add(40 * time.Hour), "feed"},
+		{id(7), "evt-g", "Welcome", "Hello", "feed", t0.Add(40*time.Hour + time.Second), "feed"}, // the in-app feed, twice
 	}
 	conn, db := seed(t, rows)
 	ctx := context.Background()
@@ -79,13 +85,13 @@ func TestTheSameContentUnderTwoIdsIsNamedWithBothKeys(t *testing.T) {
 		return out
 	}
 
-	t.Run("within a day only the two sends of the same content to the same device are named", func(t *testing.T) {
-		if got, want := pairs(24*time.Hour), []string{"a1+a2 on dev-1"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	t.Run("within a day only the sends of the same content to the same device are named", func(t *testing.T) {
+		if got, want := pairs(24*time.Hour), []string{"a1+a2 on dev-1", "a6+a7 on feed"}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("pairs %v, want %v", got, want)
 		}
 	})
 	t.Run("a wider window also names the send a day later", func(t *testing.T) {
-		if got, want := pairs(48*time.Hour), []string{"a1+a2 on dev-1", "a1+a5 on dev-1", "a2+a5 on dev-1"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		if got, want := pairs(48*time.Hour), []string{"a1+a2 on dev-1", "a1+a5 on dev-1", "a2+a5 on dev-1", "a6+a7 on feed"}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("pairs %v, want %v", got, want)
 		}
 	})
@@ -110,8 +116,8 @@ func TestTheSameContentUnderTwoIdsIsNamedWithBothKeys(t *testing.T) {
 				t.Errorf("output lacks %q", want)
 			}
 		}
-		if strings.Count(text, "WARNING:") != 1 {
-			t.Errorf("%d warnings, want 1", strings.Count(text, "WARNING:"))
+		if strings.Count(text, "WARNING:") != 2 || !strings.Contains(flat, `(payment.failed, title "Welcome", body "Hello") reached the in-app feed under`) {
+			t.Errorf("%d warnings, want 2, the second for the in-app feed", strings.Count(text, "WARNING:"))
 		}
 	})
 	t.Run("no line runs past the width", func(t *testing.T) {
