@@ -2,7 +2,12 @@
 // of one notification, one recipient or one dedupe key (every request,
 // decision, attempt and outcome, with its reasons, and what the devices
 // reported: displayed, opened, a repeat dropped by the web client), and the plain answer to
-// "did anything reach a device twice?".
+// "did anything reach a device twice?". An empty timeline is not an
+// answer: the command says herald holds nothing for the id and fails. The
+// same content reaching one device under two notification ids (a producer
+// that sent one event under two keys) is not a "twice" herald could have
+// stopped; SameContent finds it for the warning a recipient's timeline
+// prints.
 //
 // It reads the audit tables written by analytics/auditwriter. Rows are
 // selected with LIMIT 1 BY their Kafka position, so the answer stays exact
