@@ -194,7 +194,8 @@ func (s *Server) getDashboardTimeline(w http.ResponseWriter, r *http.Request, p 
 	}
 	if tl == nil {
 		// Another tenant's notification is not found either.
-		writeProblem(w, notFound("notification "+strconv.Quote(id)+" in the audit record"))
+		writeProblem(w, newProblem(http.StatusNotFound, probNotFound, "Not found",
+			"herald holds nothing for this id: notification "+strconv.Quote(id)+" is not in the audit record of this key's tenant"))
 		return
 	}
 	writeJSON(w, http.StatusOK, tl)

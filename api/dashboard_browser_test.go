@@ -241,6 +241,16 @@ func TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium(t *testing.T) {
 		if err != nil || state != "not-found" {
 			t.Fatalf("timeline state %q, %v; want not-found", state, err)
 		}
+		verdict, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("verdict").textContent`))
+		if err != nil || !strings.HasPrefix(verdict, "herald holds nothing for this id") {
+			t.Fatalf("verdict %q, %v; want it to say herald holds nothing for this id", verdict, err)
+		}
+	})
+	t.Run("the page opens on the last 24 hours", func(t *testing.T) {
+		hours, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("window").value`))
+		if err != nil || hours != "24" {
+			t.Fatalf("window %q, %v; want 24 (hours)", hours, err)
+		}
 	})
 }
 

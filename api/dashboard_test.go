@@ -225,7 +225,9 @@ func TestTheDashboardEndpointsAnswerTheKeysTenantFromClickHouse(t *testing.T) {
 		if w.Code != http.StatusNotFound {
 			t.Fatalf("globex: status %d, want 404", w.Code)
 		}
-		problemOf(t, w)
+		if p := problemOf(t, w); !strings.Contains(p.Detail, "herald holds nothing for this id") {
+			t.Fatalf("globex: detail %q, want it to say herald holds nothing for this id", p.Detail)
+		}
 	})
 	t.Run("without a window the last 7 days are read", func(t *testing.T) {
 		var dec struct {

@@ -2,7 +2,12 @@
 // of one notification, one recipient or one dedupe key (every request,
 // decision, attempt and outcome, with its reasons, and what the devices
 // reported: displayed, opened, a repeat dropped by the web client), and the plain answer to
-// "did anything reach a device twice?".
+// "did anything reach a device twice?". An empty timeline is not an
+// answer: the command says herald holds nothing for the id and fails. The
+// same content reaching one device under two notification ids (a producer
+// that sent one event under two keys) is not a "twice" herald could have
+// stopped; SameContent finds it for the warning a recipient's timeline
+// prints.
 //
 // It reads the audit tables written by analytics/auditwriter. Rows are
 // selected with LIMIT 1 BY their Kafka position, so the answer stays exact
@@ -14,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"time"
@@ -73,6 +77,7 @@ type Request struct {
 	DedupeKey      string    `ch:"dedupe_key"`
 	IdempotencyKey string    `ch:"idempotency_key"`
 	Title          string    `ch:"title"`
+	Body           string    `ch:"body"`
 	Locale         string    `ch:"locale"`
 	Channels       []string  `ch:"channels"`
 	Producer       string    `ch:"producer"`
@@ -204,7 +209,7 @@ func Load(ctx context.Context, conn driver.Conn, database string, sel Selector) 
 		where += " AND tenant = ?"
 		args = append(args, sel.Tenant)
 	}
-	if err := q.load(ctx, &tl.Requests, "requests", "at, request_id, notification_id, tenant, type, recipient, id_source, dedupe_key, idempotency_key, title, locale, channels, producer, source", where, args); err != nil {
+	if err := q.load(ctx, &tl.Requests, "requests", "at, request_id, notification_id, tenant, type, recipient, id_source, dedupe_key, idempotency_key, title, body, locale, channels, producer, source", where, args); err != nil {
 		return nil, err
 	}
 	if err := q.load(ctx, &tl.Decisions, "decisions", "at, decision_id, stage, outcome, detail, request_id, notification_id, tenant, type, recipient, channel, original_request_id, original_notification_id, original_at, original_outcome", where, args); err != nil {
@@ -402,6 +407,7 @@ type event struct {
 	pos   Position
 	label string
 	text  string
+	nid   string // the notification the line is about
 }
 
 // events returns the timeline's lines in time order.
@@ -415,7 +421,7 @@ func (tl *Timeline) events() []event {
 		case r.IdempotencyKey != "":
 			key = " idempotencyKey=" + r.IdempotencyKey
 		}
-		evs = append(evs, event{r.At, 0, r.Position, "request", fmt.Sprintf("%s for %s/%s: request %s, notification %s (id from %s)%s, via %s from %s, locale %s, channels %s, title %q",
+		evs = append(evs, event{at: r.At, kind: 0, pos: r.Position, label: "request", nid: r.NotificationID, text: fmt.Sprintf("%s for %s/%s: request %s, notification %s (id from %s)%s, via %s from %s, locale %s, channels %s, title %q",
 			r.Type, r.Tenant, r.Recipient, r.RequestID, r.NotificationID, r.IDSource, key, r.Source, orNone(r.Producer), orNone(r.Locale),
 			orNone(strings.Join(r.Channels, ",")), r.Title)})
 	}
@@ -430,7 +436,7 @@ func (tl *Timeline) events() []event {
 		if d.Detail != "" {
 			text += " — " + d.Detail
 		}
-		evs = append(evs, event{d.At, 1, d.Position, "decision", text})
+		evs = append(evs, event{at: d.At, kind: 1, pos: d.Position, label: "decision", nid: d.NotificationID, text: text})
 	}
 	for _, a := range tl.Attempts {
 		text := fmt.Sprintf("%s to device %s, attempt %d: %s", a.Channel, a.DeviceID, a.Attempt, a.Result)
@@ -451,21 +457,21 @@ func (tl *Timeline) events() []event {
 		if a.Locale != "" {
 			text += ", locale " + a.Locale
 		}
-		evs = append(evs, event{a.At, 2, a.Position, "attempt", text})
+		evs = append(evs, event{at: a.At, kind: 2, pos: a.Position, label: "attempt", nid: a.NotificationID, text: text})
 	}
 	for _, o := range tl.Outcomes {
 		text := fmt.Sprintf("%s to device %s: %s after %d attempt(s), delivery %s", o.Channel, o.DeviceID, o.Status, o.Attempts, o.DeliveryID)
 		if o.Reason != "" {
 			text += " — " + o.Reason
 		}
-		evs = append(evs, event{o.At, 3, o.Position, "outcome", text})
+		evs = append(evs, event{at: o.At, kind: 3, pos: o.Position, label: "outcome", nid: o.NotificationID, text: text})
 	}
 	for _, r := range tl.Receipts {
 		text := fmt.Sprintf("%s device %s reported %s, delivery %s, receipt %s", r.Channel, r.DeviceID, r.Kind, r.DeliveryID, r.ReceiptID)
 		if r.Kind == schemas.ReceiptDropped {
 			text += " (its seen-set dropped a repeat: the device received this notification again and did not show it)"
 		}
-		evs = append(evs, event{r.At, 4, r.Position, "receipt", text})
+		evs = append(evs, event{at: r.At, kind: 4, pos: r.Position, label: "receipt", nid: r.NotificationID, text: text})
 	}
 	sort.SliceStable(evs, func(i, j int) bool {
 		a, b := evs[i], evs[j]
@@ -509,42 +515,6 @@ func (tl *Timeline) Events() []Event {
 		out[i] = Event{At: e.at, Kind: e.label, Position: e.pos, Text: e.text}
 	}
 	return out
-}
-
-// Print writes the timeline, one event per line, then the answer.
-func (tl *Timeline) Print(w io.Writer) error {
-	var b strings.Builder
-	s := tl.Selector
-	switch {
-	case s.NotificationID != "":
-		fmt.Fprintf(&b, "Timeline of notification %s", s.NotificationID)
-	case s.Recipient != "":
-		fmt.Fprintf(&b, "Timeline of recipient %s since %s", s.Recipient, stamp(s.Since))
-		if !s.Until.IsZero() {
-			fmt.Fprintf(&b, " until %s", stamp(s.Until))
-		}
-	default:
-		fmt.Fprintf(&b, "Timeline of dedupe key %q", s.DedupeKey)
-		if s.Type != "" {
-			fmt.Fprintf(&b, " (type %s)", s.Type)
-		}
-	}
-	if s.Tenant != "" {
-		fmt.Fprintf(&b, " in tenant %s", s.Tenant)
-	}
-	fmt.Fprintf(&b, ": %d request(s), %d decision(s), %d attempt(s), %d outcome(s), %d receipt(s)\n\n",
-		len(tl.Requests), len(tl.Decisions), len(tl.Attempts), len(tl.Outcomes), len(tl.Receipts))
-	for _, e := range tl.events() {
-		fmt.Fprintf(&b, "%s  %-8s  %s\n", stamp(e.at), e.label, e.text)
-	}
-	b.WriteString("\n")
-	b.WriteString(tl.Verdict.Sentence())
-	b.WriteString("\n")
-	for _, r := range tl.Verdict.Reasons {
-		b.WriteString("  - " + r + "\n")
-	}
-	_, err := w.Write([]byte(b.String()))
-	return err
 }
 
 // Sentence is the answer in one line.

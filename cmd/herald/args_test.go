@@ -101,6 +101,8 @@ func TestAuditTimelineRefusesWhatItWouldIgnore(t *testing.T) {
 		{"--type with --id", []string{"--id", id, "--type", "invoice.paid"}, "--type applies only with --dedupe-key"},
 		{"--until before --since", []string{"--recipient", "u", "--since", "1h", "--until", "2h"}, "must be after --since"},
 		{"two questions at once", []string{"--id", id, "--recipient", "u"}, "exactly one of --id, --recipient or --dedupe-key"},
+		{"--same-content-window with --id", []string{"--id", id, "--same-content-window", "1h"}, "--same-content-window applies only with --recipient"},
+		{"a negative --same-content-window", []string{"--recipient", "u", "--since", "1h", "--same-content-window", "-1h"}, "--same-content-window must not be negative"},
 	} {
 		t.Run(tc.name+" is refused", func(t *testing.T) {
 			args := append([]string{"audit", "timeline", "--clickhouse-addr", "127.0.0.1:1"}, tc.args...)

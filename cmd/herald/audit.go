@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/heraldhq/herald/analytics/audit"
@@ -35,6 +39,8 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&sel.Type, "type", "", "with --dedupe-key: only this notification type")
 	since := fs.String("since", "", "with --recipient: start, as a time (RFC 3339, or 2006-01-02) or a duration ago (72h)")
 	until := fs.String("until", "", "with --recipient: end (default now)")
+	sameContent := fs.Duration("same-content-window", 24*time.Hour,
+		"with --recipient: warn when the same content (type, title and body) reached one device under two notification ids at most this far apart (0: off)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -69,17 +75,52 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: --until (%s) must be after --since (%s)", errUsage, sel.Until.Format(time.RFC3339), sel.Since.Format(time.RFC3339))
 	case sel.DedupeKey == "" && onCommandLine(fs, "type"):
 		return fmt.Errorf("%w: --type applies only with --dedupe-key", errUsage)
+	case *sameContent < 0:
+		return fmt.Errorf("%w: --same-content-window must not be negative, got %s", errUsage, *sameContent)
+	case sel.Recipient == "" && onCommandLine(fs, "same-content-window"):
+		return fmt.Errorf("%w: --same-content-window applies only with --recipient", errUsage)
 	}
 	conn, err := ch.open(ctx)
 	if err != nil {
-		return err
+		return clickhouseUnreachable(err, ch.addr)
 	}
 	defer conn.Close()
 	tl, err := audit.Load(ctx, conn, ch.database, sel)
 	if err != nil {
+		return clickhouseUnreachable(err, ch.addr)
+	}
+	if tl.Empty() {
+		// Not a clean bill: a wrong id, database or tenant looks exactly
+		// like this, so say so and fail.
+		return fmt.Errorf("%s (database %s at %s)", tl.Nothing(), ch.database, ch.addr)
+	}
+	opts := audit.PrintOptions{Width: terminalWidth()}
+	if sel.Recipient != "" {
+		opts.SameContentWindow = *sameContent
+	}
+	return tl.Fprint(stdout, opts)
+}
+
+// defaultWidth is the width the timeline wraps at when COLUMNS is unset.
+const defaultWidth = 100
+
+// terminalWidth is COLUMNS when it is a positive number, else defaultWidth.
+func terminalWidth() int {
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	return defaultWidth
+}
+
+// clickhouseUnreachable turns a refused connection into a message naming
+// the flag that points at ClickHouse and the port herald dev serves it on.
+func clickhouseUnreachable(err error, addr string) error {
+	if !errors.Is(err, syscall.ECONNREFUSED) && !strings.Contains(err.Error(), "connection refused") {
 		return err
 	}
-	return tl.Print(stdout)
+	return fmt.Errorf("nothing answers at %s, the ClickHouse native address: point --clickhouse-addr (HERALD_CLICKHOUSE_ADDR) "+
+		"at the ClickHouse the audit writer writes to; herald dev serves it on 127.0.0.1:%d (its --clickhouse-tcp-port): %w",
+		addr, devClickHouseTCPPort, err)
 }
 
 // auditTime reads a time (RFC 3339, "2006-01-02 15:04:05" or "2006-01-02",

@@ -59,18 +59,18 @@ func assertNoSecret(t *testing.T, what, out string) {
 	}
 }
 
-// readmeConfigExample is the YAML example of the README's Configuration
-// section.
+// readmeConfigExample is the YAML example of the Configuration section of
+// the operators' guide (docs/operators.md).
 func readmeConfigExample(t *testing.T) string {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/operators.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(raw), "### Configuration")
+	_, sec, ok := strings.Cut(string(raw), "## Configuration")
 	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(sec)
 	if !ok || m == nil {
-		t.Fatal("README.md has no ```yaml example in its Configuration section")
+		t.Fatal("docs/operators.md has no ```yaml example in its Configuration section")
 	}
 	return m[1]
 }
@@ -103,7 +103,7 @@ func TestConfigCheckNamesEveryBadSetting(t *testing.T) {
 			want: []string{"has 1 bad setting(s)", "kafka-sasl-password: is required with --kafka-sasl-mechanism SCRAM-SHA-512"},
 		},
 		{
-			name: "the README's example is valid",
+			name: "the operators' guide's example is valid",
 			file: readmeConfigExample(t),
 			env:  map[string]string{"HERALD_KAFKA_SASL_PASSWORD": testSASLPassword},
 			code: 0,

@@ -39,6 +39,10 @@ import (
 	"github.com/heraldhq/herald/topics"
 )
 
+// devClickHouseTCPPort is herald dev's ClickHouse native port by default,
+// which `herald audit timeline` names when it cannot connect.
+const devClickHouseTCPPort = 19000
+
 // devConfig is what `herald dev` runs with.
 type devConfig struct {
 	stateDir               string
@@ -79,7 +83,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.kafkaPort, "kafka-port", 19092, "port of the embedded Kafka (kfake) on 127.0.0.1")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address of the HTTP server (the API, /metrics, /livez, /readyz and its alias /healthz, the dashboard)")
 	listenAddr(fs, "http-addr", &c.httpAddr, false)
-	fs.IntVar(&c.chTCPPort, "clickhouse-tcp-port", 19000, "native port of the embedded ClickHouse (chDB)")
+	fs.IntVar(&c.chTCPPort, "clickhouse-tcp-port", devClickHouseTCPPort, "native port of the embedded ClickHouse (chDB)")
 	fs.IntVar(&c.chHTTPPort, "clickhouse-http-port", 18123, "HTTP port of the embedded ClickHouse (chDB)")
 	fs.StringVar(&c.chdbLib, "chdb-lib", "", "path of libchdb.so (default: HERALD_CHDB_LIB, then .cache/chdb)")
 	fs.StringVar(&c.database, "database", "herald", "ClickHouse database of the audit record")

@@ -16,7 +16,8 @@ var examples = map[string]string{
 		"herald api --hash-key \"$NEW_KEY\"    # the sha256 hex for the key file",
 	"audit timeline": "herald audit timeline --id 52f364d9288c640b306b566e509104bd\n" +
 		"herald audit timeline --recipient user-42 --since 72h --tenant acme\n" +
-		"herald audit timeline --dedupe-key order-1001-shipped --type order.shipped",
+		"herald audit timeline --dedupe-key order-1001-shipped --type order.shipped\n" +
+		"herald audit timeline --clickhouse-addr 127.0.0.1:19000 --recipient u_8831 --since 24h --same-content-window 1h",
 	"audit-writer": "herald audit-writer --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --migrate --metrics-addr :9464",
 	"bench":        "herald bench --brokers 127.0.0.1:39092 --redis 127.0.0.1:36379 --requests 200000 --markdown",
 	"bench api": "HERALD_API_KEY=... herald bench api --url http://127.0.0.1:8080 --clients 64 --duration 20s\n" +

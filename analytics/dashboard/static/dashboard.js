@@ -246,7 +246,7 @@
       }
       section.dataset.state = "loaded";
     } catch (err) {
-      $("verdict").textContent = err.status === 404 ? "The audit record holds nothing of this notification for your tenant." : err.message;
+      $("verdict").textContent = err.status === 404 ? "herald holds nothing for this id (in your tenant): no request, decision, attempt, outcome or receipt of it is in the audit record." : err.message;
       section.dataset.state = err.status === 404 ? "not-found" : "problem";
     }
     section.scrollIntoView({ block: "nearest" });
