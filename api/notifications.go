@@ -401,6 +401,13 @@ func (s *Server) postNotifications(w http.ResponseWriter, r *http.Request, p pri
 		} else {
 			s.waitedIncomplete.ObserveSince(start)
 		}
+		if s.cfg.WaitForRoute {
+			// A replay answers its original's deliveries (replays.go).
+			if routed == nil {
+				routed = map[string]schemas.Decision{}
+			}
+			s.replayRoutes(r.Context(), p.tenant, got, routed, start.Add(min(wait, replayRouteWait)))
+		}
 	}
 	if s.tr.ownOnly {
 		// The bounded cache of this instance's own sends (see history.go).

@@ -216,6 +216,28 @@ func (t *tracker) noteFor(k noteKey) *note {
 // placed nowhere.
 
 // addRequest places a request.
+// routeDecision returns the route stage's decision about request req of
+// tenant's notification id (the notification's, not a channel's), if the
+// tracker holds it.
+func (t *tracker) routeDecision(tenant, id, req string) (schemas.Decision, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.notes[noteKey{tenant, id}]
+	if n == nil {
+		return schemas.Decision{}, false
+	}
+	for _, e := range n.events {
+		if e.kind != sdk.EventDecision {
+			continue
+		}
+		var d schemas.Decision
+		if schemas.Decode(e.value, &d) == nil && d.Stage == "route" && d.Channel == "" && d.RequestID == req {
+			return d, true
+		}
+	}
+	return schemas.Decision{}, false
+}
+
 // placeOwn places a request this instance wrote itself (the bounded cache
 // of its own sends, when the read model does not run: see history.go).
 func (t *tracker) placeOwn(tenant, id string, at int64, value []byte) {
@@ -368,8 +390,11 @@ func (t *tracker) addLive(d *schemas.Decision, value []byte, count, answer bool)
 		return
 	}
 	w := t.waiters[d.RequestID]
-	if t.ownOnly && d.Tenant != "" && w != nil && !w.explain {
-		// The cache of this instance's own sends keeps the answers too.
+	if t.ownOnly && d.Tenant != "" && (d.Stage == "route" || w != nil && !w.explain) {
+		// The cache of this instance's own sends keeps the answers too,
+		// the route stage's even when nobody waits for it any more (a
+		// replay answers its deliveries, replays.go). Only a dedupe
+		// decision answers an explain, which is never kept.
 		t.place(noteKey{d.Tenant, d.NotificationID}, sdk.EventDecision, d.At, value)
 	}
 	if w == nil || !w.want[d.NotificationID] {

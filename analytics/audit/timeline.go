@@ -87,17 +87,22 @@ type Request struct {
 // Decision is a decision row.
 type Decision struct {
 	Position
-	At                     time.Time `ch:"at"`
-	DecisionID             string    `ch:"decision_id"`
-	Stage                  string    `ch:"stage"`
-	Outcome                string    `ch:"outcome"`
-	Detail                 string    `ch:"detail"`
-	RequestID              string    `ch:"request_id"`
-	NotificationID         string    `ch:"notification_id"`
-	Tenant                 string    `ch:"tenant"`
-	Type                   string    `ch:"type"`
-	Recipient              string    `ch:"recipient"`
-	Channel                string    `ch:"channel"`
+	At             time.Time `ch:"at"`
+	DecisionID     string    `ch:"decision_id"`
+	Stage          string    `ch:"stage"`
+	Outcome        string    `ch:"outcome"`
+	Detail         string    `ch:"detail"`
+	RequestID      string    `ch:"request_id"`
+	NotificationID string    `ch:"notification_id"`
+	Tenant         string    `ch:"tenant"`
+	Type           string    `ch:"type"`
+	Recipient      string    `ch:"recipient"`
+	Channel        string    `ch:"channel"`
+	// A route decision's deliveries, one element each (migration 0007).
+	DeliveryIDs            []string  `ch:"delivery_ids"`
+	DeliveryChannels       []string  `ch:"delivery_channels"`
+	DeliveryDevices        []string  `ch:"delivery_devices"`
+	DeliveryStates         []string  `ch:"delivery_states"`
 	OriginalRequestID      string    `ch:"original_request_id"`
 	OriginalNotificationID string    `ch:"original_notification_id"`
 	OriginalAt             time.Time `ch:"original_at"`
@@ -212,7 +217,7 @@ func Load(ctx context.Context, conn driver.Conn, database string, sel Selector) 
 	if err := q.load(ctx, &tl.Requests, "requests", "at, request_id, notification_id, tenant, type, recipient, id_source, dedupe_key, idempotency_key, title, body, locale, channels, producer, source", where, args); err != nil {
 		return nil, err
 	}
-	if err := q.load(ctx, &tl.Decisions, "decisions", "at, decision_id, stage, outcome, detail, request_id, notification_id, tenant, type, recipient, channel, original_request_id, original_notification_id, original_at, original_outcome", where, args); err != nil {
+	if err := q.load(ctx, &tl.Decisions, "decisions", "at, decision_id, stage, outcome, detail, request_id, notification_id, tenant, type, recipient, channel, delivery_ids, delivery_channels, delivery_devices, delivery_states, original_request_id, original_notification_id, original_at, original_outcome", where, args); err != nil {
 		return nil, err
 	}
 	if err := q.load(ctx, &tl.Attempts, "attempts", "at, attempt_id, delivery_id, notification_id, tenant, type, recipient, device_id, channel, attempt, result, classification, provider_status, provider_reason, provider_message_id, collapse_id, apns_id, locale", where, args); err != nil {

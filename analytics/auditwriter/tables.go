@@ -305,6 +305,10 @@ func newDecisionsBatch() batch {
 			col("idempotency_key", func(v *R) string { return v.IdempotencyKey }),
 			col("producer", func(v *R) string { return v.Producer }),
 			col("channel", func(v *R) string { return v.Channel }),
+			col("delivery_ids", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.DeliveryID }) }),
+			col("delivery_channels", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.Channel }) }),
+			col("delivery_devices", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.DeviceID }) }),
+			col("delivery_states", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.State }) }),
 			col("original_request_id", func(v *R) string { return v.OriginalRequestID }),
 			col("original_notification_id", func(v *R) string { return v.OriginalNotificationID }),
 			col("original_at", func(v *R) time.Time { return ms(v.OriginalAt) }),
@@ -314,6 +318,17 @@ func newDecisionsBatch() batch {
 			col("source_offset", func(v *R) int64 { return v.SourceOffset }),
 		},
 	}
+}
+
+// deliveryField is one field of every delivery of a decision, as one of
+// the decisions table's parallel delivery arrays (never nil: ClickHouse
+// takes an empty array).
+func deliveryField(ds []schemas.DecisionDelivery, get func(*schemas.DecisionDelivery) string) []string {
+	out := make([]string, len(ds))
+	for i := range ds {
+		out[i] = get(&ds[i])
+	}
+	return out
 }
 
 // newAttemptsBatch holds rows of the attempts table.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/internal/embedded"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sdk"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -95,6 +97,28 @@ func devRequests(t *testing.T, brokers []string, cat *topics.Catalog, from, n in
 // the stages have decided, see below) and a restart on the same state lose
 // and duplicate nothing (kfake defects 2 and 5's workarounds), and SIGTERM
 // shuts down cleanly.
+// devSend sends one invoice.paid notification to u_1 (who has no device:
+// the feed item is its one delivery) with idempotency key idem, and Prefer
+// when not empty.
+func devSend(t *testing.T, base, idem, prefer string) (int, http.Header, string) {
+	t.Helper()
+	body := `{"type":"invoice.paid","recipients":["u_1"],"title":"Paid","body":"Invoice paid","dedupeKey":"` + idem + `"}`
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/notifications", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", idem)
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
 func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts herald dev with the chDB server; runs in the full suite")
@@ -139,6 +163,13 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	// A stage's decisions are readable once their partition's commit
 	// marker is written, before kfake applies the transaction's offsets:
 	// wait for those too, so that no stage is inside EndTxn at the kill.
+	// A send that waits for the route stage answers its deliveries (the
+	// feed item of a user without devices); its replay after the restart
+	// must answer the same (issue 34: replays answer the original result).
+	code, _, original := devSend(t, dev.http, "evt-before-kill", "wait=10")
+	if code != http.StatusAccepted || !strings.Contains(original, `"channel":"feed"`) {
+		t.Fatalf("the send before the kill answered %d %s, want 202 with its feed delivery", code, original)
+	}
 	testenv.WaitCaughtUp(t, brokers, "herald-dedupe", cat.Name(topics.Requests), embedded.ClientOpts()...)
 	testenv.WaitCaughtUp(t, brokers, "herald-route", cat.Name(topics.Accepted), embedded.ClientOpts()...)
 	dev.cmd.Process.Signal(syscall.SIGKILL)
@@ -167,20 +198,21 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 			decisions = append(decisions, d)
 			outcomes[d.Outcome]++
 		}
-		if len(decisions) >= 4000 && routeOutcomes[schemas.DecisionNoTarget] >= 2000 || time.Now().After(deadline) {
+		if len(decisions) >= 4001 && routeOutcomes[schemas.DecisionNoTarget] >= 2001 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	// The route stage decides every accepted notification once: nobody
-	// has a device, so each is no_target (with its feed item).
-	if fmt.Sprint(routeOutcomes) != fmt.Sprint(map[string]int{schemas.DecisionNoTarget: 2000}) {
-		t.Errorf("route decisions %v, want 2000 no_target", routeOutcomes)
+	// has a device, so each is no_target (with its feed item). The send
+	// made before the kill (evt-before-kill) is one more of each.
+	if fmt.Sprint(routeOutcomes) != fmt.Sprint(map[string]int{schemas.DecisionNoTarget: 2001}) {
+		t.Errorf("route decisions %v, want 2001 no_target", routeOutcomes)
 	}
 	accepted := testenv.ReadCommitted(t, brokers, cat.Name(topics.Accepted), embedded.ClientOpts()...)
-	if len(decisions) != 4000 || outcomes[schemas.DecisionAccepted] != 2000 || outcomes[schemas.DecisionDuplicate] != 2000 || len(accepted) != 2000 {
+	if len(decisions) != 4001 || outcomes[schemas.DecisionAccepted] != 2001 || outcomes[schemas.DecisionDuplicate] != 2000 || len(accepted) != 2001 {
 		out, _ := os.ReadFile(dev.log)
-		t.Fatalf("%d decisions %v, %d accepted; want 4000: 2000 accepted, 2000 duplicate\n%s", len(decisions), outcomes, len(accepted), out)
+		t.Fatalf("%d decisions %v, %d accepted; want 4001: 2001 accepted, 2000 duplicate\n%s", len(decisions), outcomes, len(accepted), out)
 	}
 
 	// The audit writer copies every decision into ClickHouse, exactly once.
@@ -191,7 +223,7 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	defer ch.Close()
 	var rows uint64
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if err := ch.QueryRow(context.Background(), "SELECT count() FROM herald.decisions").Scan(&rows); err == nil && rows >= 6000 {
+		if err := ch.QueryRow(context.Background(), "SELECT count() FROM herald.decisions").Scan(&rows); err == nil && rows >= 6002 {
 			break
 		}
 	}
@@ -199,17 +231,17 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 	// table's ReplacingMergeTree merges can fold a duplicate away; distinct
 	// positions and ids, and the roll-up that a duplicate insert inflates for
 	// good, cannot.
-	// 6000 decisions in all: the dedupe stage's 4000 and the route stage's
-	// 2000.
+	// 6002 decisions in all: the dedupe stage's 4001 and the route stage's
+	// 2001.
 	for _, c := range []struct {
 		q    string
 		want uint64
 	}{
-		{"SELECT count() FROM herald.decisions", 6000},
-		{"SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM herald.decisions", 6000},
-		{"SELECT uniqExact(decision_id) FROM herald.decisions", 6000},
-		{"SELECT count() FROM herald.decisions WHERE stage = 'dedupe'", 4000},
-		{"SELECT sum(decisions) FROM herald.dedupe_hourly", 4000},
+		{"SELECT count() FROM herald.decisions", 6002},
+		{"SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM herald.decisions", 6002},
+		{"SELECT uniqExact(decision_id) FROM herald.decisions", 6002},
+		{"SELECT count() FROM herald.decisions WHERE stage = 'dedupe'", 4001},
+		{"SELECT sum(decisions) FROM herald.dedupe_hourly", 4001},
 	} {
 		var n uint64
 		if err := ch.QueryRow(context.Background(), c.q).Scan(&n); err != nil {
@@ -223,29 +255,29 @@ func TestDevRunsRestartsOnItsStateAndSurvivesSIGKILL(t *testing.T) {
 		t.FailNow()
 	}
 
-	// The API is mounted: a send with an idempotency key is decided and a
-	// retry of it is answered as a replay.
-	send := func() (int, http.Header, string) {
-		body := `{"type":"invoice.paid","recipients":["u_1"],"title":"Paid","body":"Invoice inv_1 paid","dedupeKey":"inv_1"}`
-		req, _ := http.NewRequest(http.MethodPost, dev.http+"/v1/notifications", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", "evt-1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, string(b)
+	// The restarted API (a new process: no cache of the original's answer)
+	// answers the replay of the send made before the kill as the original
+	// answered, deliveries included, from the audit record.
+	code, h, replayed := devSend(t, dev.http, "evt-before-kill", "wait=10")
+	if code != http.StatusAccepted || h.Get("Idempotency-Replayed") != "true" || replayed != original {
+		t.Fatalf("the replay after the restart answered %d (replayed %q)\n%s\nthe original answered\n%s", code, h.Get("Idempotency-Replayed"), replayed, original)
 	}
-	code, _, first := send()
+
+	// The API is mounted: a send with an idempotency key is decided and a
+	// retry of it is answered as a replay: the same request and
+	// notifications, and the deliveries the route stage made since (a send
+	// that did not wait for the route stage answered none).
+	code, _, first := devSend(t, dev.http, "evt-1", "")
 	if code != http.StatusAccepted {
 		t.Fatalf("POST /v1/notifications = %d %s", code, first)
 	}
-	code, h, again := send()
-	if code != http.StatusAccepted || h.Get("Idempotency-Replayed") != "true" || again != first {
-		t.Fatalf("retry answered %d (replayed %q) %s; want 202, replayed, and %s", code, h.Get("Idempotency-Replayed"), again, first)
+	code, h, again := devSend(t, dev.http, "evt-1", "")
+	var a, b sdk.SendResult
+	json.Unmarshal([]byte(first), &a)
+	json.Unmarshal([]byte(again), &b)
+	if code != http.StatusAccepted || h.Get("Idempotency-Replayed") != "true" || a.RequestID != b.RequestID || fmt.Sprint(a.Notifications) != fmt.Sprint(b.Notifications) ||
+		len(b.Deliveries) < len(a.Deliveries) {
+		t.Fatalf("retry answered %d (replayed %q) %s; want 202, replayed, and %s with its deliveries", code, h.Get("Idempotency-Replayed"), again, first)
 	}
 
 	// schemathesis (PyPI) against the running herald dev's /openapi.json: no
