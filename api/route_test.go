@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,4 +125,51 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 			t.Fatalf("a duplicate never reaches the rate limit: %+v", e)
 		}
 	})
+}
+
+// TestAReplayAnswersTheOriginalsDeliveriesOnAnotherInstance: a send that
+// waited for the route stage answered its deliveries; its replay, sent to
+// another API instance (which never saw the original), answers the same
+// notifications, request id and deliveries, byte for byte.
+func TestAReplayAnswersTheOriginalsDeliveriesOnAnotherInstance(t *testing.T) {
+	p := startPipeline(t, func(c *Config) { c.WaitForRoute = true; c.InstanceID = "first" })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := routestage.Run(ctx, routestage.Options{
+			Instance: stage.Instance{Brokers: p.brokers, Group: "g-route-" + p.cat.Name(""), InstanceID: "r1", Logger: p.cfg.Logger},
+			Catalog:  p.cat,
+		})
+		if err != nil {
+			t.Errorf("route stage: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	if a := p.call(t, "PUT", "/v1/users/rp/devices/phone", keyA, `{"platform":"ios","token":"aa"}`); a.status != 201 {
+		t.Fatalf("register: %d %s", a.status, a.body)
+	}
+	body := `{"type":"replayed","recipientId":"rp","title":"t","body":"b"}`
+	var first answer
+	var key string
+	tries := 0
+	p.eventually(t, "the route stage reads the device and routes a send to it", func() bool {
+		tries++
+		key = fmt.Sprint("rp-", tries)
+		first = p.call(t, "POST", "/v1/notifications", keyA, strings.Replace(body, `"t"`, `"t`+key+`"`, 1), "Idempotency-Key", key, "Prefer", "wait=30")
+		return first.status == 202 && strings.Contains(string(first.body), `"channel":"apns"`)
+	})
+	body = strings.Replace(body, `"t"`, `"t`+key+`"`, 1)
+	if res := decode[sdk.SendResult](t, first); len(res.Deliveries) != 2 {
+		t.Fatalf("the original answered %s, want its apns and feed deliveries", first.body)
+	}
+	p.restart(t, func(c *Config) { c.InstanceID = "second" })
+	for _, prefer := range []string{"wait=30", ""} {
+		again := p.call(t, "POST", "/v1/notifications", keyA, body, "Idempotency-Key", key, "Prefer", prefer)
+		if again.status != 202 || again.header.Get(headerReplayed) != "true" || !bytes.Equal(again.body, first.body) {
+			t.Fatalf("the replay (Prefer %q) on another instance answered %d (replayed %q)\n%s\nthe original answered\n%s",
+				prefer, again.status, again.header.Get(headerReplayed), again.body, first.body)
+		}
+	}
 }

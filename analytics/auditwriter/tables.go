@@ -305,10 +305,18 @@ func newDecisionsBatch() batch {
 			col("idempotency_key", func(v *R) string { return v.IdempotencyKey }),
 			col("producer", func(v *R) string { return v.Producer }),
 			col("channel", func(v *R) string { return v.Channel }),
-			col("delivery_ids", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.DeliveryID }) }),
-			col("delivery_channels", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.Channel }) }),
-			col("delivery_devices", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.DeviceID }) }),
-			col("delivery_states", func(v *R) []string { return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.State }) }),
+			col("delivery_ids", func(v *R) []string {
+				return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.DeliveryID })
+			}),
+			col("delivery_channels", func(v *R) []string {
+				return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.Channel })
+			}),
+			col("delivery_devices", func(v *R) []string {
+				return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.DeviceID })
+			}),
+			col("delivery_states", func(v *R) []string {
+				return deliveryField(v.Deliveries, func(d *schemas.DecisionDelivery) string { return d.State })
+			}),
 			col("original_request_id", func(v *R) string { return v.OriginalRequestID }),
 			col("original_notification_id", func(v *R) string { return v.OriginalNotificationID }),
 			col("original_at", func(v *R) time.Time { return ms(v.OriginalAt) }),
