@@ -83,10 +83,12 @@
 // outcome (originalOutcome); the ids derive from the body, so they are the
 // original's. That is what the original call answered from its dedupe
 // decisions, with Idempotency-Replayed: true. The route stage never sees a
-// replay, so a replay answers no deliveries[] and none of the route's
-// skips: an original that waited for the route stage (WaitForRoute and
-// Prefer: wait) listed them, one that did not answers byte for byte as its
-// replay. GET /v1/notifications/{id} shows the deliveries. A decision of idempotency_conflict
+// replay: with WaitForRoute, the replay's deliveries[] and route skips are
+// those of the route stage's decision about the original request, found in
+// the instance's cache or read model, else in the audit record (see
+// replays.go), so a replay answers what the original answered, from any
+// instance and after a restart (an original that did not wait for the
+// route stage answered none; its replay may list them). A decision of idempotency_conflict
 // answers 422 (type .../idempotency-conflict) with the original request id.
 // The scope is the dedupe stage's: (tenant, idempotencyKey, type,
 // recipient), per recipient. A retry that adds a recipient is therefore a
