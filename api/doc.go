@@ -96,29 +96,31 @@
 // 202 without Idempotency-Replayed); a retry whose body differs for any
 // recipient is a 422, though recipients the key never saw are sent.
 //
-// # Explain: asked of the dedupe stage
+// # Explain: asked of the stages
 //
 // Explain builds the requests a send would make and writes them to
 // herald.requests as explains (internal/reply.ExplainHeader), naming this
 // instance's reply partition, without a transaction. The dedupe stage, the
 // owner of the seen-set, decides each as it would the request at that
 // place in its partition and answers the decision on the reply partition;
-// it writes nothing else (no decision, no seen entry, no accepted
-// notification), and every other reader of herald.requests skips
-// explains. A partition is read in order, so an explain sees every send
-// appended before it: after a send was answered accepted, an explain of
-// it says wouldReplay or wouldDeduplicate (consistency read-your-writes).
-// An accepted answer then runs the route stage's decision function over
-// the replica's copy of its state, devices and preferences, which lags the
-// stage by a fetch. Explain waits at most IdempotencyWait for the stage;
-// past that, 503. The API holds no seen-set, except with a quota (see
-// Quotas), whose check reads a replica of herald.seen.
+// with WaitForRoute, an explain it would accept goes on to the route stage
+// as an accepted explain (reply.ExplainRoute), and the route stage answers
+// what it would decide over its state (rate counters, digests, deferrals,
+// devices, preferences). Neither writes anything else (no decision, seen
+// entry, state, delivery command or timer), and every other reader skips
+// explains. Each stage reads its partition in order, so an explain sees
+// every record appended before it: after a send was answered accepted, an
+// explain of it says wouldReplay or wouldDeduplicate, and a rate limit it
+// used up is seen (consistency read-your-writes). Explain waits at most
+// IdempotencyWait for the stages; past that, 503. The API holds neither
+// the seen-set nor the route stage's state, except the seen-set with a
+// quota (see Quotas).
 //
 // # Devices, preferences and segments: an eventually consistent replica
 //
 // The API keeps a read-only replica of the compacted topics
-// herald.devices, herald.preferences, herald.segments, the route stage's
-// state, the feed and the webhook endpoints, read read_committed from their
+// herald.devices, herald.preferences, herald.segments, the feed and the
+// webhook endpoints, read read_committed from their
 // start. The replica lags the stages by the time it takes to read a
 // committed change. Until the replica has read every partition up to where
 // it stood at Start, explain, the device, preference and segment endpoints

@@ -38,9 +38,9 @@ const (
 
 // ConsistencyReadYourWrites is explain's consistency: its dedupe answer
 // (wouldDeduplicate, wouldReplay, wouldConflict) comes from the dedupe
-// stage and reflects every send appended before it; its route answer
-// (wouldRateLimit, wouldDigest, wouldDefer, channels) comes from the
-// API's replica of the route stage's state, which lags it by a fetch.
+// stage and its route answer (wouldRateLimit, wouldDigest, wouldDefer,
+// channels, devices) from the route stage, each reflecting every record
+// appended before it in its partition.
 const ConsistencyReadYourWrites = "read-your-writes"
 
 // send is a validated POST /v1/notifications or /v1/explain body.
@@ -493,18 +493,17 @@ func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, reque
 	writeJSON(w, http.StatusAccepted, res)
 }
 
-// explainOne evaluates one request against the seen-set replica (kept
-// only with a quota, for checkQuota: explain itself asks the dedupe stage,
-// see explainByStage).
-func (s *Server) explainOne(rq schemas.Request, now time.Time) sdk.ExplainedNotification {
-	res := s.rep.seen.Decide(s.cfg.Policy, rq, now.UnixMilli(), dedupe.Source{Topic: "explain", Partition: -1, Offset: -1})
-	return s.explainFrom(rq, res.Decision, now)
+// explainOne is the dedupe decision the seen-set replica (kept only with
+// a quota) gives one request: what checkQuota counts. Explain itself asks
+// the stages (explainByStage).
+func (s *Server) explainOne(rq schemas.Request, now time.Time) schemas.Decision {
+	return s.rep.seen.Decide(s.cfg.Policy, rq, now.UnixMilli(), dedupe.Source{Topic: "explain", Partition: -1, Offset: -1}).Decision
 }
 
 // explainFrom is the explanation of one request from the dedupe decision
-// it would get: and, when that is accepted, what the route stage would
-// decide (explainRoute).
-func (s *Server) explainFrom(rq schemas.Request, d schemas.Decision, now time.Time) sdk.ExplainedNotification {
+// it would get and, when that is accepted and the route stage answered,
+// the route stage's decision about it.
+func explainFrom(rq schemas.Request, d schemas.Decision, rd *schemas.Decision) sdk.ExplainedNotification {
 	e := sdk.ExplainedNotification{
 		ID: rq.NotificationID, Recipient: rq.Recipient, IDSource: rq.IDSource, Outcome: d.Outcome,
 		WouldDeduplicate:  d.Outcome == schemas.DecisionDuplicate,
@@ -512,82 +511,65 @@ func (s *Server) explainFrom(rq schemas.Request, d schemas.Decision, now time.Ti
 		WouldConflict:     d.Outcome == schemas.DecisionIdempotencyConflict,
 		OriginalRequestID: d.OriginalRequestID, OriginalNotificationID: d.OriginalNotificationID, OriginalAt: d.OriginalAt,
 	}
-	if d.Outcome == schemas.DecisionAccepted {
-		s.explainRoute(dedupe.AcceptedOf(rq, now.UnixMilli()), now.UnixMilli(), &e)
+	if rd == nil {
+		return e
+	}
+	e.RouteOutcome = rd.Outcome
+	e.WouldRateLimit = rd.Outcome == schemas.DecisionRateLimited
+	e.WouldDigest = rd.Outcome == schemas.DecisionDigested
+	for _, dl := range rd.Deliveries {
+		if dl.State == schemas.DeliveryDeferred {
+			e.WouldDefer = true
+			e.DeferUntil = max(e.DeferUntil, dl.NotBefore)
+		}
+		if !slices.Contains(e.Channels, dl.Channel) {
+			e.Channels = append(e.Channels, dl.Channel)
+		}
+		if dl.Channel != routestage.FeedChannel {
+			e.Devices = append(e.Devices, sdk.ExplainedDevice{Channel: dl.Channel, DeviceID: dl.DeviceID})
+		}
 	}
 	return e
 }
 
-// explainByStage asks the dedupe stage, the owner of the seen-set, how it
-// would decide reqs: each is written to herald.requests as an explain
-// (reply.ExplainHeader; the stage answers on this instance's reply
-// partition and changes nothing), without a transaction. The stage reads
-// its partition in order, so the answer reflects every send appended
-// before it, this instance's own included (read-your-writes). It waits at
-// most IdempotencyWait; an answer that does not come in time is a 503.
-func (s *Server) explainByStage(ctx context.Context, reqs []schemas.Request, targetDevice string, now time.Time) (map[string]schemas.Decision, *problem) {
+// explainByStage asks the stages how they would decide reqs: each is
+// written to herald.requests as an explain (reply.ExplainHeader) naming
+// this instance's reply partition, without a transaction. The dedupe
+// stage, the owner of the seen-set, answers its decision and changes
+// nothing; with WaitForRoute, it hands an explain it would accept to the
+// route stage (reply.ExplainRoute), which answers what it would decide
+// over its state, changing nothing. Each stage reads its partition in
+// order, so the answers reflect every send appended before them, this
+// instance's own included (read-your-writes). It waits at most
+// IdempotencyWait; answers that do not all come in time are a 503.
+func (s *Server) explainByStage(ctx context.Context, reqs []schemas.Request, targetDevice string, now time.Time) (got, routed map[string]schemas.Decision, prob *problem) {
+	mark := kgo.RecordHeader{Key: reply.ExplainHeader, Value: []byte("1")}
+	if s.cfg.WaitForRoute {
+		mark = reply.ExplainRouteHeader()
+	}
 	recs := make([]*kgo.Record, len(reqs))
 	ids := make([]string, len(reqs))
 	for i, rq := range reqs {
 		rec, err := s.requestRecord(rq, targetDevice, now, true)
 		if err != nil {
-			return nil, invalid(err.Error())
+			return nil, nil, invalid(err.Error())
 		}
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: reply.ExplainHeader, Value: []byte("1")})
+		rec.Headers = append(rec.Headers, mark)
 		recs[i], ids[i] = rec, rq.NotificationID
 	}
 	requestID := reqs[0].RequestID
-	wt := s.tr.expect(requestID, ids, false)
+	wt := s.tr.expect(requestID, ids, s.cfg.WaitForRoute)
 	wt.explain = true
 	if err := s.w.writePlain(ctx, recs); err != nil {
 		s.tr.forget(requestID)
 		s.log.Warn("explain not written", "request_id", requestID, "err", err)
-		return nil, unavailable("the explain could not be written to Kafka; retry", 1)
+		return nil, nil, unavailable("the explain could not be written to Kafka; retry", 1)
 	}
 	got, complete := s.tr.wait(ctx, requestID, wt, s.cfg.IdempotencyWait)
 	if !complete {
-		return nil, unavailable("the dedupe stage did not answer in time; retry", 1)
+		return nil, nil, unavailable("the stages did not answer the explain in time; retry", 1)
 	}
-	return got, nil
-}
-
-// explainRoute runs the route stage's own decision code on the replica's
-// copy of its state, devices and preferences: what the stage would decide
-// if the notification reached it now.
-func (s *Server) explainRoute(n schemas.Accepted, at int64, e *sdk.ExplainedNotification) {
-	// The stage fires every timer due before deciding; an entry the
-	// replica still holds past its due time is gone there.
-	lookup := func(key string) (schemas.RouteEntry, bool) {
-		en, ok := s.rep.lookupRoute(key)
-		return en, ok && en.DueAt > at
-	}
-	who := routestage.Recipient{Devices: s.rep.userDevices(n.Tenant, n.Recipient)}
-	if p, ok := s.rep.preferences(n.Tenant, n.Recipient); ok {
-		who.Prefs = &p
-	}
-	res := s.cfg.RoutePolicy.Decide(n, at, routestage.Source{Topic: "explain", Partition: -1, Offset: -1}, lookup, who)
-	cmds := res.Commands
-	for _, c := range res.State {
-		if c.Entry != nil && c.Entry.Kind == schemas.RouteDeferred {
-			e.WouldDefer, e.DeferUntil = true, c.Entry.DueAt
-			cmds = append(cmds, c.Entry.Commands...)
-		}
-	}
-	for _, d := range res.Decisions {
-		if d.Channel == "" {
-			e.RouteOutcome = d.Outcome
-		}
-	}
-	e.WouldRateLimit = e.RouteOutcome == schemas.DecisionRateLimited
-	e.WouldDigest = e.RouteOutcome == schemas.DecisionDigested
-	for _, c := range cmds {
-		if !slices.Contains(e.Channels, c.Channel) {
-			e.Channels = append(e.Channels, c.Channel)
-		}
-		if c.Channel != routestage.FeedChannel {
-			e.Devices = append(e.Devices, sdk.ExplainedDevice{Channel: c.Channel, DeviceID: c.DeviceID})
-		}
-	}
+	return got, s.tr.routedOf(wt), nil
 }
 
 // checkQuota refuses a send that would take the tenant over its quota of
@@ -633,14 +615,18 @@ func (s *Server) postExplain(w http.ResponseWriter, r *http.Request, p principal
 		writeProblem(w, prob)
 		return
 	}
-	got, prob := s.explainByStage(r.Context(), reqs, snd.targetDevice, now)
+	got, routed, prob := s.explainByStage(r.Context(), reqs, snd.targetDevice, now)
 	if prob != nil {
 		writeProblem(w, prob)
 		return
 	}
 	ex := sdk.Explanation{Consistency: ConsistencyReadYourWrites, Notifications: make([]sdk.ExplainedNotification, len(reqs))}
 	for i, rq := range reqs {
-		e := s.explainFrom(rq, got[rq.NotificationID], now)
+		var rd *schemas.Decision
+		if d, ok := routed[rq.NotificationID]; ok {
+			rd = &d
+		}
+		e := explainFrom(rq, got[rq.NotificationID], rd)
 		ex.Notifications[i] = e
 		ex.WouldDeduplicate = ex.WouldDeduplicate || e.WouldDeduplicate
 		ex.WouldReplay = ex.WouldReplay || e.WouldReplay

@@ -22,7 +22,7 @@ import (
 // replica is the API's read-only copy of compacted topics, consumed
 // read_committed from their start: devices, preferences and segments (for
 // their endpoints and for resolving device, tag, segment and all targets),
-// the route stage's state, the feed, the webhook endpoints and, only with
+// the feed, the webhook endpoints and, only with
 // a quota, the dedupe stage's seen-set (herald.seen; seenT empty without
 // one: explain asks the dedupe stage itself, see explainByStage). It is
 // eventually consistent with the stage that owns each topic: it lags by the
@@ -31,12 +31,7 @@ import (
 // so a caller reads its own writes on the instance that made them.
 type replica struct {
 	seenT, devicesT, prefsT, segmentsT string
-	// routeT is the route stage's state (herald.route: rate counters,
-	// digests, deferrals) for explain's wouldRateLimit, wouldDigest and
-	// wouldDefer; empty when not read.
-	routeT string
-
-	ready atomic.Bool // caught up with the topics' ends as of Start
+	ready                              atomic.Bool // caught up with the topics' ends as of Start
 
 	dec schemas.Decoder // apply's, from the one goroutine that consumes
 
@@ -49,7 +44,6 @@ type replica struct {
 	devices map[string]map[string]schemas.Device // RecipientKey → device id → device
 	prefs   map[string]schemas.Preferences       // RecipientKey → preferences
 	segs    map[string]schemas.Segment           // RecipientKey(tenant, name) → segment
-	route   map[string]schemas.RouteEntry        // route state key → entry
 	// feedT is herald.feed (empty: no feed); feed holds its items,
 	// RecipientKey → notification id → item.
 	feedT string
@@ -63,16 +57,8 @@ type replica struct {
 func newReplica(seen, devices, prefs, segments string) *replica {
 	return &replica{seenT: seen, devicesT: devices, prefsT: prefs, segmentsT: segments,
 		seen: dedupe.NewSeenSet(), devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
-		segs: map[string]schemas.Segment{}, route: map[string]schemas.RouteEntry{},
+		segs: map[string]schemas.Segment{},
 		feed: map[string]map[string]schemas.FeedItem{}, webhooks: map[string]schemas.Webhook{}}
-}
-
-// lookupRoute is a route.Lookup over the replica.
-func (r *replica) lookupRoute(key string) (schemas.RouteEntry, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	e, ok := r.route[key]
-	return e, ok
 }
 
 func (r *replica) device(tenant, user, id string) (schemas.Device, bool) {
@@ -238,8 +224,6 @@ func (r *replica) apply(rec *kgo.Record, log *slog.Logger) {
 		what, err = "device", applyRecord(&r.dec, rec, r.putDevice)
 	case r.prefsT:
 		what, err = "preferences", applyRecord(&r.dec, rec, r.putPreferences)
-	case r.routeT:
-		what, err = "route state", applyRecord(&r.dec, rec, func(key string, e *schemas.RouteEntry) { putKey(r, r.route, key, e) })
 	case r.segmentsT:
 		what, err = "segment", applyRecord(&r.dec, rec, r.putSegment)
 	case r.webhooksT:
@@ -257,9 +241,6 @@ func (r *replica) topics() []string {
 	ts := []string{r.devicesT, r.prefsT, r.segmentsT}
 	if r.seenT != "" {
 		ts = append(ts, r.seenT)
-	}
-	if r.routeT != "" {
-		ts = append(ts, r.routeT)
 	}
 	if r.feedT != "" {
 		ts = append(ts, r.feedT)

@@ -95,7 +95,7 @@ func TestTheReplicaAppliesSegmentRecordsAndTombstones(t *testing.T) {
 
 func TestTheReplicaAppliesEachTopicsRecords(t *testing.T) {
 	r := newReplica("seen", "devices", "prefs", "segments")
-	r.routeT, r.feedT, r.webhooksT = "route", "feed", "webhooks"
+	r.feedT, r.webhooksT = "feed", "webhooks"
 	log := slog.New(slog.DiscardHandler)
 	cases := []struct {
 		name, topic, key string
@@ -110,8 +110,6 @@ func TestTheReplicaAppliesEachTopicsRecords(t *testing.T) {
 			func() bool { _, ok := r.device("ta", "u1", "d1"); return ok }},
 		{"preferences", "prefs", schemas.RecipientKey("ta", "u1"), &schemas.Preferences{Tenant: "ta", Recipient: "u1"},
 			func() bool { _, ok := r.preferences("ta", "u1"); return ok }},
-		{"a route entry", "route", "k2", &schemas.RouteEntry{},
-			func() bool { _, ok := r.lookupRoute("k2"); return ok }},
 		{"a segment", "segments", schemas.RecipientKey("ta", "s1"), &schemas.Segment{Tenant: "ta", Name: "s1"},
 			func() bool { _, ok := r.segment("ta", "s1"); return ok }},
 		{"a webhook", "webhooks", schemas.RecipientKey("ta", "w1"), &schemas.Webhook{Tenant: "ta", ID: "w1"},

@@ -226,7 +226,6 @@ func New(cfg Config) (*Server, error) {
 		seenT = cat.Name(topics.Seen)
 	}
 	s.rep = newReplica(seenT, s.devicesT, s.prefsT, s.segmentsT)
-	s.rep.routeT = cat.Name(topics.Route)
 	s.feedT = cat.Name(topics.Feed)
 	s.receiptsT = cat.Name(topics.Receipts)
 	s.rep.feedT = s.feedT

@@ -113,6 +113,32 @@ func For(instanceID string, n int) int32 {
 // API instances.
 const ExplainHeader = "herald-explain"
 
+// ExplainRoute is ExplainHeader's value on an explain that also asks for
+// the route stage's answer: the dedupe stage, when it would accept the
+// request, emits the accepted notification as an explain to the route
+// stage, which decides it over its state (rate counters, digests,
+// deferrals, devices, preferences) as it would now, answers the
+// notification's decision on the same reply partition and changes
+// nothing (no decision, no state change, no delivery command, no timer).
+const ExplainRoute = "route"
+
+// ExplainsRoute reports whether an explain asks for the route stage's
+// answer too.
+func ExplainsRoute(r *kgo.Record) bool {
+	for i := range r.Headers {
+		if r.Headers[i].Key == ExplainHeader {
+			return string(r.Headers[i].Value) == ExplainRoute
+		}
+	}
+	return false
+}
+
+// ExplainRouteHeader is the header of an explain that asks for the route
+// stage's answer.
+func ExplainRouteHeader() kgo.RecordHeader {
+	return kgo.RecordHeader{Key: ExplainHeader, Value: []byte(ExplainRoute)}
+}
+
 // IsExplain reports whether a record is an explain.
 func IsExplain(r *kgo.Record) bool {
 	for i := range r.Headers {

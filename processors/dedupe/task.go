@@ -228,7 +228,7 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		return t.emitDecision(&d, at, out)
 	}
 	if reply.IsExplain(r) {
-		return t.explain(req, at, src, out)
+		return t.explain(r, req, at, src, out)
 	}
 	t.pendingStreamTime = max(t.pendingStreamTime, at)
 	t.expire(out)
@@ -242,10 +242,14 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 // explain answers an explain (reply.ExplainHeader): the decision the
 // request would get here and now, over the seen-set with the open
 // transaction's changes, written to the reply partition only. Nothing else
-// is emitted or changed, and the stream time does not move, so decisions
-// stay a function of the real requests alone (replay skips explains). An
-// explain that names no reply partition is dropped: nobody waits for it.
-func (t *Task) explain(req *schemas.Request, at int64, src Source, out *stage.Out) error {
+// is changed, and the stream time does not move, so decisions stay a
+// function of the real requests alone (replay skips explains). When the
+// explain asks for the route stage's answer too (reply.ExplainsRoute) and
+// the request would be accepted, the accepted notification is emitted as
+// an explain for the route stage, which answers on the same partition and
+// changes nothing either. An explain that names no reply partition is
+// dropped: nobody waits for it.
+func (t *Task) explain(r *kgo.Record, req *schemas.Request, at int64, src Source, out *stage.Out) error {
 	if t.replyTo < 0 {
 		return nil
 	}
@@ -258,6 +262,11 @@ func (t *Task) explain(req *schemas.Request, at int64, src Source, out *stage.Ou
 	}
 	rec.Partition = t.replyTo
 	out.Emit(rec)
+	if d.Outcome == schemas.DecisionAccepted && reply.ExplainsRoute(r) {
+		// The route stage answers what it would decide, as an explain too.
+		hs := reply.AppendHeader(t.headers(acceptedHeaders, acceptedV2Headers), t.replyTo)
+		return t.emitAccepted(req, at, append(hs, reply.ExplainRouteHeader()), out)
+	}
 	return nil
 }
 
@@ -326,20 +335,26 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 		t.pendQ.push(expiryItem{key: c.key, at: c.val.expiresAt})
 	}
 	if fx.accepted {
-		occurrence := t.out.text(identity.AppendOccurrenceID(t.out.reserve(textRoom), req.NotificationID, at))
-		t.draft.accepted = acceptedOf(req, at, occurrence)
-		t.draft.accepted.Schema = t.RecordFormat.AcceptedSchema()
-		key := schemas.AppendRecipientKey(t.out.reserve(textRoom), req.Tenant, req.Recipient)
 		hs := t.headers(acceptedHeaders, acceptedV2Headers)
 		if t.replyTo >= 0 {
 			hs = reply.AppendHeader(hs, t.replyTo) // the route stage answers too
 		}
-		r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, hs, at)
-		if err != nil {
-			return err
-		}
-		out.Emit(r)
+		return t.emitAccepted(req, at, hs, out)
 	}
+	return nil
+}
+
+// emitAccepted emits the accepted notification of req, with headers hs.
+func (t *Task) emitAccepted(req *schemas.Request, at int64, hs []kgo.RecordHeader, out *stage.Out) error {
+	occurrence := t.out.text(identity.AppendOccurrenceID(t.out.reserve(textRoom), req.NotificationID, at))
+	t.draft.accepted = acceptedOf(req, at, occurrence)
+	t.draft.accepted.Schema = t.RecordFormat.AcceptedSchema()
+	key := schemas.AppendRecipientKey(t.out.reserve(textRoom), req.Tenant, req.Recipient)
+	r, err := t.out.recordKey(t.topics.Accepted, key, &t.draft.accepted, hs, at)
+	if err != nil {
+		return err
+	}
+	out.Emit(r)
 	return nil
 }
 

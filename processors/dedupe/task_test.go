@@ -528,3 +528,39 @@ func TestAnExplainIsAnsweredAsTheRequestWouldBeAndChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+func TestAnExplainForTheRouteStageIsHandedOnOnlyWhenItWouldBeAccepted(t *testing.T) {
+	topics := Topics{Requests: "requests", Decisions: "decisions", Seen: "seen", Accepted: "accepted", Replies: "replies", ReplyPartitions: 4}
+	hs := append(reply.AppendHeader(nil, 2), reply.ExplainRouteHeader())
+	task := NewTask(DefaultPolicy(), topics, 3)
+	process := func(r schemas.Request, off int64, hs []kgo.RecordHeader) []*kgo.Record {
+		b, err := schemas.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out stage.Out
+		if err := task.Process(&kgo.Record{Topic: "requests", Partition: 3, Key: []byte(r.NotificationID), Value: b, Offset: off, Timestamp: taskBase, Headers: hs}, &out); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for _, o := range outRecords(&out) {
+			recs = append(recs, stored(o))
+		}
+		task.Commit()
+		return recs
+	}
+	recs := process(req("a", "k1", ""), 0, hs)
+	if len(recs) != 2 || recs[0].Topic != "replies" || recs[1].Topic != "accepted" {
+		t.Fatalf("an explain that would be accepted emitted %d records, want its reply and an accepted explain", len(recs))
+	}
+	if p, ok := reply.FromHeaders(recs[1].Headers); !ok || p != 2 || !reply.IsExplain(recs[1]) || !reply.ExplainsRoute(recs[1]) {
+		t.Fatalf("the accepted explain's headers %v: want reply partition 2 and the route explain mark", recs[1].Headers)
+	}
+	if task.Len() != 0 {
+		t.Fatalf("the seen-set holds %d entries after an explain, want none", task.Len())
+	}
+	process(req("a", "k1", ""), 1, nil) // the real send
+	if recs := process(req("a", "k1", ""), 2, hs); len(recs) != 1 || recs[0].Topic != "replies" {
+		t.Fatalf("an explain of a duplicate emitted %d records, want its reply alone", len(recs))
+	}
+}

@@ -156,6 +156,9 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		}
 		t.synced = true
 	}
+	if reply.IsExplain(r) {
+		return t.explain(r, n, at, src, out)
+	}
 	t.pendingStreamTime = max(t.pendingStreamTime, at)
 	if err := t.fire(t.pendingStreamTime, out); err != nil {
 		return err
@@ -167,6 +170,39 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		defer func() { t.replyTo = -1 }()
 	}
 	return t.emit(res, at, out)
+}
+
+// explain answers an explain (internal/reply.ExplainRoute): the
+// notification's decision the stage would make at the record's time, over
+// its state with the open transaction's changes, written to the reply
+// partition only. It changes nothing: no decision, state, delivery command
+// or timer, and the stream time does not move. Timers due by then would
+// have fired before the decision: an entry due at or before it is read as
+// gone. An explain that names no reply partition is dropped.
+func (t *Task) explain(r *kgo.Record, n schemas.Accepted, at int64, src Source, out *stage.Out) error {
+	p, ok := reply.Partition(r, t.topics.ReplyPartitions)
+	if !ok || t.topics.Replies == "" {
+		return nil
+	}
+	lookup := func(key string) (schemas.RouteEntry, bool) {
+		e, ok := t.lookup(key)
+		return e, ok && e.DueAt > at
+	}
+	res := t.policy.Decide(n, at, src, lookup, t.dir.Recipient(n.Tenant, n.Recipient))
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		if d.Channel != "" {
+			continue
+		}
+		d.Schema = t.RecordFormat.DecisionSchema()
+		rec, err := record(t.topics.Replies, d.NotificationID, d, at)
+		if err != nil {
+			return err
+		}
+		rec.Partition = p
+		out.Emit(rec)
+	}
+	return nil
 }
 
 // Tick implements stage.Task: timers due on the task's clock fire.

@@ -300,3 +300,51 @@ func TestTheNotificationsDecisionIsAnsweredOnTheReplyPartitionItNamed(t *testing
 		}
 	})
 }
+
+func TestAnExplainIsAnsweredAsTheNotificationWouldBeAndChangesNothing(t *testing.T) {
+	tp := testTopics
+	tp.Replies, tp.ReplyPartitions = "replies", 4
+	limit := Policy{Rates: map[string]RateLimit{"x": {Max: 2, WindowMs: 3600_000}}}
+	explainHeaders := append(reply.AppendHeader(nil, 3), reply.ExplainRouteHeader())
+	h := newHarness(t, limit, Recipient{Devices: fourDevices[:1]})
+	h.task.topics = tp
+	explain := func(key string) schemas.Decision {
+		t.Helper()
+		rec := acceptedRecord(t, note("x", key), 100+h.off, time.Minute)
+		rec.Headers = explainHeaders
+		var out stage.Out
+		if err := h.task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+		h.task.Commit()
+		recs := out.Records()
+		if len(recs) != 1 || recs[0].Topic != "replies" || recs[0].Partition != 3 {
+			t.Fatalf("the explain emitted %d records, want its one reply on partition 3", len(recs))
+		}
+		var d schemas.Decision
+		if err := schemas.Decode(recs[0].Value, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	t.Run("explains count against no limit and leave no state", func(t *testing.T) {
+		for i := range 3 {
+			if d := explain(fmt.Sprint("e", i)); d.Outcome != schemas.DecisionRouted || len(d.Deliveries) != 2 {
+				t.Fatalf("explain %d: %s with %d deliveries, want routed to the phone and the feed", i, d.Outcome, len(d.Deliveries))
+			}
+		}
+		if h.task.Len() != 0 {
+			t.Fatalf("the task holds %d state entries after explains, want none", h.task.Len())
+		}
+	})
+	t.Run("an explain after the limit is reached says rate limited", func(t *testing.T) {
+		h.send(note("x", "1"), time.Minute)
+		h.send(note("x", "2"), time.Minute)
+		if d := explain("3"); d.Outcome != schemas.DecisionRateLimited {
+			t.Fatalf("explain says %s, want rate_limited", d.Outcome)
+		}
+		if got := h.outcomes(); got != "routed routed" {
+			t.Fatalf("decisions %q: the explains made decisions of their own", got)
+		}
+	})
+}

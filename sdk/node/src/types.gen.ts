@@ -130,10 +130,9 @@ export interface Explanation {
   wouldDefer: boolean;
   /**
    * read-your-writes: the dedupe answer (wouldDeduplicate, wouldReplay, wouldConflict) comes from
-   * the dedupe stage, which owns the seen-set, and reflects every send appended before the
-   * explain, this caller's own included; the route answer (wouldRateLimit, wouldDigest,
-   * wouldDefer, channels) comes from the API's replica of the route stage's state, devices and
-   * preferences, which lags the stage by a fetch.
+   * the dedupe stage, which owns the seen-set, and the route answer (wouldRateLimit, wouldDigest,
+   * wouldDefer, channels, devices) from the route stage, which owns the rate counters, digests and
+   * deferrals; each reflects every send appended before the explain, this caller's own included.
    */
   consistency: "read-your-writes";
   notifications: ExplainedNotification[];
