@@ -274,7 +274,7 @@ func TestRepeatsResendAnEarlierSendsBodyWithItsDedupeKey(t *testing.T) {
 		name   string
 		repeat float64
 	}{
-		{"with no repeats every send is its own original with a dedupeKey of its own", 0},
+		{"with no repeats no send carries a dedupeKey", 0},
 		{"a third of the sends repeat an earlier one", 0.3},
 		{"most sends repeat an earlier one", 0.9},
 	} {
