@@ -47,4 +47,25 @@
 // per request (decode, both seen-set scopes, the decision, seen-set and
 // accepted records, the transaction commit with the input offsets) but not
 // producing the stream into Kafka, which has its own row.
+//
+// # The front door: scripts/bench-api
+//
+// The HTTP API is measured by scripts/bench-api with the load generator of
+// bench/apiload (`herald bench api`: closed model --clients or open model
+// --rate; --sends for a fixed number of sends; --repeat for a share of
+// sends repeating an earlier send's dedupeKey and body; --url a,b,c for
+// several API instances in turn). Beside herald it can run the seed design
+// as a Go service, bench/seedsvc (a baseline, no part of herald: one
+// PostgreSQL transaction per send, unique sent-set insert … on conflict do
+// nothing returning id plus an outbox row), served by
+// scripts/bench-api.d/seedsvc:
+//
+//	scripts/bench-api --compare                  # herald, then the seed design with synchronous_commit on, then off:
+//	                                             # 64 clients, 60,000 sends, 30 % repeats; sends/s, p50, p99,
+//	                                             # CPU µs per send of every process and the broker's share
+//	scripts/bench-api --api-instances "1 2 3" --rate 2000 --duration 30s
+//	                                             # N API instances at one total rate: sends/s, broker CPU per send,
+//	                                             # each instance's CPU per send and resident memory
+//
+// The script's header says what each row includes.
 package bench

@@ -1,8 +1,12 @@
 // Package apiload is `herald bench api`: a load generator for herald's
-// HTTP API. Every send is a POST /v1/notifications of one distinct
-// notification (type "bench.load", recipient u0…u9999 in turn, key
-// {"run": Options.Run, "n": i}), so no send repeats another and the dedupe
-// stage accepts every one. It runs in one of two models:
+// HTTP API. Every send is a POST /v1/notifications of one notification
+// (type "bench.load", recipient u0…u9999 in turn, key
+// {"run": Options.Run, "n": i}); by default each is distinct, so no send
+// repeats another and the dedupe stage accepts every one. With
+// Options.Repeat a share of the sends repeat an earlier one (see
+// Options.Repeat): every send then carries a dedupeKey, and a repeat is
+// byte for byte the body of the send it repeats, which the dedupe stage
+// answers as a duplicate. It runs in one of two models:
 //
 //   - closed (Options.Clients): that many clients, each sending its next
 //     request when its last one is answered. The rate is what the server
@@ -10,6 +14,11 @@
 //   - open (Options.Rate): sends fall due on a fixed schedule, Rate a
 //     second, whatever the answers, on at most Options.MaxInFlight
 //     connections at once. This is latency at a given load.
+//
+// A run ends after Options.Duration, or after Options.Sends sends,
+// whichever comes first. Options.URL may name several servers (comma
+// separated): send n goes to the (n mod count)th, so that N instances of
+// the API behind no balancer share the load evenly.
 //
 // In the open model a send's latency runs from when it fell due, not from
 // when it went out. A generator that falls behind (a full connection pool,
@@ -43,7 +52,8 @@ import (
 // Options configures a run. Exactly one of Clients and Rate is set.
 type Options struct {
 	// URL is the API's base URL, e.g. http://127.0.0.1:8080; sends go to
-	// URL + "/v1/notifications".
+	// URL + "/v1/notifications". Several base URLs, comma separated, share
+	// the sends in turn: send n goes to the (n mod count)th.
 	URL string
 	// APIKey is sent as "Authorization: Bearer <APIKey>".
 	APIKey string
@@ -59,8 +69,22 @@ type Options struct {
 	// its wait counts in its latency.
 	MaxInFlight int
 	// Duration is how long sends are started; answers to sends in flight
-	// at its end are awaited (up to Timeout).
+	// at its end are awaited (up to Timeout). 0 means no limit: Sends ends
+	// the run.
 	Duration time.Duration
+	// Sends, when positive, ends the run after that many sends (in the
+	// open model, after the first Sends of the schedule), or at Duration,
+	// whichever comes first. At least one of Sends and Duration is set.
+	Sends int
+	// Repeat is the share of sends, in [0, 1), that repeat an earlier
+	// send's dedupeKey. With Repeat > 0 every send carries a dedupeKey
+	// ("<Run>/<n>", n the number of the first send that carried it). Send
+	// n is a repeat when a hash of n falls below Repeat (so the choice is
+	// the same in every run and every model); it then repeats one of the
+	// RepeatWithin sends before it, also picked by the hash, and sends that
+	// send's body byte for byte: the same recipient, key and dedupeKey.
+	// A repeat of a repeat is a repeat of the original.
+	Repeat float64
 	// Prefer, when set, is sent as the Prefer header (e.g. "wait=10": the
 	// API answers once the send's decisions are known).
 	Prefer string
@@ -77,8 +101,12 @@ func (o *Options) check() error {
 	var errs []error
 	if o.URL == "" {
 		errs = append(errs, errors.New("--url: the API's base URL is required (e.g. http://127.0.0.1:8080)"))
-	} else if !strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://") {
-		errs = append(errs, fmt.Errorf("--url: %q is not an http:// or https:// URL", o.URL))
+	} else {
+		for _, u := range strings.Split(o.URL, ",") {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				errs = append(errs, fmt.Errorf("--url: %q is not an http:// or https:// URL", u))
+			}
+		}
 	}
 	switch {
 	case o.Clients < 0 || o.Rate < 0:
@@ -86,8 +114,13 @@ func (o *Options) check() error {
 	case (o.Clients == 0) == (o.Rate == 0):
 		errs = append(errs, errors.New("--clients, --rate: set exactly one: --clients for the closed model, --rate for the open one"))
 	}
-	if o.Duration <= 0 {
-		errs = append(errs, fmt.Errorf("--duration: must be positive (got %s)", o.Duration))
+	if o.Duration < 0 || o.Sends < 0 {
+		errs = append(errs, fmt.Errorf("--duration, --sends: must not be negative (got %s, %d)", o.Duration, o.Sends))
+	} else if o.Duration == 0 && o.Sends == 0 {
+		errs = append(errs, errors.New("--duration, --sends: set at least one: how long, or how many sends"))
+	}
+	if !(o.Repeat >= 0 && o.Repeat < 1) { // NaN too
+		errs = append(errs, fmt.Errorf("--repeat: must be at least 0 and below 1 (got %v)", o.Repeat))
 	}
 	if o.MaxInFlight < 0 || o.Recipients < 0 || o.Timeout < 0 {
 		errs = append(errs, errors.New("--max-sends-in-flight, --recipients, --timeout: must not be negative"))
@@ -170,8 +203,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer tr.CloseIdleConnections()
 	g := &generator{o: o, client: &http.Client{Transport: tr, Timeout: o.Timeout}, auth: "Bearer " + o.APIKey, all: worker{codes: map[string]int{}}}
-	g.prefix, g.middle = bodyParts(o.Run)
-	g.url = strings.TrimSuffix(o.URL, "/") + "/v1/notifications"
+	g.prefix, g.middle, g.dedupe = bodyParts(o.Run, o.Repeat > 0)
+	for _, u := range strings.Split(o.URL, ",") {
+		g.urls = append(g.urls, strings.TrimSuffix(u, "/")+"/v1/notifications")
+	}
 	if o.Rate > 0 {
 		g.open(ctx)
 	} else {
@@ -181,10 +216,43 @@ func Run(ctx context.Context, o Options) (Report, error) {
 }
 
 // bodyParts returns the fixed parts of every body: the part before the
-// recipient's number and the part between it and the send's number.
-func bodyParts(run string) (prefix, middle string) {
+// recipient's number, the part between it and the send's number, and,
+// with dedupeKeys, the part between the key's number and the dedupeKey's
+// (which ends the body: the number, `"}`).
+func bodyParts(run string, dedupeKeys bool) (prefix, middle, dedupe string) {
 	r, _ := json.Marshal(run) // a string: cannot fail
-	return `{"type":"bench.load","recipientId":"u`, `","title":"t","body":"b","key":{"run":` + string(r) + `,"n":`
+	prefix, middle = `{"type":"bench.load","recipientId":"u`, `","title":"t","body":"b","key":{"run":`+string(r)+`,"n":`
+	if dedupeKeys {
+		d, _ := json.Marshal(run + "/")
+		dedupe = `},"dedupeKey":` + string(d[:len(d)-1]) // without the closing quote
+	}
+	return prefix, middle, dedupe
+}
+
+// RepeatWithin is how far back a repeat reaches: it repeats one of the
+// RepeatWithin sends before it.
+const RepeatWithin = 1000
+
+// Original is the number of the send whose body send n makes: n itself,
+// or, when n is a repeat (see Options.Repeat), the original its hash picks
+// among the RepeatWithin sends before it.
+func Original(n int, repeat float64) int {
+	for n > 0 {
+		h := mix(uint64(n))
+		if float64(h>>11)/(1<<53) >= repeat {
+			return n
+		}
+		n -= 1 + int(mix(h)%uint64(min(n, RepeatWithin)))
+	}
+	return n
+}
+
+// mix is splitmix64's finalizer: a well-spread hash of x.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }
 
 // generator is one run's state. Its workers each keep their tallies and
@@ -192,9 +260,10 @@ func bodyParts(run string) (prefix, middle string) {
 type generator struct {
 	o              Options
 	client         *http.Client
-	url            string
-	auth           string // the Authorization header's value
+	urls           []string // send n goes to urls[n % len(urls)]
+	auth           string   // the Authorization header's value
 	prefix, middle string
+	dedupe         string    // "" without dedupeKeys
 	first          time.Time // the run's start: the first send's due time
 
 	mu   sync.Mutex
@@ -218,11 +287,14 @@ func (g *generator) closed(ctx context.Context) {
 	g.first = time.Now()
 	end := g.first.Add(g.o.Duration)
 	g.start(g.o.Clients, func(w *worker) {
-		for ctx.Err() == nil && time.Now().Before(end) {
+		for ctx.Err() == nil && (g.o.Duration == 0 || time.Now().Before(end)) {
 			g.mu.Lock()
 			n := g.next
 			g.next++
 			g.mu.Unlock()
+			if g.o.Sends > 0 && n >= g.o.Sends {
+				return
+			}
 			g.send(ctx, w, n, time.Now())
 		}
 	})()
@@ -248,7 +320,13 @@ func (g *generator) start(n int, loop func(w *worker)) (wait func()) {
 // send n falls due at start + n/Rate. At most o.MaxInFlight are in flight;
 // a send due while all are busy waits for one, and its wait counts.
 func (g *generator) open(ctx context.Context) {
-	total := int(int64(g.o.Rate) * int64(g.o.Duration) / int64(time.Second))
+	total := g.o.Sends
+	if g.o.Duration > 0 {
+		byTime := int(int64(g.o.Rate) * int64(g.o.Duration) / int64(time.Second))
+		if total == 0 || byTime < total {
+			total = byTime
+		}
+	}
 	due := make(chan int, g.o.MaxInFlight)
 	g.first = time.Now()
 	wait := g.start(g.o.MaxInFlight, func(w *worker) {
@@ -293,13 +371,23 @@ func (g *generator) dueAt(n int) time.Time {
 
 // send makes send n and records its answer and its latency from start.
 func (g *generator) send(ctx context.Context, w *worker, n int, start time.Time) {
+	m := n
+	if g.dedupe != "" {
+		m = Original(n, g.o.Repeat)
+	}
 	w.body = append(w.body[:0], g.prefix...)
-	w.body = strconv.AppendInt(w.body, int64(n%g.o.Recipients), 10)
+	w.body = strconv.AppendInt(w.body, int64(m%g.o.Recipients), 10)
 	w.body = append(w.body, g.middle...)
-	w.body = strconv.AppendInt(w.body, int64(n), 10)
-	w.body = append(w.body, "}}"...)
+	w.body = strconv.AppendInt(w.body, int64(m), 10)
+	if g.dedupe != "" {
+		w.body = append(w.body, g.dedupe...)
+		w.body = strconv.AppendInt(w.body, int64(m), 10)
+		w.body = append(w.body, `"}`...)
+	} else {
+		w.body = append(w.body, "}}"...)
+	}
 	code := "error"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(w.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.urls[n%len(g.urls)], bytes.NewReader(w.body))
 	if err == nil {
 		req.Header.Set("Authorization", g.auth)
 		req.Header.Set("Content-Type", "application/json")

@@ -3,6 +3,7 @@ package apiload
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 // sent is what a test server saw of one send.
 type sent struct {
 	auth, prefer, contentType string
+	raw                       string
 	body                      struct {
 		Type        string `json:"type"`
 		RecipientID string `json:"recipientId"`
@@ -25,6 +27,7 @@ type sent struct {
 			Run string `json:"run"`
 			N   int    `json:"n"`
 		} `json:"key"`
+		DedupeKey string `json:"dedupeKey"`
 	}
 }
 
@@ -45,6 +48,7 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not a send: "+r.Method+" "+r.URL.Path+" "+string(b), http.StatusBadRequest)
 		return
 	}
+	s.raw = string(b)
 	time.Sleep(rec.delay)
 	rec.mu.Lock()
 	rec.sends = append(rec.sends, s)
@@ -200,12 +204,156 @@ func TestBadOptionsAreRefusedNamingTheField(t *testing.T) {
 		{"both models at once", Options{URL: "http://x", Clients: 1, Rate: 1, Duration: time.Second}, "--clients, --rate: set exactly one"},
 		{"neither model", Options{URL: "http://x", Duration: time.Second}, "--clients, --rate: set exactly one"},
 		{"a negative rate", Options{URL: "http://x", Rate: -1, Duration: time.Second}, "must not be negative"},
-		{"no duration", Options{URL: "http://x", Clients: 1}, "--duration: must be positive"},
+		{"neither a duration nor a number of sends", Options{URL: "http://x", Clients: 1}, "--duration, --sends: set at least one"},
+		{"a negative number of sends", Options{URL: "http://x", Clients: 1, Sends: -1}, "--duration, --sends: must not be negative"},
+		{"one of several URLs that is not http", Options{URL: "http://a,b:1", Clients: 1, Duration: time.Second}, `url: "b:1" is not an http://`},
+		{"every send a repeat", Options{URL: "http://x", Clients: 1, Duration: time.Second, Repeat: 1}, "--repeat: must be at least 0 and below 1"},
+		{"a negative repeat share", Options{URL: "http://x", Clients: 1, Duration: time.Second, Repeat: -0.1}, "--repeat: must be at least 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Run(context.Background(), tc.o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestARunOfSendsEndsAfterThatMany(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{
+		{"closed-model clients stop at the count, with no duration", Options{Clients: 3, Sends: 25}},
+		{"the open model's schedule stops at the count before its duration", Options{Rate: 500, Sends: 25, Duration: time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			o := tc.o
+			o.URL = serve(t, rec)
+			r, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if r.Requests != 25 || len(rec.sends) != 25 || r.StatusCodes["202"] != 25 {
+				t.Fatalf("report %+v; the server saw %d sends; want 25", r, len(rec.sends))
+			}
+		})
+	}
+}
+
+func TestSeveralURLsShareTheSendsInTurn(t *testing.T) {
+	recs := []*recorder{{}, {}, {}}
+	urls := make([]string, len(recs))
+	for i, rec := range recs {
+		urls[i] = serve(t, rec)
+	}
+	r, err := Run(context.Background(), Options{URL: strings.Join(urls, ","), Clients: 1, Sends: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != 30 || r.StatusCodes["202"] != 30 {
+		t.Fatalf("report %+v", r)
+	}
+	for i, rec := range recs {
+		if len(rec.sends) != 10 {
+			t.Fatalf("server %d saw %d sends, want 10 of the 30", i, len(rec.sends))
+		}
+		for _, s := range rec.sends {
+			if s.body.Key.N%len(recs) != i {
+				t.Fatalf("send %d went to server %d, want %d", s.body.Key.N, i, s.body.Key.N%len(recs))
+			}
+		}
+	}
+}
+
+func TestRepeatsResendAnEarlierSendsBodyWithItsDedupeKey(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		repeat float64
+	}{
+		{"with no repeats no send carries a dedupeKey", 0},
+		{"a third of the sends repeat an earlier one", 0.3},
+		{"most sends repeat an earlier one", 0.9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			const sends = 3000
+			r, err := Run(context.Background(), Options{URL: serve(t, rec), Run: "r", Clients: 8, Sends: sends, Repeat: tc.repeat, Recipients: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Requests != sends {
+				t.Fatalf("report %+v", r)
+			}
+			bodies := map[string]string{} // dedupeKey → the body that first carried it
+			repeats := 0
+			for _, s := range rec.sends {
+				b := s.body
+				if tc.repeat == 0 && b.DedupeKey != "" {
+					t.Fatalf("a run without repeats sent a dedupeKey: %s", s.raw)
+				}
+				if tc.repeat == 0 {
+					continue
+				}
+				if want := fmt.Sprintf("r/%d", b.Key.N); b.DedupeKey != want {
+					t.Fatalf("send of key %d carries dedupeKey %q, want %q: %s", b.Key.N, b.DedupeKey, want, s.raw)
+				}
+				if first, ok := bodies[b.DedupeKey]; ok {
+					repeats++
+					if first != s.raw {
+						t.Fatalf("a repeat differs from its original:\n%s\n%s", first, s.raw)
+					}
+				}
+				bodies[b.DedupeKey] = s.raw
+			}
+			// Each send's number is its position in the run: n is a repeat
+			// exactly when Original(n) < n, and the server saw every
+			// original once.
+			want := 0
+			for n := range sends {
+				if o := Original(n, tc.repeat); o < n {
+					want++
+				} else if o != n {
+					t.Fatalf("Original(%d) = %d, after it", n, o)
+				}
+			}
+			if tc.repeat > 0 && repeats != want {
+				t.Fatalf("the server saw %d repeats, Original makes %d", repeats, want)
+			}
+			if share := float64(want) / sends; share < tc.repeat-0.05 || share > tc.repeat+0.05 {
+				t.Fatalf("%.3f of the sends repeat, want about %.2f", share, tc.repeat)
+			}
+		})
+	}
+}
+
+func TestARepeatNamesAnOriginalAmongTheSendsBeforeIt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		repeat float64
+	}{
+		{"a small share", 0.1},
+		{"the issue's share", 0.3},
+		{"nearly every send", 0.99},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if Original(0, tc.repeat) != 0 {
+				t.Fatal("the first send must be an original: nothing precedes it")
+			}
+			for n := 1; n < 20000; n++ {
+				o := Original(n, tc.repeat)
+				if o > n || o < 0 {
+					t.Fatalf("Original(%d) = %d, not at or before it", n, o)
+				}
+				if Original(o, tc.repeat) != o {
+					t.Fatalf("Original(%d) = %d, itself a repeat", n, o)
+				}
+				if o < n && tc.repeat < 0.5 && n-o > 20*RepeatWithin {
+					t.Fatalf("Original(%d) = %d reaches too far back", n, o)
+				}
 			}
 		})
 	}

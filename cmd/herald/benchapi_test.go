@@ -63,6 +63,8 @@ func TestBenchAPIRefusesBadSettingsNamingThem(t *testing.T) {
 	}{
 		{"without a URL", []string{"--clients", "1"}, "--url: the API's base URL is required"},
 		{"with both models", []string{"--url", "http://127.0.0.1:1", "--clients", "1", "--rate", "5"}, "--clients, --rate: set exactly one"},
+		{"with every send a repeat", []string{"--url", "http://127.0.0.1:1", "--clients", "1", "--sends", "5", "--repeat", "1"}, "--repeat: must be at least 0 and below 1"},
+		{"with one of two URLs not http", []string{"--url", "http://127.0.0.1:1,127.0.0.1:2", "--clients", "1"}, `--url: "127.0.0.1:2" is not an http://`},
 		{"with no connection to send on", []string{"--url", "http://127.0.0.1:1", "--rate", "5", "--max-sends-in-flight", "0"}, "--max-sends-in-flight and --recipients must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,7 +21,8 @@ var examples = map[string]string{
 	"audit-writer": "herald audit-writer --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --migrate --metrics-addr :9464",
 	"bench":        "herald bench --brokers 127.0.0.1:39092 --redis 127.0.0.1:36379 --requests 200000 --markdown",
 	"bench api": "HERALD_API_KEY=... herald bench api --url http://127.0.0.1:8080 --clients 64 --duration 20s\n" +
-		"HERALD_API_KEY=... herald bench api --url http://127.0.0.1:8080 --rate 5000 --prefer wait=10 --json",
+		"HERALD_API_KEY=... herald bench api --url http://127.0.0.1:8080 --rate 5000 --prefer wait=10 --json\n" +
+		"HERALD_API_KEY=... herald bench api --url http://127.0.0.1:8080,http://127.0.0.1:8081 --clients 64 --sends 60000 --repeat 0.3",
 	"clickhouse-server": "herald clickhouse-server --path /var/lib/herald-chdb --tcp-port 39000 --http-port 39123",
 	"config check":      "herald config check --config /etc/herald/herald.yaml",
 	"dedupe": "herald dedupe --config /etc/herald/herald.yaml --instance-id dedupe-0 --metrics-addr :9464\n" +
