@@ -1,0 +1,58 @@
+package deadletters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/catchup"
+)
+
+// Read reads herald.deadletters (topic) whole, read_committed, up to its
+// last stable offsets as of the call: every dead letter and redrive marker
+// committed by then. opts connect to the brokers (kgo.SeedBrokers and the
+// connection options).
+func Read(ctx context.Context, topic string, opts ...kgo.Opt) (*Set, error) {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("deadletters: client: %w", err)
+	}
+	defer cl.Close()
+	track, err := catchup.New(ctx, cl, topic)
+	if err != nil {
+		return nil, fmt.Errorf("deadletters: read %s: %w", topic, err)
+	}
+	var recs []*kgo.Record
+	for !track.Done() {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("deadletters: read %s: %w", topic, err)
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if ferr == nil && !errors.Is(err, context.Canceled) {
+				ferr = fmt.Errorf("deadletters: read %s/%d: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return nil, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if track.Done() {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				recs = append(recs, r)
+			}
+			track.Saw(r)
+		})
+	}
+	return build(recs), nil
+}
