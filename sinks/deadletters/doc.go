@@ -46,8 +46,10 @@
 // any other copy of the redrive finds it pending, parked or final at a later
 // attempt and is not sent (a sink decision, outcome duplicate). That is
 // the guarantee, and it holds however many times a redrive is written: the
-// sink's sent-set and the delivery id hold it (TestARedriveDeliversEachDeadLetterOnce,
-// TestACopyOfARedriveIsNotSentAgain).
+// sink's sent-set and the delivery id hold it
+// (TestARedriveDeliversEachDeadLetterOnce, its subtest "a copy of a
+// redrive is not sent again", and the sink's
+// TestARedriveStartsANewAttemptOnlyWhileTheDeliveryIsFailedWhereItsDeadLetterSays).
 //
 // On top of that a redrive writes, per dead letter and in one Kafka
 // transaction with its command, a marker on herald.deadletters and a
