@@ -188,7 +188,11 @@ func listDeadLetters(ctx context.Context, kf *kafkaFlags, f deadletters.Filter, 
 	for _, l := range letters {
 		fmt.Fprintln(stdout, letterLine(l))
 	}
-	fmt.Fprintf(stdout, "\n%d dead letters; by reason:\n", len(letters))
+	noun := "dead letters"
+	if len(letters) == 1 {
+		noun = "dead letter"
+	}
+	fmt.Fprintf(stdout, "\n%d %s; by reason:\n", len(letters), noun)
 	for _, c := range counts {
 		fmt.Fprintf(stdout, "  %6d  %s  %s  %s", c.Letters, c.Stage, c.Class, c.Reason)
 		if c.Redriven > 0 {
