@@ -114,6 +114,10 @@ func runDeadLetters(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "redrive %s by %s: %d %s, %d skipped\n", rep.ID, *by, len(rep.Redriven), verbWord, len(rep.Skipped))
 	for _, l := range rep.Redriven {
+		if l.Kind == deadletters.KindStage {
+			fmt.Fprintf(stdout, "  %s  input %s back to %s, which could not write its outputs: %s\n", l.ID, l.Source, l.Stage, l.Reason)
+			continue
+		}
 		fmt.Fprintf(stdout, "  %s  delivery %s to %s, failed at attempt %d: %s\n", l.ID, l.DeliveryID, l.Stage, l.Attempts, l.Reason)
 	}
 	for _, s := range rep.Skipped {

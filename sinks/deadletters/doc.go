@@ -38,7 +38,8 @@
 //
 // # Redrive, exactly once
 //
-// A delivery's dead letter goes back to herald.deliveries.<channel>, keyed by
+// A delivery's dead letter (the common case) goes back to
+// herald.deliveries.<channel>, keyed by
 // its delivery id as the route stage wrote it (so the same partition and
 // the same sink state), with header sinks.HeaderRedrive naming the attempt
 // it failed at. The sink starts a new attempt only while the delivery is
@@ -66,10 +67,17 @@
 //   - A command keeps its expiry: a dead letter whose command has expired is
 //     skipped (a push sent days late is worse than none); one with no
 //     ExpiresAt is redriven and the sink expires it after its MaxAge.
-//   - The dead letters of stages (an input or timer output that could never
-//     be written) and unreadable commands carry no command to redrive: they
-//     are listed and shown, and a redrive skips them, saying why. Fix the
-//     cause and re-produce the input named by the dead letter's position.
+//   - A stage's dead letter (an input whose outputs could never be written,
+//     say too large) names its input's position; a redrive reads that input
+//     and writes it again, same key, value and headers, to the partition it
+//     was read from (header HeaderRedriveInput), with its marker and audit
+//     decision, so the stage decides it again once the cause is fixed
+//     (TestAStageDeadLetterIsRedrivenByWritingItsInputAgainOnce). The
+//     markers make that once per dead letter; past the stage, the ids it
+//     derives (notification id, delivery id) meet the same dedupe seen-set
+//     and sink sent-set as the first time. An input no longer on its topic
+//     (retention, compaction), a timer's lost output and an unreadable
+//     command cannot be redriven: a redrive skips them, saying why.
 //   - A redrive marker is written after its dead letter, so it outlives it
 //     on the topic; the sink forgets a delivery Policy.KeepFinal after its
 //     expiry, when its command can no longer be sent either.

@@ -69,6 +69,8 @@ type Letter struct {
 	value   []byte
 	headers []kgo.RecordHeader
 	stage   *stage.DeadLetter
+	// input is a stage's input the dead letter names, read for a redrive.
+	input *kgo.Record
 }
 
 // Redriven reports whether the letter has been redriven.

@@ -29,6 +29,7 @@ func topicRecords(t *testing.T, now time.Time) []*kgo.Record {
 			{Key: "herald-source", Value: []byte("sink.fcm")}}
 	}
 	sd, _ := json.Marshal(stage.DeadLetter{Stage: "dedupe", Reason: "MESSAGE_TOO_LARGE", Topic: "herald.requests", Partition: 3, Offset: 41})
+	timer, _ := json.Marshal(stage.DeadLetter{Stage: "route", Reason: "MESSAGE_TOO_LARGE", Topic: "herald.deliveries.apns", Partition: -1, Offset: -1, Timer: true})
 	marker, _ := json.Marshal(Marker{Redrive: "rd-1", DeliveryID: "d1", By: "alice", Reason: "fixed", At: now})
 	recs := []*kgo.Record{
 		{Key: []byte("d1"), Value: cmd("d1", 0), Headers: sinkHeaders("permanent: SENDER_ID_MISMATCH", "1")},
@@ -37,6 +38,7 @@ func topicRecords(t *testing.T, now time.Time) []*kgo.Record {
 		{Key: []byte("d3"), Value: []byte("{not json"), Headers: []kgo.RecordHeader{{Key: "herald-reason", Value: []byte("unreadable delivery command: bad")},
 			{Key: "herald-source", Value: []byte("herald.deliveries.fcm/1@7")}}},
 		{Key: []byte("d1"), Value: marker, Headers: []kgo.RecordHeader{{Key: HeaderRedriven, Value: []byte("0-0")}}},
+		{Key: []byte("acme/u1"), Value: timer, Headers: []kgo.RecordHeader{{Key: stage.HeaderDeadLetter, Value: []byte("route")}}},
 	}
 	for i, r := range recs {
 		r.Offset, r.Timestamp = int64(i), now.Add(time.Duration(i)*time.Second)
@@ -54,8 +56,9 @@ func TestEachKindOfDeadLetterIsReadWithItsStageClassAndRedrives(t *testing.T) {
 	}{
 		{"0-0", KindDelivery, "sink.fcm", ClassPermanent, true, "redriven already, by alice"},
 		{"0-1", KindDelivery, "sink.fcm", ClassExhausted, false, "its command expired"},
-		{"0-2", KindStage, "dedupe", ClassUnwritable, false, "a stage's dead letter"},
+		{"0-2", KindStage, "dedupe", ClassUnwritable, false, ""},
 		{"0-3", KindUnreadable, "sink.fcm", ClassUnreadable, false, "an unreadable delivery command"},
+		{"0-5", KindStage, "route", ClassUnwritable, false, "a timer's output"},
 	}
 	if len(set.Letters) != len(cases) {
 		t.Fatalf("%d letters, want %d (the marker is not one)", len(set.Letters), len(cases))
@@ -69,7 +72,7 @@ func TestEachKindOfDeadLetterIsReadWithItsStageClassAndRedrives(t *testing.T) {
 			if l.Kind != tc.kind || l.Stage != tc.stage || l.Class != tc.class || l.Redriven() != tc.redriven {
 				t.Errorf("kind %s stage %s class %s redriven %v", l.Kind, l.Stage, l.Class, l.Redriven())
 			}
-			if why := skip(l, now); !strings.HasPrefix(why, tc.skip) {
+			if why := skip(l, now); !strings.HasPrefix(why, tc.skip) || (tc.skip == "") != (why == "") {
 				t.Errorf("a redrive skips it because %q, want %q", why, tc.skip)
 			}
 			if b, _ := json.Marshal(l.Input()); strings.Contains(string(b), "a-long-secret-token") {
@@ -87,9 +90,10 @@ func TestFiltersSelectWhatTheySay(t *testing.T) {
 		f    Filter
 		want []string
 	}{
-		{"no filter selects all", Filter{}, []string{"0-0", "0-1", "0-2", "0-3"}},
+		{"no filter selects all", Filter{}, []string{"0-0", "0-1", "0-2", "0-3", "0-5"}},
 		{"stage sink selects every sink's", Filter{Stage: "sink"}, []string{"0-0", "0-1", "0-3"}},
 		{"a stage by name", Filter{Stage: "dedupe"}, []string{"0-2"}},
+		{"a class", Filter{Class: ClassUnwritable}, []string{"0-2", "0-5"}},
 		{"a class", Filter{Class: ClassExhausted}, []string{"0-1"}},
 		{"error text, case-insensitive", Filter{Reason: "sender_id"}, []string{"0-0"}},
 		{"a tenant: stages' letters have none", Filter{Tenant: "acme"}, []string{"0-0", "0-1"}},
@@ -109,7 +113,7 @@ func TestFiltersSelectWhatTheySay(t *testing.T) {
 		})
 	}
 	counts := Counts(set.Letters)
-	if len(counts) != 4 || counts[0].Letters != 1 {
+	if len(counts) != 5 || counts[0].Letters != 1 || counts[0].Redriven != 1 || counts[2].Stage != "dedupe" || counts[4].Stage != "route" {
 		t.Errorf("counts %+v", counts)
 	}
 }

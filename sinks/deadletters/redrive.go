@@ -96,7 +96,7 @@ func (o Redrive) Run(ctx context.Context) (*Report, error) {
 		cl, err = kgo.NewClient(append(append([]kgo.Opt(nil), o.ClientOpts...),
 			kgo.TransactionalID(TransactionalID(o.Catalog)),
 			kgo.TransactionTimeout(time.Minute),
-			kgo.RecordPartitioner(o.Catalog.Partitioner()),
+			kgo.RecordPartitioner(redrivePartitioner{o.Catalog.Partitioner()}),
 		)...)
 		if err != nil {
 			return nil, fmt.Errorf("deadletters: client: %w", err)
@@ -117,7 +117,16 @@ func (o Redrive) Run(ctx context.Context) (*Report, error) {
 	now := o.Now()
 	var todo []*Letter
 	for _, l := range set.Select(o.Filter) {
-		if why := skip(l, now); why != "" {
+		why := skip(l, now)
+		if why == "" && l.Kind == KindStage {
+			if l.input, err = input(ctx, o.ClientOpts, l.stage.Topic, l.stage.Partition, l.stage.Offset); err != nil {
+				return nil, err
+			}
+			if l.input == nil {
+				why = "its input " + l.Source + " is no longer on the topic (past its retention, or compacted)"
+			}
+		}
+		if why != "" {
 			rep.Skipped = append(rep.Skipped, Skip{l, why})
 			continue
 		}
@@ -143,13 +152,17 @@ func (o Redrive) Run(ctx context.Context) (*Report, error) {
 // skip says why l is not redriven ("" if it is).
 func skip(l *Letter, now time.Time) string {
 	switch {
-	case l.Kind == KindStage:
-		return "a stage's dead letter names its input's position and carries no command: fix the cause and re-produce the input " + l.Source
-	case l.Kind == KindUnreadable:
-		return "an unreadable delivery command cannot be redriven"
 	case l.Redriven():
 		m := l.Redrives[len(l.Redrives)-1]
 		return fmt.Sprintf("redriven already, by %s at %s (redrive %s): %s", m.By, m.At.UTC().Format(time.RFC3339), m.Redrive, m.Reason)
+	case l.Kind == KindStage && l.stage == nil:
+		return "an unreadable stage dead letter cannot be redriven"
+	case l.Kind == KindStage && l.stage.Timer:
+		return "a timer's output that could never be written is gone: nothing is left to redrive"
+	case l.Kind == KindStage:
+		return ""
+	case l.Kind == KindUnreadable:
+		return "an unreadable delivery command cannot be redriven"
 	case !slices.Contains(topics.SinkChannels, l.Channel):
 		return fmt.Sprintf("channel %q has no sink", l.Channel)
 	case l.ExpiresAt != nil && !now.Before(*l.ExpiresAt):
@@ -201,6 +214,9 @@ const HeaderRedriveID = "herald-redrive-id"
 // (keyed by delivery id as the route stage wrote it), its marker, and the
 // audit decision.
 func (o Redrive) records(id, dlTopic string, l *Letter, now time.Time) []*kgo.Record {
+	if l.Kind == KindStage {
+		return o.stageRecords(id, dlTopic, l, now)
+	}
 	hs := []kgo.RecordHeader{
 		{Key: sinks.HeaderRedrive, Value: []byte(strconv.Itoa(l.Attempts))},
 		{Key: HeaderRedriveID, Value: []byte(id)},
@@ -249,4 +265,28 @@ func newRedriveID(now time.Time) string {
 	var b [6]byte
 	rand.Read(b[:])
 	return "rd-" + now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// stageRecords are the redrive of a stage's dead letter: its input written
+// again to the partition it was read from (the same key, value and
+// headers), its marker, and the audit decision of the stage.
+func (o Redrive) stageRecords(id, dlTopic string, l *Letter, now time.Time) []*kgo.Record {
+	in := l.input
+	hs := append(append([]kgo.RecordHeader(nil), in.Headers...),
+		kgo.RecordHeader{Key: HeaderRedriveInput, Value: []byte(l.ID)}, kgo.RecordHeader{Key: HeaderRedriveID, Value: []byte(id)})
+	again := &kgo.Record{Topic: in.Topic, Partition: in.Partition, Key: in.Key, Value: in.Value, Headers: hs}
+	m := Marker{Redrive: id, DeadLetter: l.ID, By: o.By, Reason: o.Reason, At: now.UTC()}
+	mv, _ := json.Marshal(m) // strings and a time: cannot fail
+	marker := &kgo.Record{Topic: dlTopic, Key: in.Key, Value: mv, Headers: []kgo.RecordHeader{{Key: HeaderRedriven, Value: []byte(l.ID)}}}
+	p, off := position(l.ID)
+	d := &schemas.Decision{Schema: schemas.DecisionV1, DecisionID: "redrive/" + id + "/" + l.ID, Stage: l.Stage, Outcome: schemas.DecisionRedriven,
+		Detail: fmt.Sprintf("dead letter %s (%s: %s) redriven by %s: %s; its input %s written again", l.ID, l.Class, l.Reason, o.By, o.Reason, l.Source),
+		RequestID: id, Producer: o.By, At: now.UnixMilli(), SourceTopic: dlTopic, SourcePartition: p, SourceOffset: off}
+	dv, err := schemas.Encode(d)
+	if err != nil { // herald's own type with valid fields: cannot fail
+		panic(err)
+	}
+	decision := &kgo.Record{Topic: o.Catalog.Name(topics.Decisions), Key: in.Key, Value: dv,
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.NameOf(d))}}}
+	return []*kgo.Record{again, marker, decision}
 }

@@ -3,6 +3,7 @@ package deadletters_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -379,4 +380,86 @@ func firstLine(s string) string {
 		}
 	}
 	return s
+}
+
+// TestAStageDeadLetterIsRedrivenByWritingItsInputAgainOnce: a stage's dead
+// letter names its input's position; a redrive writes that input again, to
+// the same partition (whatever its key hashes to), once; an input no
+// longer on the topic and a timer's output are skipped, saying why.
+func TestAStageDeadLetterIsRedrivenByWritingItsInputAgainOnce(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	const partitions = 4
+	cat := testenv.Catalog(t, brokers, partitions)
+	requests := cat.Name(topics.Requests)
+	key := "k0"
+	for i := 0; topics.PartitionOf(key, partitions) == 2; i++ {
+		key = "k" + strconv.Itoa(i)
+	}
+	manual := testenv.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	in := &kgo.Record{Topic: requests, Partition: 2, Key: []byte(key), Value: []byte(`{"schema":"herald.request/v1"}`),
+		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte("herald.request/v1")}}}
+	if err := manual.ProduceSync(context.Background(), in).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl := testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner()))
+	for _, d := range []stage.DeadLetter{
+		{Stage: "dedupe", Reason: "MESSAGE_TOO_LARGE", Topic: requests, Partition: 2, Offset: in.Offset},
+		{Stage: "dedupe", Reason: "MESSAGE_TOO_LARGE", Topic: requests, Partition: 2, Offset: in.Offset + 100},
+		{Stage: "route", Reason: "MESSAGE_TOO_LARGE", Topic: cat.Name(topics.Deliveries("apns")), Partition: -1, Offset: -1, Timer: true},
+	} {
+		b, _ := json.Marshal(d)
+		rec := &kgo.Record{Topic: cat.Name(topics.DeadLetters), Key: []byte(key), Value: b,
+			Headers: []kgo.RecordHeader{{Key: stage.HeaderDeadLetter, Value: []byte(d.Stage)}}}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() *deadletters.Report {
+		t.Helper()
+		rep, err := deadletters.Redrive{ClientOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Catalog: cat, Filter: deadletters.Filter{Class: deadletters.ClassUnwritable},
+			By: "alice", Reason: "max.message.bytes raised"}.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	rep := run()
+	if len(rep.Redriven) != 1 || rep.Redriven[0].Stage != "dedupe" || rep.Redriven[0].Source != fmt.Sprintf("%s/2@%d", requests, in.Offset) {
+		t.Fatalf("redriven %+v", rep.Redriven)
+	}
+	whys := map[string]bool{}
+	for _, s := range rep.Skipped {
+		whys[strings.SplitN(s.Why, " ", 3)[1]] = true
+	}
+	if len(rep.Skipped) != 2 || !whys["input"] || !whys["timer's"] {
+		t.Errorf("skipped %+v: want the input no longer on the topic and the timer's output", rep.Skipped)
+	}
+	if again := run(); len(again.Redriven) != 0 || len(again.Skipped) != 3 {
+		t.Errorf("the redrive again: %d redriven, %d skipped; want 0, 3", len(again.Redriven), len(again.Skipped))
+	}
+	var written []*kgo.Record
+	for _, r := range testenv.ReadCommitted(t, brokers, requests) {
+		if string(r.Key) != key {
+			continue
+		}
+		written = append(written, r)
+		if r.Partition != 2 || string(r.Value) != string(in.Value) {
+			t.Errorf("%s/%d@%d: %q", r.Topic, r.Partition, r.Offset, r.Value)
+		}
+	}
+	if len(written) != 2 {
+		t.Fatalf("the input is on the topic %d times, want twice (the original and the redrive)", len(written))
+	}
+	if v, ok := headerValue(written[1], deadletters.HeaderRedriveInput); !ok || v != rep.Redriven[0].ID {
+		t.Errorf("the written input's %s header is %q", deadletters.HeaderRedriveInput, v)
+	}
+}
+
+func headerValue(r *kgo.Record, key string) (string, bool) {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
 }
