@@ -280,7 +280,7 @@ func (o Redrive) stageRecords(id, dlTopic string, l *Letter, now time.Time) []*k
 	marker := &kgo.Record{Topic: dlTopic, Key: in.Key, Value: mv, Headers: []kgo.RecordHeader{{Key: HeaderRedriven, Value: []byte(l.ID)}}}
 	p, off := position(l.ID)
 	d := &schemas.Decision{Schema: schemas.DecisionV1, DecisionID: "redrive/" + id + "/" + l.ID, Stage: l.Stage, Outcome: schemas.DecisionRedriven,
-		Detail: fmt.Sprintf("dead letter %s (%s: %s) redriven by %s: %s; its input %s written again", l.ID, l.Class, l.Reason, o.By, o.Reason, l.Source),
+		Detail:    fmt.Sprintf("dead letter %s (%s: %s) redriven by %s: %s; its input %s written again", l.ID, l.Class, l.Reason, o.By, o.Reason, l.Source),
 		RequestID: id, Producer: o.By, At: now.UnixMilli(), SourceTopic: dlTopic, SourcePartition: p, SourceOffset: off}
 	dv, err := schemas.Encode(d)
 	if err != nil { // herald's own type with valid fields: cannot fail
