@@ -240,9 +240,9 @@ const (
 	// DecisionRejected marks a request the stage could not read (bad
 	// schema, missing fields); Detail says why. Nothing is sent.
 	DecisionRejected = "rejected"
-	// DecisionRedriven (stage sink) records an operator's redrive of a
-	// dead-lettered delivery (herald deadletters redrive): Producer names
-	// who, Detail why and which dead letter, RequestID the redrive.
+	// DecisionRedriven (stage deadletters) records an operator's redrive of
+	// a dead letter (herald deadletters redrive): Producer names who,
+	// Detail why and which dead letter, RequestID the redrive.
 	DecisionRedriven = "redriven"
 )
 
@@ -254,7 +254,7 @@ type Decision struct {
 	Schema string `json:"schema,nocopy"`
 	// DecisionID is unique per decision: stage, source partition and offset.
 	DecisionID string `json:"decisionId,nocopy"`
-	Stage      string `json:"stage,nocopy" jsonschema:"enum=dedupe,enum=route,enum=sink"`
+	Stage      string `json:"stage,nocopy" jsonschema:"enum=dedupe,enum=route,enum=sink,enum=deadletters"`
 	Outcome    string `json:"outcome,nocopy" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected,enum=redriven"`
 	// Detail explains a rejection or a conflict in words.
 	Detail         string `json:"detail,omitempty,nocopy"`

@@ -33,7 +33,7 @@
 // would offer what cannot be done. Dead letters are few, so reading the
 // topic whole per call is cheap. The year-long history stays in ClickHouse:
 // every failed delivery is an outcome (status failed) and every redrive a
-// decision (stage sink, outcome redriven: who, why, which dead letter), and
+// decision (stage deadletters, outcome redriven: who, why, which dead letter), and
 // show adds the notification's audit timeline from there.
 //
 // # Redrive, exactly once

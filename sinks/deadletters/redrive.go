@@ -207,6 +207,11 @@ func (o Redrive) commit(ctx context.Context, cl *kgo.Client, id, dlTopic string,
 	return nil
 }
 
+// DecisionStage is the stage of a redrive's audit decisions (outcome
+// redriven): not the stage redriven to, so that no stage's counts (the
+// dedupe stage's hit rate) include redrives; Channel and Detail say which.
+const DecisionStage = "deadletters"
+
 // HeaderRedriveID names, on a redriven command, the redrive that wrote it.
 const HeaderRedriveID = "herald-redrive-id"
 
@@ -230,7 +235,7 @@ func (o Redrive) records(id, dlTopic string, l *Letter, now time.Time) []*kgo.Re
 	marker := &kgo.Record{Topic: dlTopic, Key: []byte(l.DeliveryID), Value: mv,
 		Headers: []kgo.RecordHeader{{Key: HeaderRedriven, Value: []byte(l.ID)}}}
 	p, off := position(l.ID)
-	d := &schemas.Decision{Schema: schemas.DecisionV1, DecisionID: "redrive/" + id + "/" + l.ID, Stage: "sink", Outcome: schemas.DecisionRedriven,
+	d := &schemas.Decision{Schema: schemas.DecisionV1, DecisionID: "redrive/" + id + "/" + l.ID, Stage: DecisionStage, Outcome: schemas.DecisionRedriven,
 		Detail: fmt.Sprintf("dead letter %s of delivery %s (%s at attempt %d: %s) redriven by %s: %s",
 			l.ID, l.DeliveryID, l.Class, l.Attempts, l.Reason, o.By, o.Reason),
 		RequestID: id, Tenant: l.Tenant, Type: l.Type, Recipient: l.Recipient, NotificationID: l.NotificationID, Producer: o.By,
@@ -279,8 +284,8 @@ func (o Redrive) stageRecords(id, dlTopic string, l *Letter, now time.Time) []*k
 	mv, _ := json.Marshal(m) // strings and a time: cannot fail
 	marker := &kgo.Record{Topic: dlTopic, Key: in.Key, Value: mv, Headers: []kgo.RecordHeader{{Key: HeaderRedriven, Value: []byte(l.ID)}}}
 	p, off := position(l.ID)
-	d := &schemas.Decision{Schema: schemas.DecisionV1, DecisionID: "redrive/" + id + "/" + l.ID, Stage: l.Stage, Outcome: schemas.DecisionRedriven,
-		Detail:    fmt.Sprintf("dead letter %s (%s: %s) redriven by %s: %s; its input %s written again", l.ID, l.Class, l.Reason, o.By, o.Reason, l.Source),
+	d := &schemas.Decision{Schema: schemas.DecisionV1, DecisionID: "redrive/" + id + "/" + l.ID, Stage: DecisionStage, Outcome: schemas.DecisionRedriven,
+		Detail:    fmt.Sprintf("dead letter %s of stage %s (%s: %s) redriven by %s: %s; its input %s written again", l.ID, l.Stage, l.Class, l.Reason, o.By, o.Reason, l.Source),
 		RequestID: id, Producer: o.By, At: now.UnixMilli(), SourceTopic: dlTopic, SourcePartition: p, SourceOffset: off}
 	dv, err := schemas.Encode(d)
 	if err != nil { // herald's own type with valid fields: cannot fail

@@ -216,7 +216,7 @@ func TestARedriveDeliversEachDeadLetterOnce(t *testing.T) {
 			if o := a.Outcomes[c.DeliveryID]; o[1].Status != schemas.OutcomeDelivered {
 				t.Errorf("%s: outcome after the redrive %s", c.DeliveryID, o[1].Status)
 			}
-			if d := audit[c.NotificationID]; len(d) != 1 || d[0].Producer != "alice" || !strings.Contains(d[0].Detail, "APNs key renewed") || d[0].Stage != "sink" {
+			if d := audit[c.NotificationID]; len(d) != 1 || d[0].Producer != "alice" || !strings.Contains(d[0].Detail, "APNs key renewed") || d[0].Stage != deadletters.DecisionStage {
 				t.Errorf("%s: redrive audit %+v", c.DeliveryID, d)
 			}
 		}
