@@ -12,7 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/analytics/auditwriter"
+	"github.com/heraldhq/herald/analytics/migrations"
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
@@ -227,6 +233,33 @@ func TestARedriveDeliversEachDeadLetterOnce(t *testing.T) {
 			if len(l.Redrives) != 1 || l.Redrives[0].By != "alice" || l.Redrives[0].Redrive != rep.ID {
 				t.Errorf("%s: redrives %+v", l.ID, l.Redrives)
 			}
+		}
+	})
+
+	t.Run("the audit writer stores each redrive in ClickHouse, on the notification's timeline", func(t *testing.T) {
+		conn, database := auditWriter(t, brokers, cat)
+		var rows uint64
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+			if err := conn.QueryRow(context.Background(), "SELECT count() FROM `"+database+"`.decisions WHERE outcome = 'redriven' AND stage = 'deadletters' AND producer = 'alice'").Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			if rows >= n || time.Now().After(deadline) {
+				break
+			}
+		}
+		if rows != n {
+			t.Fatalf("ClickHouse holds %d redrive decisions, want %d", rows, n)
+		}
+		tl, err := audit.Load(context.Background(), conn, database, audit.Selector{NotificationID: cmds[0].NotificationID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf strings.Builder
+		if err := tl.Print(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "deadletters stage: redriven") || !strings.Contains(buf.String(), "by alice: APNs key renewed") {
+			t.Errorf("the timeline shows no redrive:\n%s", buf.String())
 		}
 	})
 
@@ -462,4 +495,30 @@ func headerValue(r *kgo.Record, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// auditWriter migrates a ClickHouse database of the test's own and runs
+// the audit writer into it until the test ends.
+func auditWriter(t *testing.T, brokers []string, cat *topics.Catalog) (driver.Conn, string) {
+	t.Helper()
+	addr, database := testenv.ClickHouseDB(t)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: database, AppliedBy: t.Name()}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := auditwriter.Run(ctx, auditwriter.Options{Brokers: brokers, Catalog: cat, ClickHouse: conn, Database: database,
+			FlushInterval: 200 * time.Millisecond}); err != nil && ctx.Err() == nil {
+			t.Errorf("audit writer: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return conn, database
 }
