@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,14 +51,24 @@ func runDeadLetters(ctx context.Context, args []string, stdout io.Writer) error 
 		ch.optional = true
 		ch.register(fs)
 		id := fs.String("id", "", "the dead letter's id (<partition>-<offset>, as list prints); or give it as the argument")
-		words, err := parseFlagsAndWords(fs, args[1:])
+		// The one word show takes is the id; any other is refused before
+		// the settings are read.
+		words, err := parseArgs(fs, args[1:])
 		if err != nil {
 			return err
 		}
-		if len(words) > 1 || len(words) == 1 && *id != "" {
-			return fmt.Errorf("%w: give one dead letter id", errUsage)
+		for i, w := range words {
+			if i > 0 || !deadletters.ValidID(w) {
+				return fmt.Errorf("%w: unexpected argument %q: herald deadletters show takes one dead letter id (<partition>-<offset>, as list prints), or --id", errUsage, w)
+			}
+		}
+		if err := applyAndCheck(fs); err != nil {
+			return err
 		}
 		if len(words) == 1 {
+			if *id != "" {
+				return fmt.Errorf("%w: give the dead letter id once: as the argument or as --id", errUsage)
+			}
 			*id = words[0]
 		}
 		if !deadletters.ValidID(*id) {
@@ -73,20 +82,21 @@ func runDeadLetters(ctx context.Context, args []string, stdout io.Writer) error 
 	dry := fs.Bool("dry-run", false, "print what would be redriven and skipped, and write nothing")
 	batch := fs.Int("batch", 500, "dead letters per transaction")
 	addCheck(fs, func() error {
-		var errs []error
-		if strings.TrimSpace(*reason) == "" {
-			errs = append(errs, badField("reason", "is required: say why the dead letters can be sent now (it is audited)"))
-		}
-		if strings.TrimSpace(*by) == "" {
-			errs = append(errs, badField("by", "is empty and $USER is not set: say who redrives"))
-		}
 		if *batch < 1 {
-			errs = append(errs, badField("batch", "must be at least 1, got %d", *batch))
+			return badField("batch", "must be at least 1, got %d", *batch)
 		}
-		return errors.Join(errs...)
+		return nil
 	})
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	// Asked of each redrive, not of a configuration file (herald config
+	// check runs the flag set's checks): so checked here.
+	switch {
+	case strings.TrimSpace(*reason) == "":
+		return fmt.Errorf("%w: --reason is required: say why the dead letters can be sent now (it is audited)", errUsage)
+	case strings.TrimSpace(*by) == "":
+		return fmt.Errorf("%w: --by is empty and $USER is not set: say who redrives", errUsage)
 	}
 	f, err := sel()
 	if err != nil {
