@@ -61,8 +61,8 @@ func (s *Server) deadLetterOpts() []kgo.Opt {
 	return append([]kgo.Opt{kgo.SeedBrokers(s.cfg.Brokers...)}, s.cfg.ClientOpts...)
 }
 
-func (s *Server) readDeadLetters(w http.ResponseWriter, r *http.Request) (*deadletters.Set, bool) {
-	set, err := deadletters.Read(r.Context(), s.cfg.Catalog.Name(topics.DeadLetters), s.deadLetterOpts()...)
+func (s *Server) readDeadLetters(w http.ResponseWriter, r *http.Request, f deadletters.Filter) (*deadletters.Set, bool) {
+	set, err := deadletters.Read(r.Context(), s.cfg.Catalog.Name(topics.DeadLetters), f, s.deadLetterOpts()...)
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.log.Error("dead letters unreadable", "err", err)
@@ -81,7 +81,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request, p princ
 		writeProblem(w, prob)
 		return
 	}
-	set, ok := s.readDeadLetters(w, r)
+	set, ok := s.readDeadLetters(w, r, f)
 	if !ok {
 		return
 	}
@@ -105,7 +105,7 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request, p princip
 		writeProblem(w, invalid("id must be a dead letter id: <partition>-<offset>", sdk.FieldError{Field: "path:id", Message: "not <partition>-<offset>"}))
 		return
 	}
-	set, ok := s.readDeadLetters(w, r)
+	set, ok := s.readDeadLetters(w, r, deadletters.Filter{IDs: []string{id}, Tenant: p.tenant})
 	if !ok {
 		return
 	}

@@ -177,16 +177,16 @@ func selectionFlags(fs *flag.FlagSet, list bool) func() (deadletters.Filter, err
 	}
 }
 
-func readDeadLetters(ctx context.Context, kf *kafkaFlags) (*deadletters.Set, error) {
+func readDeadLetters(ctx context.Context, kf *kafkaFlags, f deadletters.Filter) (*deadletters.Set, error) {
 	seeds, opts, err := kf.connect()
 	if err != nil {
 		return nil, err
 	}
-	return deadletters.Read(ctx, kf.catalog().Name(topics.DeadLetters), append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
+	return deadletters.Read(ctx, kf.catalog().Name(topics.DeadLetters), f, append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
 }
 
 func listDeadLetters(ctx context.Context, kf *kafkaFlags, f deadletters.Filter, jsonOut bool, stdout io.Writer) error {
-	set, err := readDeadLetters(ctx, kf)
+	set, err := readDeadLetters(ctx, kf, f)
 	if err != nil {
 		return err
 	}
@@ -240,7 +240,7 @@ func letterLine(l *deadletters.Letter) string {
 }
 
 func showDeadLetter(ctx context.Context, kf *kafkaFlags, ch *clickhouseFlags, id string, jsonOut bool, stdout io.Writer) error {
-	set, err := readDeadLetters(ctx, kf)
+	set, err := readDeadLetters(ctx, kf, deadletters.Filter{IDs: []string{id}})
 	if err != nil {
 		return err
 	}

@@ -83,4 +83,10 @@
 //     expiry, when its command can no longer be sent either.
 //   - Two redrives at once fence each other: the one fenced fails with an
 //     error and writes nothing more; run it again.
+//   - Every list, show and redrive reads the topic from its start (the API
+//     too, per request): cheap while dead letters are few. Read keeps only
+//     the letters its filter selects, so memory is bounded by the answer;
+//     after a mass failure (a provider down past every retry) narrow the
+//     selection (channel, class, time) and expect each call to take the
+//     time of reading the topic.
 package deadletters

@@ -125,6 +125,7 @@ const HeaderRedriven = "herald-redriven"
 type Set struct {
 	Letters []*Letter
 	byID    map[string]*Letter
+	markers []Marker
 }
 
 // Get returns the dead letter of an id, nil if none.
@@ -146,28 +147,43 @@ func idOf(r *kgo.Record) string { return fmt.Sprintf("%d-%d", r.Partition, r.Off
 // build reads the records of herald.deadletters (data records only, in
 // offset order per partition) into a Set.
 func build(recs []*kgo.Record) *Set {
-	s := &Set{byID: map[string]*Letter{}}
-	var markers []Marker
+	s := newSet()
 	for _, r := range recs {
-		if v, ok := header(r, HeaderRedriven); ok {
-			var m Marker
-			if json.Unmarshal(r.Value, &m) == nil {
-				m.DeadLetter = v
-				markers = append(markers, m)
-			}
-			continue
+		s.add(r, Filter{})
+	}
+	s.link()
+	return s
+}
+
+func newSet() *Set { return &Set{byID: map[string]*Letter{}} }
+
+// add reads one record: a marker is kept, a dead letter only if f selects
+// it.
+func (s *Set) add(r *kgo.Record, f Filter) {
+	if v, ok := header(r, HeaderRedriven); ok {
+		var m Marker
+		if json.Unmarshal(r.Value, &m) == nil {
+			m.DeadLetter = v
+			s.markers = append(s.markers, m)
 		}
-		l := letterOf(r)
+		return
+	}
+	if l := letterOf(r); f.Match(l) {
 		s.Letters = append(s.Letters, l)
 		s.byID[l.ID] = l
 	}
-	for _, m := range markers {
+}
+
+// link gives each dead letter its markers, and sorts the letters oldest
+// first.
+func (s *Set) link() {
+	for _, m := range s.markers {
 		if l := s.byID[m.DeadLetter]; l != nil {
 			l.Redrives = append(l.Redrives, m)
 		}
 	}
+	s.markers = nil
 	sort.SliceStable(s.Letters, func(i, j int) bool { return s.Letters[i].At.Before(s.Letters[j].At) })
-	return s
 }
 
 func header(r *kgo.Record, key string) (string, bool) {

@@ -12,9 +12,11 @@ import (
 
 // Read reads herald.deadletters (topic) whole, read_committed, up to its
 // last stable offsets as of the call: every dead letter and redrive marker
-// committed by then. opts connect to the brokers (kgo.SeedBrokers and the
-// connection options).
-func Read(ctx context.Context, topic string, opts ...kgo.Opt) (*Set, error) {
+// committed by then. It keeps only the dead letters f selects (but for
+// f.Redriven, which Set.Select applies), so its memory is bounded by what
+// is asked for, not by the topic. opts connect to the brokers
+// (kgo.SeedBrokers and the connection options).
+func Read(ctx context.Context, topic string, f Filter, opts ...kgo.Opt) (*Set, error) {
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -29,7 +31,8 @@ func Read(ctx context.Context, topic string, opts ...kgo.Opt) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deadletters: read %s: %w", topic, err)
 	}
-	var recs []*kgo.Record
+	s := newSet()
+	f.Redriven = ""
 	for !track.Done() {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -49,10 +52,11 @@ func Read(ctx context.Context, topic string, opts ...kgo.Opt) (*Set, error) {
 				return
 			}
 			if !r.Attrs.IsControl() {
-				recs = append(recs, r)
+				s.add(r, f)
 			}
 			track.Saw(r)
 		})
 	}
-	return build(recs), nil
+	s.link()
+	return s, nil
 }

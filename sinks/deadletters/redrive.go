@@ -110,7 +110,7 @@ func (o Redrive) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 	dlTopic := o.Catalog.Name(topics.DeadLetters)
-	set, err := Read(ctx, dlTopic, o.ClientOpts...)
+	set, err := Read(ctx, dlTopic, o.Filter, o.ClientOpts...)
 	if err != nil {
 		return nil, err
 	}

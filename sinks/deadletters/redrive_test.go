@@ -115,7 +115,7 @@ func awaitOutcomes(t *testing.T, brokers []string, cat *topics.Catalog, ids []st
 
 func read(t *testing.T, brokers []string, cat *topics.Catalog) *deadletters.Set {
 	t.Helper()
-	s, err := deadletters.Read(context.Background(), cat.Name(topics.DeadLetters), kgo.SeedBrokers(brokers...))
+	s, err := deadletters.Read(context.Background(), cat.Name(topics.DeadLetters), deadletters.Filter{}, kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
