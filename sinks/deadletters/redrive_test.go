@@ -219,6 +219,9 @@ func TestARedriveDeliversEachDeadLetterOnce(t *testing.T) {
 			if got := strings.Join(results, ","); got != "permanent,sent" || sent[c.DeliveryID] != 1 {
 				t.Errorf("%s: attempts %q, want permanent,sent", c.DeliveryID, got)
 			}
+			if a.Dead[c.DeliveryID] != 1 {
+				t.Errorf("%s: %d dead letters after the redrive (its marker is not one), want 1", c.DeliveryID, a.Dead[c.DeliveryID])
+			}
 			if o := a.Outcomes[c.DeliveryID]; o[1].Status != schemas.OutcomeDelivered {
 				t.Errorf("%s: outcome after the redrive %s", c.DeliveryID, o[1].Status)
 			}
