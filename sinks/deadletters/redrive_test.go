@@ -14,6 +14,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/analytics/audit"
@@ -326,8 +327,9 @@ func TestARedriveDeliversEachDeadLetterOnce(t *testing.T) {
 }
 
 // TestASIGKILLedRedriveDeliversEachDeadLetterOnce fails 1,000 deliveries,
-// then runs `herald deadletters redrive` (20 dead letters a transaction)
-// and SIGKILLs it as soon as it reports its first commit, twice, then runs
+// then runs `herald deadletters redrive` (100 dead letters a transaction)
+// and SIGKILLs it after its first commit, while its next transaction is
+// open when the broker shows one (logged), twice, then runs
 // it to the end, and once more: each delivery is sent exactly once more,
 // each dead letter has one marker and one audit decision, and the last
 // run redrives nothing.
@@ -346,7 +348,7 @@ func TestASIGKILLedRedriveDeliversEachDeadLetterOnce(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(bin, "deadletters", "redrive", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
 			"--partitions", strconv.Itoa(partitions), "--replication", "1", "--channel", "apns",
-			"--reason", "provider key renewed", "--by", "crash-test", "--batch", "20")
+			"--reason", "provider key renewed", "--by", "crash-test", "--batch", "100")
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -365,15 +367,25 @@ func TestASIGKILLedRedriveDeliversEachDeadLetterOnce(t *testing.T) {
 			if rest, ok := strings.CutPrefix(line, "committed: "); ok {
 				committed, _ = strconv.Atoi(strings.Fields(rest)[0])
 				if kill {
+					// Kill it with its next transaction open if we can see
+					// one (its records past the last stable offset), else
+					// after a moment: either way mid-redrive.
+					deliveries := cat.Name(topics.Deliveries("apns"))
+					for end := time.Now().Add(2 * time.Second); openRecords(t, brokers, deliveries) == 0 && time.Now().Before(end); {
+					}
 					cmd.Process.Signal(syscall.SIGKILL)
+					cmd.Wait()
+					t.Logf("at the SIGKILL, %d records of an open transaction were on the deliveries topic", openRecords(t, brokers, cat.Name(topics.Deliveries("apns"))))
 					break
 				}
 			}
 		}
 		for sc.Scan() { // drain the pipe so Wait returns
 		}
-		err = cmd.Wait()
-		if !kill && err != nil {
+		if kill {
+			return strings.Join(lines, "\n"), committed
+		}
+		if err := cmd.Wait(); err != nil {
 			t.Fatalf("redrive: %v\n%s\n%s", err, strings.Join(lines, "\n"), stderr.String())
 		}
 		return strings.Join(lines, "\n"), committed
@@ -407,6 +419,28 @@ func TestASIGKILLedRedriveDeliversEachDeadLetterOnce(t *testing.T) {
 	if out, _ := redrive(false); !strings.Contains(out, ": 0 redriven, 1000 skipped") {
 		t.Errorf("a redrive after all were redriven: %s", firstLine(out))
 	}
+}
+
+// openRecords is how many records of a topic are past its last stable
+// offsets: written by a transaction still open.
+func openRecords(t *testing.T, brokers []string, topic string) int64 {
+	t.Helper()
+	adm := kadm.NewClient(testenv.Client(t, brokers))
+	ends, err := adm.ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stable, err := adm.ListCommittedOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := stable.Lookup(o.Topic, o.Partition); ok {
+			n += o.Offset - s.Offset
+		}
+	})
+	return n
 }
 
 func firstLine(s string) string {
