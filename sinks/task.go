@@ -188,8 +188,10 @@ func RedriveOf(r *kgo.Record) (int, bool) {
 // attempt failedAt). Once one redrive has started attempt failedAt+1 every
 // later copy of it (a redrive run twice, or re-run after a crash) finds
 // the delivery pending, parked or final at a later attempt, and is not
-// sent. A delivery the sent-set no longer holds (pruned after its expiry)
-// is not looked up here: its command is expired, so it ends expired.
+// sent. A delivery the sent-set no longer holds (pruned Policy.KeepFinal
+// after its expiry) is not looked up here: its command is expired, so it
+// ends expired, unsent (a command with neither ExpiresAt nor CreatedAt
+// would get a fresh expiry; the route stage always sets CreatedAt).
 func (t *task) redrivable(id string, failedAt int) bool {
 	if e, ok := t.staged[id]; ok {
 		return e != nil && e.Status == schemas.SinkFinal && e.Outcome == schemas.OutcomeFailed && e.Attempt == failedAt
