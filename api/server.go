@@ -287,6 +287,9 @@ func apiRoutes() []route {
 		{"DELETE", "/v1/webhooks/{webhookId}", false, (*Server).deleteWebhook},
 		{"GET", "/v1/webpush/vapid-public-key", true, (*Server).getVAPIDPublicKey},
 		{"GET", "/v1/recipients/{recipientId}/feed", false, (*Server).getFeed},
+		{"GET", "/v1/deadletters", false, (*Server).listDeadLetters},
+		{"GET", "/v1/deadletters/{id}", false, (*Server).getDeadLetter},
+		{"POST", "/v1/deadletters:redrive", false, (*Server).postDeadLettersRedrive},
 		{"POST", "/v1/recipients/{recipientId}/feed/{notificationId}/read", false, (*Server).postFeedRead},
 		{"POST", "/v1/recipients/{recipientId}/feed/read-all", false, (*Server).postFeedReadAll},
 		// Device routes: authenticated by the device's receipt token, not an

@@ -240,6 +240,10 @@ const (
 	// DecisionRejected marks a request the stage could not read (bad
 	// schema, missing fields); Detail says why. Nothing is sent.
 	DecisionRejected = "rejected"
+	// DecisionRedriven (stage deadletters) records an operator's redrive of
+	// a dead letter (herald deadletters redrive): Producer names who,
+	// Detail why and which dead letter, RequestID the redrive.
+	DecisionRedriven = "redriven"
 )
 
 // Decision is what a stage decided about one request, on herald.decisions,
@@ -250,8 +254,8 @@ type Decision struct {
 	Schema string `json:"schema,nocopy"`
 	// DecisionID is unique per decision: stage, source partition and offset.
 	DecisionID string `json:"decisionId,nocopy"`
-	Stage      string `json:"stage,nocopy" jsonschema:"enum=dedupe,enum=route,enum=sink"`
-	Outcome    string `json:"outcome,nocopy" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected"`
+	Stage      string `json:"stage,nocopy" jsonschema:"enum=dedupe,enum=route,enum=sink,enum=deadletters"`
+	Outcome    string `json:"outcome,nocopy" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected,enum=redriven"`
 	// Detail explains a rejection or a conflict in words.
 	Detail         string `json:"detail,omitempty,nocopy"`
 	RequestID      string `json:"requestId,nocopy"`
@@ -653,8 +657,13 @@ type SinkEntry struct {
 	// Outcome is the final status (an Outcome status).
 	Outcome string `json:"outcome,omitempty"`
 	// Command is kept while the delivery is not final.
-	Command   *DeliveryCommand `json:"command,omitempty"`
-	UpdatedAt int64            `json:"updatedAt"`
+	Command *DeliveryCommand `json:"command,omitempty"`
+	// AttemptBase is the number of attempts made before the delivery was
+	// last redriven from a dead letter (0 if never): attempts go on
+	// numbering from it, and the retry budget (the sink's MaxAttempts)
+	// counts only those after it.
+	AttemptBase int   `json:"attemptBase,omitempty"`
+	UpdatedAt   int64 `json:"updatedAt"`
 }
 
 // SchemaName implements Record.

@@ -55,7 +55,7 @@ func samples() []schemas.Record {
 		&schemas.RouteEntry{Kind: schemas.RouteDigest, Tenant: "acme", Recipient: "u", Type: "comment.added", DueAt: 10, WindowStart: 5, Count: 2,
 			DigestKey: "comment.added", Items: []schemas.DigestItem{{NotificationID: "n1", RequestID: "r1", Title: "T", At: 5}},
 			NotificationID: "n1", Commands: []schemas.DeliveryCommand{{DeliveryID: "d1", NotificationID: "n1", Channel: "apns", NotBefore: 10}}},
-		&schemas.SinkEntry{DeliveryID: "d1", Status: schemas.SinkParked, Attempt: 2, NotBefore: 11, ExpiresAt: 12, Outcome: schemas.OutcomeDelivered,
+		&schemas.SinkEntry{DeliveryID: "d1", Status: schemas.SinkParked, Attempt: 2, AttemptBase: 1, NotBefore: 11, ExpiresAt: 12, Outcome: schemas.OutcomeDelivered,
 			Command: &schemas.DeliveryCommand{DeliveryID: "d1", NotificationID: "n1", Channel: "apns"}, UpdatedAt: 13},
 		&schemas.FeedItem{Tenant: "acme", Recipient: "u1", NotificationID: "n1", Type: "invoice.paid", Title: "Paid", Body: "b",
 			Payload: json.RawMessage(`{"url":"https://example.com"}`), CreatedAt: 1, DeliveredAt: 2, ReadAt: 3},

@@ -34,6 +34,13 @@
 //  5. Parked deliveries whose time has come are promoted to a new intent
 //     (attempt n+1) in a later transaction: retries wait in the state topic,
 //     never in a partition.
+//  6. A command redriven from its dead letter (header HeaderRedrive, the
+//     attempt n it failed at; sinks/deadletters writes it) starts attempt
+//     n+1 with a fresh retry budget (SinkEntry.AttemptBase) only while the
+//     delivery is final with outcome failed at attempt n; any other copy of
+//     it is a duplicate, not sent. So each dead letter is sent again at
+//     most once, however often it is redriven
+//     (TestARedriveStartsANewAttemptOnlyWhileTheDeliveryIsFailedWhereItsDeadLetterSays).
 //
 // # Classification
 //
@@ -58,7 +65,8 @@
 // input offsets, the result (attempt, outcome, state) commits atomically, so
 // each attempt number of a delivery has exactly one Attempt record and each
 // delivery one Outcome (a second one, expired, only for a repeat of its
-// command after the sent-set pruned it; see below). Tests:
+// command after the sent-set pruned it, see below; and one more for each
+// redrive of its dead letter). Tests:
 // TestEachDeliveryOnceUnlessAuditedAmbiguousThroughSIGKILLs (SIGKILLs, the
 // emulator's faults, ClickHouse) and TestEachClassificationDoesWhatTheTableSaysOnTheRealBroker.
 // The provider call cannot be in a

@@ -362,6 +362,9 @@ func (rt *runtime) newTask(p int32) *task {
 type call struct {
 	cmd     *schemas.DeliveryCommand
 	attempt int
+	// base is the delivery's SinkEntry.AttemptBase: the retry budget
+	// counts the attempts after it.
+	base int
 }
 
 // done is a call with its result.

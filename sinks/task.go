@@ -50,6 +50,9 @@ type task struct {
 type finalEntry struct {
 	outcome   string
 	expiresAt int64
+	// attempt is the number of the delivery's last attempt: a redrive
+	// names the attempt its dead letter failed at (redrivable).
+	attempt int
 }
 
 func newTask(rt *runtime, p int32) *task {
@@ -80,7 +83,7 @@ func (t *task) apply(id string, e *schemas.SinkEntry) {
 	}
 	if e.Status == schemas.SinkFinal {
 		delete(t.open, id)
-		t.final[id] = finalEntry{outcome: e.Outcome, expiresAt: e.ExpiresAt}
+		t.final[id] = finalEntry{outcome: e.Outcome, expiresAt: e.ExpiresAt, attempt: e.Attempt}
 		return
 	}
 	delete(t.final, id)
@@ -117,29 +120,86 @@ func (t *task) Process(r *kgo.Record, out *stage.Out) error {
 		return nil
 	}
 	now := t.rt.now()
-	if st := t.lookup(cmd.DeliveryID); st != "" {
+	failedAt, redrive := RedriveOf(r)
+	if st := t.lookup(cmd.DeliveryID); st != "" && !(redrive && t.redrivable(cmd.DeliveryID, failedAt)) {
 		// Audited as a duplicate decision of the sink, not as an attempt:
 		// nothing was sent.
+		detail := "delivery " + cmd.DeliveryID + " is already " + st + ": not sent again"
+		if redrive {
+			detail = "redrive of the dead letter of delivery " + cmd.DeliveryID + " (failed at attempt " + strconv.Itoa(failedAt) +
+				"): it was redriven already, so it is " + st + ": not sent again"
+		}
 		t.duplicates++
 		out.Emit(t.record(t.rt.topics.Decisions, cmd.NotificationID, &schemas.Decision{
 			Schema:     t.rt.format.DecisionSchema(),
 			DecisionID: fmt.Sprintf("sink/%s/%s/%d/%d", t.rt.channel, r.Topic, r.Partition, r.Offset), Stage: "sink",
-			Outcome: schemas.DecisionDuplicate, Detail: "delivery " + cmd.DeliveryID + " is already " + st + ": not sent again",
+			Outcome: schemas.DecisionDuplicate, Detail: detail,
 			Tenant: cmd.Tenant, Type: cmd.Type, Recipient: cmd.Recipient, NotificationID: cmd.NotificationID, Channel: t.rt.channel,
 			At: now.UnixMilli(), SourceTopic: r.Topic, SourcePartition: r.Partition, SourceOffset: r.Offset,
 		}))
 		return nil
 	}
 	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, ExpiresAt: t.expiresAt(&cmd), Command: &cmd}
+	if redrive {
+		// Attempts go on numbering after the failed one (attempt ids stay
+		// unique); the retry budget starts afresh.
+		e.Attempt, e.AttemptBase = failedAt, failedAt
+	}
 	if now.UnixMilli() >= e.ExpiresAt {
-		t.finish(out, e, schemas.OutcomeExpired, "expired before the first attempt", now)
+		why := "expired before the first attempt"
+		if redrive {
+			why = "redriven after its expiry: not sent"
+		}
+		t.finish(out, e, schemas.OutcomeExpired, why, now)
 	} else if cmd.NotBefore > now.UnixMilli() {
 		e.Status, e.NotBefore = schemas.SinkParked, cmd.NotBefore
 		t.put(out, e, now)
 	} else {
-		t.start(out, e, 1, now)
+		t.start(out, e, e.Attempt+1, now)
 	}
 	return nil
+}
+
+// HeaderRedrive marks a delivery command redriven from a dead letter
+// (herald deadletters redrive): its value is the number of the attempt the
+// delivery failed at, in decimal (the dead letter's herald-attempts).
+const HeaderRedrive = "herald-redrive"
+
+// RedriveOf returns the attempt a redriven command's dead letter failed at,
+// and whether r is a redrive at all (a HeaderRedrive with a positive
+// number).
+func RedriveOf(r *kgo.Record) (int, bool) {
+	for _, h := range r.Headers {
+		if h.Key != HeaderRedrive {
+			continue
+		}
+		n, err := strconv.Atoi(string(h.Value))
+		if err != nil || n <= 0 {
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// redrivable reports whether a redrive of the dead letter of delivery id,
+// which failed at attempt failedAt, may start a new attempt: only if the
+// delivery is still final as that failure left it (outcome failed, last
+// attempt failedAt). Once one redrive has started attempt failedAt+1 every
+// later copy of it (a redrive run twice, or re-run after a crash) finds
+// the delivery pending, parked or final at a later attempt, and is not
+// sent. A delivery the sent-set no longer holds (pruned Policy.KeepFinal
+// after its expiry) is not looked up here: its command is expired, so it
+// ends expired, unsent (a command with neither ExpiresAt nor CreatedAt
+// would get a fresh expiry; the route stage always sets CreatedAt).
+func (t *task) redrivable(id string, failedAt int) bool {
+	if e, ok := t.staged[id]; ok {
+		return e != nil && e.Status == schemas.SinkFinal && e.Outcome == schemas.OutcomeFailed && e.Attempt == failedAt
+	}
+	if f, ok := t.final[id]; ok {
+		return f.outcome == schemas.OutcomeFailed && f.attempt == failedAt
+	}
+	return false
 }
 
 // start begins attempt n: an intent and a call after the commit, or, for
@@ -150,7 +210,7 @@ func (t *task) start(out *stage.Out, e *schemas.SinkEntry, n int, now time.Time)
 		t.intend(out, e, n, now)
 		return
 	}
-	d := done{call: call{cmd: e.Command, attempt: n}, at: now, res: Result{Class: Success, Rule: "written"}}
+	d := done{call: call{cmd: e.Command, attempt: n, base: e.AttemptBase}, at: now, res: Result{Class: Success, Rule: "written"}}
 	recs, err := w.Records(e.Command, now)
 	if err != nil {
 		d.res = Result{Class: Permanent, Rule: "unwritable", Reason: err.Error(), Err: err}
@@ -179,7 +239,7 @@ func (t *task) expiresAt(cmd *schemas.DeliveryCommand) int64 {
 func (t *task) intend(out *stage.Out, e *schemas.SinkEntry, n int, now time.Time) {
 	e.Status, e.Attempt, e.NotBefore = schemas.SinkPending, n, 0
 	t.put(out, e, now)
-	t.calls = append(t.calls, call{cmd: e.Command, attempt: n})
+	t.calls = append(t.calls, call{cmd: e.Command, attempt: n, base: e.AttemptBase})
 }
 
 // put stages e and emits it to the state topic.
@@ -206,7 +266,7 @@ func (t *task) finish(out *stage.Out, e *schemas.SinkEntry, status, reason strin
 		Recipient: cmd.Recipient, DeviceID: cmd.DeviceID, Channel: t.rt.channel, Status: status, Reason: reason,
 		Attempts: e.Attempt, At: now.UnixMilli(),
 	}))
-	t.put(out, &schemas.SinkEntry{DeliveryID: e.DeliveryID, Status: schemas.SinkFinal, Attempt: e.Attempt, ExpiresAt: e.ExpiresAt, Outcome: status}, now)
+	t.put(out, &schemas.SinkEntry{DeliveryID: e.DeliveryID, Status: schemas.SinkFinal, Attempt: e.Attempt, AttemptBase: e.AttemptBase, ExpiresAt: e.ExpiresAt, Outcome: status}, now)
 	t.outcomes++
 }
 
@@ -229,7 +289,7 @@ func (t *task) Tick(out *stage.Out) {
 		if t.lookup(e.DeliveryID) != schemas.SinkPending {
 			continue // superseded
 		}
-		t.resolve(out, done{call: call{cmd: e.Command, attempt: e.Attempt}, at: now,
+		t.resolve(out, done{call: call{cmd: e.Command, attempt: e.Attempt, base: e.AttemptBase}, at: now,
 			res: Result{Class: Ambiguous, Rule: "interrupted", Reason: "intent without a result: the sink stopped during the call or before committing its result"}})
 	}
 	t.interruptEmitted = len(t.interrupted)
@@ -299,8 +359,8 @@ func (t *task) resolve(out *stage.Out, d done) {
 	}
 	out.Emit(t.record(t.rt.topics.Attempts, cmd.DeliveryID, a))
 
-	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, Attempt: d.attempt, ExpiresAt: t.expiresAt(cmd), Command: cmd}
-	v := decide(t.rt.policy, res, d.attempt, e.ExpiresAt, now)
+	e := &schemas.SinkEntry{DeliveryID: cmd.DeliveryID, Attempt: d.attempt, AttemptBase: d.base, ExpiresAt: t.expiresAt(cmd), Command: cmd}
+	v := decide(t.rt.policy, res, d.attempt-d.base, e.ExpiresAt, now)
 	var retire *schemas.Device
 	if _, retirer := t.rt.provider.(Retirer); v.status == schemas.OutcomeDeviceRetired && !retirer {
 		dev, why := t.retirable(cmd)

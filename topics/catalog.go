@@ -184,7 +184,7 @@ func New(o Options) *Catalog {
 	events("attempts", "every provider call and its classified result; key: delivery id")
 	events("outcomes", "the final state of every delivery; key: delivery id")
 	events("receipts", "what devices report about notifications (displayed, opened, a repeat dropped by the web client's seen-set), written by the API (POST /v1/receipts); key: delivery id")
-	events("deadletters", "what can never be processed: delivery commands whose retries are exhausted (key: delivery id), a stage's input records whose outputs can never be written, and timers' outputs that can never be written (a stage.DeadLetter with header herald-dead-letter-stage; key: the input's or the output's key)")
+	events("deadletters", "what can never be processed: delivery commands whose retries are exhausted (key: delivery id), a stage's input records whose outputs can never be written, and timers' outputs that can never be written (a stage.DeadLetter with header herald-dead-letter-stage; key: the input's or the output's key); and the markers of redrives (header herald-redriven: the dead letter's id; sinks/deadletters)")
 	compacted("devices", "registered devices; key: tenant/recipient/device, partitioned by tenant/recipient", nil)
 	compacted("preferences", "per-user channel preferences and quiet hours; key: tenant/recipient", nil)
 	compacted(Webhooks, "tenants' outbound webhook endpoints (url, secret, events); key: tenant/id", nil)

@@ -32,6 +32,11 @@ var examples = map[string]string{
 	"emulate fcm":     "herald emulate fcm --addr 127.0.0.1:4010 --credentials-out /tmp/fcm-emulator.json",
 	"emulate webhook": "HERALD_SECRET=whsec_... herald emulate webhook --addr 127.0.0.1:4020 --reset-rate 0.05",
 	"emulate webpush": "herald emulate webpush --addr 127.0.0.1:4030 --slow-rate 0.01",
+	"deadletters list": "herald deadletters list --brokers kafka-1:9092 --channel apns --since 24h\n" +
+		"herald deadletters list --class permanent --tenant acme --redriven no --json",
+	"deadletters show": "herald deadletters show 3-1042 --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000",
+	"deadletters redrive": "herald deadletters redrive --channel apns --error ExpiredProviderToken --since 24h --reason 'APNs key renewed' --dry-run\n" +
+		"herald deadletters redrive --id 3-1042,0-17 --reason 'endpoint back up' --by alice",
 	"decode seen":     "kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen",
 	"decode request":  "kcat -C -t herald.requests -p 3 -o 7 -c 1 -e -f '%s' | herald decode request",
 	"decode decision": "kcat -C -t herald.decisions -p 3 -o 7 -c 1 -e -f '%s' | herald decode decision",
@@ -65,20 +70,23 @@ func commandPaths() []string {
 // verbSummaries are the one-line summaries of the verbs: a verb's -h
 // says what that verb does, not what its command's verbs do together.
 var verbSummaries = map[string]string{
-	"audit timeline":  "print every request, decision, attempt and outcome of a notification, recipient or dedupe key in time order, and whether anything reached a device twice",
-	"bench api":       "load a running herald api with sends (closed model: --clients; open model: --rate) and report throughput and latency",
-	"config check":    "check a configuration file: every bad setting, by name and line, and which commands read each",
-	"decode seen":     "print a herald.seen value (Protocol Buffers or JSON) as JSON",
-	"decode request":  "print a herald.requests value (Protocol Buffers or JSON) as JSON",
-	"decode decision": "print a herald.decisions value (Protocol Buffers or JSON) as JSON",
-	"decode accepted": "print a herald.accepted value (Protocol Buffers or JSON) as JSON",
-	"emulate apns":    "run a local APNs (HTTP/2 over TLS, Apple's answers, fault injection)",
-	"emulate fcm":     "run a local FCM HTTP v1 endpoint and its token endpoint, with fault injection",
-	"emulate webhook": "run a local webhook receiver that verifies Standard Webhooks signatures, with fault injection",
-	"emulate webpush": "run a local Web Push service answering RFC 8030 errors, with fault injection",
-	"topics create":   "create every missing herald topic (idempotent) and report drift from the catalog; --fix-configs sets drifted configs back",
-	"topics verify":   "report drift of herald's topics from the catalog (missing topics, partitions, configs); exit 1 if there is any",
-	"topics delete":   "delete every topic of the catalog that exists, records and all (idempotent); --confirm repeats --topic-prefix",
+	"audit timeline":      "print every request, decision, attempt and outcome of a notification, recipient or dedupe key in time order, and whether anything reached a device twice",
+	"bench api":           "load a running herald api with sends (closed model: --clients; open model: --rate) and report throughput and latency",
+	"config check":        "check a configuration file: every bad setting, by name and line, and which commands read each",
+	"deadletters list":    "list the dead letters on herald.deadletters (filters: stage, channel, class, error text, tenant, type, time, redriven) and counts by reason",
+	"deadletters show":    "show one dead letter: the record, its error, its original input (secrets masked), its redrives, and its notification's audit timeline",
+	"deadletters redrive": "send a selection of dead letters back to the stage they failed in, exactly once, audited (--reason why, --by who); --dry-run writes nothing",
+	"decode seen":         "print a herald.seen value (Protocol Buffers or JSON) as JSON",
+	"decode request":      "print a herald.requests value (Protocol Buffers or JSON) as JSON",
+	"decode decision":     "print a herald.decisions value (Protocol Buffers or JSON) as JSON",
+	"decode accepted":     "print a herald.accepted value (Protocol Buffers or JSON) as JSON",
+	"emulate apns":        "run a local APNs (HTTP/2 over TLS, Apple's answers, fault injection)",
+	"emulate fcm":         "run a local FCM HTTP v1 endpoint and its token endpoint, with fault injection",
+	"emulate webhook":     "run a local webhook receiver that verifies Standard Webhooks signatures, with fault injection",
+	"emulate webpush":     "run a local Web Push service answering RFC 8030 errors, with fault injection",
+	"topics create":       "create every missing herald topic (idempotent) and report drift from the catalog; --fix-configs sets drifted configs back",
+	"topics verify":       "report drift of herald's topics from the catalog (missing topics, partitions, configs); exit 1 if there is any",
+	"topics delete":       "delete every topic of the catalog that exists, records and all (idempotent); --confirm repeats --topic-prefix",
 }
 
 // summaryOf is the one-line summary of the command path: its verb's, or

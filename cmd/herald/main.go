@@ -47,6 +47,7 @@ func commands() []command {
 		{"bench", "measure dedupe throughput side by side: herald on Kafka, PostgreSQL, Redis; or load an API (bench api)", runBench},
 		{"config", "check a configuration file: every bad setting, by name and line (herald config check --config FILE)", runConfig},
 		{"clickhouse-server", "serve ClickHouse from the embedded chDB engine on loopback", runClickHouseServer},
+		{"deadletters", "list the dead letters (filters, counts by reason), show one, or redrive a selection back to the stage it failed in, exactly once (list|show ID|redrive --reason WHY)", runDeadLetters},
 		{"decode", "print a herald.seen, request, decision or accepted value (Protocol Buffers or JSON) as JSON for humans (decode seen|request|decision|accepted --file F, or stdin)", runDecode},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},

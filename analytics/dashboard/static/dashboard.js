@@ -173,6 +173,101 @@
     $("shown-twice-more").hidden = !answer.truncated;
   }
 
+  // The dead-letter panel reads /v1/deadletters (herald.deadletters, not
+  // ClickHouse) on its own: its data-state is "loaded" or "problem"
+  // whatever the charts' is.
+  async function loadDeadLetters() {
+    const section = $("dead-letters");
+    section.dataset.state = "loading";
+    try {
+      const answer = await get("/v1/deadletters");
+      const counts = $("dead-letter-counts");
+      counts.replaceChildren();
+      for (const c of answer.counts) {
+        const li = document.createElement("li");
+        li.textContent = c.letters + " × " + c.stage + " · " + c.class + " · " + c.reason + (c.redriven ? " (" + c.redriven + " redriven)" : "");
+        counts.appendChild(li);
+      }
+      const body = $("dead-letter-list").querySelector("tbody");
+      body.replaceChildren();
+      for (const l of answer.deadLetters) {
+        const tr = document.createElement("tr");
+        tr.dataset.id = l.id;
+        const box = document.createElement("input");
+        box.type = "checkbox";
+        box.value = l.id;
+        box.disabled = !!(l.redrives && l.redrives.length);
+        box.setAttribute("aria-label", "select dead letter " + l.id);
+        cell(tr, "").appendChild(box);
+        cell(tr, l.at.replace("T", " ").replace(/\.\d+Z$|Z$/, ""));
+        cell(tr, l.id);
+        cell(tr, l.channel || l.stage);
+        cell(tr, l.class);
+        cell(tr, l.reason);
+        if (l.notificationId) {
+          const a = document.createElement("a");
+          a.href = "#" + encodeURIComponent(l.notificationId);
+          a.textContent = l.notificationId;
+          a.addEventListener("click", (e) => {
+            e.preventDefault();
+            $("search").value = l.notificationId;
+            openTimeline(l.notificationId);
+          });
+          cell(tr, "").appendChild(a);
+        } else {
+          cell(tr, "");
+        }
+        cell(tr, l.recipient || "");
+        cell(tr, l.attempts ? String(l.attempts) : "");
+        cell(tr, (l.redrives || []).map((m) => "by " + m.by + ": " + m.reason).join("; "));
+        body.appendChild(tr);
+      }
+      $("dead-letter-list").hidden = answer.deadLetters.length === 0;
+      document.querySelector('.empty[data-for="dead-letter-list"]').hidden = answer.deadLetters.length !== 0;
+      $("dead-letter-problem").hidden = true;
+      section.dataset.state = "loaded";
+    } catch (err) {
+      $("dead-letter-problem").textContent = err.message;
+      $("dead-letter-problem").hidden = false;
+      section.dataset.state = "problem";
+    }
+  }
+
+  // redrive posts the selected dead letters with the reason given; the
+  // panel says what was redriven and skipped, and reloads.
+  async function redrive(dryRun) {
+    const ids = [...document.querySelectorAll("#dead-letter-list tbody input:checked")].map((b) => b.value);
+    const reason = $("redrive-reason").value.trim();
+    const result = $("redrive-result");
+    const section = $("dead-letters");
+    if (ids.length === 0 || !reason) {
+      result.textContent = ids.length === 0 ? "Select the dead letters to redrive." : "Say why they can be sent now: the redrive is audited with it.";
+      return;
+    }
+    section.dataset.redrive = "running";
+    try {
+      const resp = await fetch("/v1/deadletters:redrive", {
+        method: "POST",
+        headers: { Authorization: "Bearer " + apiKey(), "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify({ ids, reason, dryRun }),
+      });
+      const body = await resp.json();
+      if (!resp.ok) {
+        throw new Error(body && body.title ? body.title + ": " + (body.detail || "") : "HTTP " + resp.status);
+      }
+      const skipped = body.skipped.map((s) => s.letter.id + ": " + s.why).join("; ");
+      result.textContent = (dryRun ? "Dry run: " + body.redriven.length + " would be redriven" : body.redriven.length + " redriven") +
+        (body.skipped.length ? ", " + body.skipped.length + " skipped (" + skipped + ")" : "") + ". Redrive " + body.id + ".";
+      section.dataset.redrive = dryRun ? "dry-run" : "done";
+    } catch (err) {
+      result.textContent = err.message;
+      section.dataset.redrive = "problem";
+    }
+    if (!dryRun) {
+      await loadDeadLetters();
+    }
+  }
+
   let generation = 0;
 
   async function load() {
@@ -258,6 +353,17 @@
       e.preventDefault();
       sessionStorage.setItem(keyName, $("api-key").value.trim());
       load();
+      loadDeadLetters();
+    });
+    $("redrive-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      redrive(false);
+    });
+    $("redrive-dry-run").addEventListener("click", () => redrive(true));
+    $("dead-letter-all").addEventListener("change", (e) => {
+      for (const b of document.querySelectorAll("#dead-letter-list tbody input:not(:disabled)")) {
+        b.checked = e.target.checked;
+      }
     });
     $("window").addEventListener("change", load);
     $("search-form").addEventListener("submit", (e) => {
@@ -271,5 +377,8 @@
       $("timeline").hidden = true;
     });
     load();
+    if (apiKey()) {
+      loadDeadLetters();
+    }
   });
 })();
