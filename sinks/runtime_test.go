@@ -147,7 +147,7 @@ func TestARevokedTaskLeavesTheRuntimeButALateRevokeSparesItsSuccessor(t *testing
 	}
 
 	h.task = h.rt.newTask(testPartition) // assigned again
-	old.Revoked()            // a late revoke of the task it replaced
+	old.Revoked()                        // a late revoke of the task it replaced
 	h.step(cmd("e"))
 	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"e:delivered"})
 }
