@@ -902,8 +902,8 @@ func (s *sending) abandon() {
 // Nothing of the session's is skipped for such a transaction but its
 // revoked-or-lost check, which end makes itself: a partition revoked or
 // lost since the transaction's tasks ran (r.revocations moved) aborts it, as
-// the session would. An abort always goes through the session, which
-// rewinds the input to the last commit.
+// the session would (lost_internal_test.go). An abort always goes through
+// the session, which rewinds the input to the last commit.
 func (r *Runner) end(ctx context.Context, try kgo.TransactionEndTry, noInput bool, revocations uint64) (bool, error) {
 	if !noInput || try == kgo.TryAbort {
 		return r.sess.End(ctx, try)
