@@ -154,16 +154,19 @@ func checkReplication(cat *topics.Catalog, v clusterView) finding {
 		}
 	}
 	if want > len(v.brokers) && len(v.brokers) > 0 {
-		issues = append(issues, issue{levelFail, fmt.Sprintf("the catalog's replication factor %d needs %d brokers, the cluster has %d", want, want, len(v.brokers))})
+		issues = append(issues, issue{levelWarn, fmt.Sprintf("only %d broker(s) answer and the catalog's replication factor %d needs %d: a broker is down, or the cluster is too small", len(v.brokers), want, want)})
 	}
 	for _, name := range cat.Names() {
 		t, ok := v.topics[name]
 		if !ok {
 			continue // missing: checkTopics
 		}
+		minISR, _ := strconv.Atoi(t.configs["min.insync.replicas"])
 		for _, p := range t.partitions {
 			if p.leader < 0 {
 				issues = append(issues, issue{levelFail, fmt.Sprintf("%s/%d has no leader (offline): bring its replicas' brokers back", name, p.id)})
+			} else if p.isr < minISR {
+				issues = append(issues, issue{levelFail, fmt.Sprintf("%s/%d has %d replica(s) in sync, fewer than its min.insync.replicas %d: every write to it fails (NOT_ENOUGH_REPLICAS); bring its replicas' brokers back", name, p.id, p.isr, minISR)})
 			} else if p.isr < p.replicas {
 				issues = append(issues, issue{levelWarn, fmt.Sprintf("%s/%d has %d of %d replicas in sync: a broker is down or lagging", name, p.id, p.isr, p.replicas)})
 			}

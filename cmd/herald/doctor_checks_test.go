@@ -49,8 +49,10 @@ func TestEachDoctorCheckOfTheClusterView(t *testing.T) {
 		{"a replication drifted from the catalog fails", func(v *clusterView) {
 			v.drift = append(v.drift, topics.Drift{Topic: seen, Field: "replication", Want: "3", Got: "1"})
 		}, func(v clusterView) finding { return checkReplication(cat, v) }, levelFail, seen + " has replication factor 1, the catalog 3"},
-		{"a catalog replication above the broker count fails", func(v *clusterView) { v.brokers = v.brokers[:2] },
-			func(v clusterView) finding { return checkReplication(cat, v) }, levelFail, "needs 3 brokers, the cluster has 2"},
+		{"fewer brokers answering than the catalog's replication warns", func(v *clusterView) { v.brokers = v.brokers[:2] },
+			func(v clusterView) finding { return checkReplication(cat, v) }, levelWarn, "only 2 broker(s) answer and the catalog's replication factor 3 needs 3"},
+		{"fewer replicas in sync than min.insync.replicas fails: writes fail", func(v *clusterView) { v.topics[seen].partitions[0].isr = 1 },
+			func(v clusterView) finding { return checkReplication(cat, v) }, levelFail, seen + "/0 has 1 replica(s) in sync, fewer than its min.insync.replicas 2"},
 		{"the transaction state log at 3 / 2 is ok", nil, checkTxnLog, levelOK, "replication 3, min ISR 2 in __transaction_state"},
 		{"a transaction state log min ISR above its replication fails", func(v *clusterView) { v.topics[txnStateTopic].configs["min.insync.replicas"] = "4" },
 			checkTxnLog, levelFail, "no transaction can complete"},
