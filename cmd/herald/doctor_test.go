@@ -155,3 +155,49 @@ func TestDoctorFindsAndAbortsAHangingTransaction(t *testing.T) {
 		awaitDoctor(t, brokers, prefix, "", 0, []string{"ok    hanging transactions: every herald partition's last stable offset is at its high watermark"})
 	})
 }
+
+// TestAnAbortMarkerReleasesAPartitionHeldByAnOpenTransaction: the way
+// doctor aborts a transaction no coordinator knows (KIP-664's): an abort
+// marker for the producer written to the partition directly. Shown on a
+// transaction the coordinator does know (none can be made unknown on a
+// healthy broker): the marker releases the partition all the same.
+func TestAnAbortMarkerReleasesAPartitionHeldByAnOpenTransaction(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	prefix := fmt.Sprintf("d%08x.herald.", rand.Uint32())
+	cat := topics.New(topics.Options{Prefix: prefix, Partitions: 2, Replication: 1})
+	adm := kadm.NewClient(testenv.Client(t, brokers))
+	testenv.DeleteCatalogOnCleanup(t, adm, cat)
+	ctx := testenv.Guarded(t)
+	if _, err := cat.Create(ctx, adm); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.Client(t, brokers, kgo.TransactionalID("marker-"+prefix), kgo.TransactionTimeout(time.Minute),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ProduceSync(ctx, &kgo.Record{Topic: prefix + "accepted", Partition: 0, Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	view, err := readCluster(ctx, adm, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txns, err := openTransactions(ctx, adm, cat, view)
+	if err != nil || len(txns) != 1 || txns[0].topic != prefix+"accepted" || txns[0].partition != 0 {
+		t.Fatalf("open transactions %+v, %v; want one on %saccepted/0", txns, err, prefix)
+	}
+	if err := writeAbortMarker(ctx, adm, txns[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitReleased(ctx, adm, txns[0]); err != nil {
+		t.Fatal(err)
+	}
+	lso, err := adm.ListCommittedOffsets(ctx, prefix+"accepted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := lso.Lookup(prefix+"accepted", 0); o.Offset < 2 {
+		t.Fatalf("last stable offset %d after the marker, want past the record and the marker (2)", o.Offset)
+	}
+}
