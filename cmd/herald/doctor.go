@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/analytics/auditwriter"
 	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/topics"
 )
@@ -93,6 +94,11 @@ func runDoctor(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if ch.addr != "" {
 		findings = append(findings, checkMigrations(ctx, &ch))
+		if behind, err := auditBehind(ctx, adm, &ch, cat); err != nil {
+			findings = append(findings, finding{levelWarn, "audit writer lag", fmt.Sprintf("could not be read: %v", err)})
+		} else {
+			findings = append(findings, checkAuditLag(behind, *maxLag))
+		}
 	}
 	failed, warned := 0, 0
 	for _, f := range findings {
@@ -323,6 +329,51 @@ func stageLags(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) ([]gr
 		}
 	})
 	return out, nil
+}
+
+// auditBehind is, per topic the audit writer copies, how many offsets its
+// partitions' last stable offsets are past the highest offset ClickHouse
+// holds (past the log start where it holds none).
+func auditBehind(ctx context.Context, adm *kadm.Client, ch *clickhouseFlags, cat *topics.Catalog) (map[string]int64, error) {
+	conn, err := ch.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stored, err := auditwriter.Stored(ctx, conn, ch.database, cat)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for n := range stored {
+		names = append(names, n)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	starts, err := adm.ListStartOffsets(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	behind := map[string]int64{}
+	for _, n := range names {
+		behind[n] = 0
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			return
+		}
+		from := int64(0)
+		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && s.Err == nil {
+			from = s.Offset
+		}
+		if last, ok := stored[o.Topic][o.Partition]; ok {
+			from = max(from, last+1)
+		}
+		behind[o.Topic] += max(o.Offset-from, 0)
+	})
+	return behind, nil
 }
 
 // checkMigrations reports ClickHouse migrations not yet applied.

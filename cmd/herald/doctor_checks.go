@@ -415,3 +415,29 @@ func checkLag(groups []groupLag, maxLag int64) finding {
 	}
 	return f
 }
+
+// checkAuditLag reports how far the audit record in ClickHouse is behind
+// each topic the audit writer copies: behind[topic] is the offsets between
+// the highest one stored and the last stable offset, summed over the
+// topic's partitions (transaction markers count too: a partition the
+// writer has caught up with is typically one marker behind).
+func checkAuditLag(behind map[string]int64, maxLag int64) finding {
+	names := make([]string, 0, len(behind))
+	for n := range behind {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var issues []issue
+	var all []string
+	for _, n := range names {
+		all = append(all, fmt.Sprintf("%s %d", n, behind[n]))
+		if behind[n] > maxLag {
+			issues = append(issues, issue{levelWarn, fmt.Sprintf("%s is %d offsets ahead of ClickHouse (above --max-lag %d): is the audit writer running? (its herald_audit_restarts_total, its logs)", n, behind[n], maxLag)})
+		}
+	}
+	f := summarize("audit writer lag", "offsets not yet in ClickHouse: "+strings.Join(all, ", "), issues)
+	if f.level != levelOK {
+		f.msg += "; offsets not yet in ClickHouse: " + strings.Join(all, ", ")
+	}
+	return f
+}

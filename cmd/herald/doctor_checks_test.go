@@ -142,3 +142,13 @@ func TestConsumerLagWarnsOfAGroupBehindOrWithoutMembers(t *testing.T) {
 		})
 	}
 }
+
+func TestAuditWriterLagWarnsAboveTheBound(t *testing.T) {
+	if f := checkAuditLag(map[string]int64{"herald.decisions": 3, "herald.attempts": 0}, 1000); f.level != levelOK ||
+		f.msg != "offsets not yet in ClickHouse: herald.attempts 0, herald.decisions 3" {
+		t.Fatalf("within the bound: %q", f)
+	}
+	if f := checkAuditLag(map[string]int64{"herald.decisions": 5000}, 1000); f.level != levelWarn || !strings.Contains(f.msg, "herald.decisions is 5000 offsets ahead of ClickHouse") {
+		t.Fatalf("above the bound: %q", f)
+	}
+}

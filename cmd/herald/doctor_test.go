@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/topics"
 )
@@ -98,6 +99,22 @@ func TestDoctorOnTheRealBroker(t *testing.T) {
 	})
 	t.Run("after the fixes the catalog is ok again", func(t *testing.T) {
 		awaitDoctor(t, brokers, prefix, "", 0, []string{"doctor: no check failed"})
+	})
+	t.Run("with --clickhouse-addr a database without migrations is a FAIL saying to run herald migrate; migrated, it is ok and the audit lag is listed", func(t *testing.T) {
+		addr, db := testenv.ClickHouseDB(t)
+		ch := []string{"--clickhouse-addr", addr, "--database", db}
+		all, err := migrations.All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		latest := fmt.Sprintf("%04d_%s", all[len(all)-1].Version, all[len(all)-1].Name)
+		awaitDoctor(t, brokers, prefix, "", 1, []string{fmt.Sprintf("FAIL  clickhouse migrations: database %s lacks %d migration(s) (0001_audit_tables", db, len(all))}, ch...)
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"migrate", "--clickhouse-addr", addr, "--database", db}, &out, &errOut); code != 0 {
+			t.Fatalf("herald migrate: exit %d: %s%s", code, out.String(), errOut.String())
+		}
+		awaitDoctor(t, brokers, prefix, "", 0, []string{"ok    clickhouse migrations: database " + db + " is at " + latest + ", the latest",
+			"ok    audit writer lag: offsets not yet in ClickHouse: " + prefix + "attempts 0, " + prefix + "decisions 0"}, ch...)
 	})
 }
 
