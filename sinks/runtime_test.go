@@ -66,8 +66,8 @@ func TestTheRuntimeExportsItsCallsResultsOutcomesDuplicatesAndParkedDeliveries(t
 		{"herald_sink_outcomes_total", map[string]float64{"apns": 1}},
 		{"herald_sink_duplicates_total", map[string]float64{"apns": 1}},
 		{"herald_sink_in_flight", map[string]float64{"apns": 0}},
-		{parkedName, map[string]float64{"apns,0": 2}},
-		{parkedAgeName, map[string]float64{"apns,0": 90}},
+		{parkedName, map[string]float64{"apns,3": 2}},
+		{parkedAgeName, map[string]float64{"apns,3": 90}},
 	} {
 		if got := series(t, reg, c.name); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("%s %v, want %v", c.name, got, c.want)
@@ -134,20 +134,20 @@ func TestARevokedTaskLeavesTheRuntimeButALateRevokeSparesItsSuccessor(t *testing
 	h.prov.results["p"] = []Result{{Class: Retryable, Rule: "server_error", RetryAfter: time.Hour}}
 	h.step(cmd("p"))
 	h.step()
-	if got := series(t, h.rt.metrics, parkedName); got["apns,0"] != 1 {
+	if got := series(t, h.rt.metrics, parkedName); got["apns,3"] != 1 {
 		t.Fatalf("parked deliveries %v before the revoke", got)
 	}
 	old := h.task
 	old.Revoked()
-	if _, ok := h.rt.tasks[0]; ok {
+	if _, ok := h.rt.tasks[testPartition]; ok {
 		t.Fatal("the runtime still holds the revoked partition's task")
 	}
 	if got := series(t, h.rt.metrics, parkedName); len(got) != 0 {
 		t.Fatalf("parked deliveries %v exported for a revoked partition", got)
 	}
 
-	h.task = h.rt.newTask(0) // assigned again
-	old.Revoked()            // a late revoke of the task it replaced
+	h.task = h.rt.newTask(testPartition) // assigned again
+	old.Revoked()                        // a late revoke of the task it replaced
 	h.step(cmd("e"))
 	check(t, "outcomes", h.on(h.rt.topics.Outcomes), []string{"e:delivered"})
 }
@@ -181,7 +181,7 @@ func TestAnUnreadableCommandIsDeadLetteredWithItsCauseAndPositionAndNotSent(t *t
 	must(t, err)
 	var out stage.Out
 	for i, v := range [][]byte{[]byte("{not json"), noID} {
-		must(t, h.task.Process(&kgo.Record{Topic: "in", Partition: 0, Offset: int64(i), Key: []byte("k"), Value: v}, &out))
+		must(t, h.task.Process(&kgo.Record{Topic: "in", Partition: testPartition, Offset: int64(i), Key: []byte("k"), Value: v}, &out))
 	}
 	h.task.Tick(&out)
 	h.task.Commit()
@@ -203,7 +203,7 @@ func TestAnUnreadableCommandIsDeadLetteredWithItsCauseAndPositionAndNotSent(t *t
 		}
 		got = append(got, string(r.Key)+"@"+hs["herald-source"])
 	}
-	check(t, "dead letters", got, []string{"k@in/0@0", "k@in/0@1"})
+	check(t, "dead letters", got, []string{"k@in/3@0", "k@in/3@1"})
 }
 
 // logged collects the log records of one logger.

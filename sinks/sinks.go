@@ -267,6 +267,9 @@ func New(o Options) (*Sink, error) {
 // ready (stage.Runner.Ready).
 func (s *Sink) Ready() bool { return (s.table == nil || s.synced.Load()) && s.runner.Ready() }
 
+// Warnings are the runner's readiness warnings (stage.Runner.Warnings).
+func (s *Sink) Warnings() []string { return s.runner.Warnings() }
+
 // Run reads herald.devices to its end (when the channel retires devices),
 // then runs the stage until ctx is done.
 func (s *Sink) Run(ctx context.Context) error {

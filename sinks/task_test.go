@@ -59,8 +59,36 @@ func newHarness(t *testing.T, p Policy) *harness {
 		Now:         func() time.Time { return h.now },
 	})
 	h.rt.devices = registered{}
-	h.task = h.rt.newTask(0)
+	h.task = h.rt.newTask(testPartition)
 	return h
+}
+
+// testPartition is the input partition the harness's task owns: not 0, so
+// that a state record that forgets its partition (the zero value) is
+// caught by commit.
+const testPartition int32 = 3
+
+// commit adds the records of a committed transaction to h.out, failing the
+// test if a record on the state topic (the changelog) is not on the task's
+// partition.
+func (h *harness) commit(out *stage.Out) {
+	h.t.Helper()
+	for _, r := range out.Records() {
+		if r.Topic == h.rt.topics.State && r.Partition != h.task.p {
+			h.t.Fatalf("state record %s on partition %d, want the input's %d", r.Key, r.Partition, h.task.p)
+		}
+	}
+	h.out = append(h.out, out.Records()...)
+}
+
+// input is c as the task reads it: a record of the harness's partition.
+func (h *harness) input(c *schemas.DeliveryCommand) *kgo.Record {
+	h.t.Helper()
+	b, err := schemas.Encode(c)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return &kgo.Record{Topic: h.rt.topics.Deliveries, Partition: h.task.p, Key: []byte(c.DeliveryID), Value: b}
 }
 
 // registered is a devices directory where every command's device is
@@ -91,30 +119,29 @@ func (h *harness) step(input ...*schemas.DeliveryCommand) {
 	h.t.Helper()
 	var out stage.Out
 	for _, c := range input {
-		b, err := schemas.Encode(c)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if err := h.task.Process(&kgo.Record{Key: []byte(c.DeliveryID), Value: b}, &out); err != nil {
+		if err := h.task.Process(h.input(c), &out); err != nil {
 			h.t.Fatal(err)
 		}
 	}
 	h.task.Tick(&out)
 	h.task.Commit()
-	h.out = append(h.out, out.Records()...)
+	h.commit(&out)
 	for h.rt.afterCommit(context.Background()) {
 		var more stage.Out
 		h.task.Tick(&more)
 		h.task.Commit()
-		h.out = append(h.out, more.Records()...)
+		h.commit(&more)
 	}
 }
 
 // on returns the committed records of one topic, decoded by their schema
 // header, as "key:summary" strings.
-func (h *harness) on(topic string) []string {
+func (h *harness) on(topic string) []string { return h.summary(h.out, topic) }
+
+// summary returns the records of one topic among recs as on does.
+func (h *harness) summary(recs []*kgo.Record, topic string) []string {
 	var got []string
-	for _, r := range h.out {
+	for _, r := range recs {
 		if r.Topic != topic {
 			continue
 		}
@@ -284,8 +311,7 @@ func TestAnIntentRestoredWithoutAResultIsAuditedAmbiguousAndRetriedWithTheSameID
 func TestAnAbortedResultIsWrittenAgainAndItsIntentsAreNotCalled(t *testing.T) {
 	h := newHarness(t, Policy{})
 	var out stage.Out
-	b, _ := schemas.Encode(cmd("d"))
-	must(t, h.task.Process(&kgo.Record{Key: []byte("d"), Value: b}, &out))
+	must(t, h.task.Process(h.input(cmd("d")), &out))
 	h.task.Tick(&out)
 	h.task.Abort() // the intent's transaction aborted: the input is processed again
 	if h.rt.afterCommit(context.Background()) {
@@ -293,6 +319,75 @@ func TestAnAbortedResultIsWrittenAgainAndItsIntentsAreNotCalled(t *testing.T) {
 	}
 	h.step(cmd("d"))
 	check(t, "attempts", h.on(h.rt.topics.Attempts), []string{"d:sent#1/accepted"})
+}
+
+// TestAResultsTransactionAbortedByARetryableProduceErrorIsWrittenAgain: the
+// runtime aborts a transaction whose produce failed with a retryable error
+// (a leader election, NOT_ENOUGH_REPLICAS) and retries from the committed
+// state. A transaction without input holds results the task keeps outside
+// its state (a call's result, an interrupted intent's): if Abort forgot
+// that they were never committed, they would not be written again and the
+// delivery would stay pending until a restart resent it as interrupted.
+func TestAResultsTransactionAbortedByARetryableProduceErrorIsWrittenAgain(t *testing.T) {
+	cases := []struct {
+		name string
+		// before commits what comes before the transaction that aborts.
+		before                    func(t *testing.T, h *harness)
+		attempts, outcomes, state []string
+	}{
+		{
+			name: "a results transaction aborted by a retryable produce error writes the same attempt, outcome and final state in the next transaction",
+			before: func(t *testing.T, h *harness) {
+				var out stage.Out
+				must(t, h.task.Process(h.input(cmd("d")), &out))
+				h.task.Tick(&out)
+				h.task.Commit()
+				h.commit(&out)
+				if !h.rt.afterCommit(context.Background()) {
+					t.Fatal("the committed intent was not called")
+				}
+			},
+			attempts: []string{"d:sent#1/accepted"}, outcomes: []string{"d:delivered"}, state: []string{"d:final#1"},
+		},
+		{
+			name: "a transaction resolving an interrupted intent, aborted the same way, writes the same ambiguous attempt and parked state in the next transaction",
+			before: func(t *testing.T, h *harness) {
+				c := cmd("d")
+				c.CreatedAt = h.now.UnixMilli()
+				b, err := schemas.Encode(&schemas.SinkEntry{DeliveryID: "d", Status: schemas.SinkPending, Attempt: 2, ExpiresAt: h.now.Add(time.Hour).UnixMilli(), Command: c})
+				must(t, err)
+				must(t, h.task.Restore(&kgo.Record{Topic: h.rt.topics.State, Partition: h.task.p, Key: []byte("d"), Value: b}))
+			},
+			attempts: []string{"d:ambiguous#2/interrupted"}, state: []string{"d:parked#2"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Policy{})
+			tc.before(t, h)
+			var aborted stage.Out
+			h.task.Tick(&aborted)
+			h.task.Abort()
+			h.now = h.now.Add(time.Second) // the runtime's backoff before the retry
+			var next stage.Out
+			h.task.Tick(&next)
+			h.task.Commit()
+			h.commit(&next)
+			tp := h.rt.topics
+			for _, w := range []struct {
+				topic string
+				want  []string
+			}{{tp.Attempts, tc.attempts}, {tp.Outcomes, tc.outcomes}, {tp.State, tc.state}} {
+				check(t, "aborted transaction's "+w.topic, h.summary(aborted.Records(), w.topic), w.want)
+				check(t, "next transaction's "+w.topic, h.summary(next.Records(), w.topic), w.want)
+			}
+			var after stage.Out
+			h.task.Tick(&after)
+			if got := h.summary(after.Records(), tp.Attempts); len(got) != 0 {
+				t.Fatalf("a committed result was written again: %v", got)
+			}
+		})
+	}
 }
 
 func TestDecideBoundsRetriesByAttemptsAndExpiry(t *testing.T) {

@@ -58,7 +58,7 @@ func TestAWriterChannelWritesInTheTransactionThatConsumesTheCommand(t *testing.T
 				CallTimeout: time.Second,
 				Now:         func() time.Time { return h.now },
 			})
-			h.task = h.rt.newTask(0)
+			h.task = h.rt.newTask(testPartition)
 			h.step(cmd("d"), cmd("d"))
 			h.step(cmd("d"))
 			var feed []string

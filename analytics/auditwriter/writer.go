@@ -258,11 +258,9 @@ func New(o Options) (*Writer, error) {
 		w.tables = append(w.tables, t)
 		w.byName[t.topic] = t
 	}
-	add("requests", topics.Requests, newRequestsBatch)
-	add("decisions", topics.Decisions, newDecisionsBatch)
-	add("attempts", topics.Attempts, newAttemptsBatch)
-	add("outcomes", topics.Outcomes, newOutcomesBatch)
-	add("receipts", topics.Receipts, newReceiptsBatch)
+	for _, t := range auditTables {
+		add(t.name, t.short, t.newBatch)
+	}
 	w.lag = metrics.ConsumerLag(o.Metrics, "audit-writer")
 	w.errs = o.Metrics.Counter("herald_audit_restarts_total", "times the writer started over from ClickHouse after an error")
 	return w, nil
@@ -967,6 +965,37 @@ func resumeFrom(stored map[int32]int64, partitions []int32) map[int32]kgo.Offset
 		}
 	}
 	return parts
+}
+
+// auditTables are the tables the writer fills, each with the topic (its
+// short name) it copies.
+var auditTables = []struct {
+	name, short string
+	newBatch    func() batch
+}{
+	{"requests", topics.Requests, newRequestsBatch},
+	{"decisions", topics.Decisions, newDecisionsBatch},
+	{"attempts", topics.Attempts, newAttemptsBatch},
+	{"outcomes", topics.Outcomes, newOutcomesBatch},
+	{"receipts", topics.Receipts, newReceiptsBatch},
+}
+
+// Stored returns, for each topic the writer copies (full names, from
+// cat), the highest offset its table in database holds per partition: the
+// writer resumes after it, so a partition's end offset minus it, less one,
+// is how far the audit record is behind (herald doctor reports it). A
+// partition of which the table holds nothing is absent.
+func Stored(ctx context.Context, conn driver.Conn, database string, cat *topics.Catalog) (map[string]map[int32]int64, error) {
+	out := map[string]map[int32]int64{}
+	for _, t := range auditTables {
+		w := &Writer{o: Options{ClickHouse: conn, Database: database}}
+		stored, err := w.storedOffsets(ctx, &table{name: t.name, topic: cat.Name(t.short)})
+		if err != nil {
+			return nil, err
+		}
+		out[cat.Name(t.short)] = stored
+	}
+	return out, nil
 }
 
 // storedOffsets returns the highest offset the table holds per partition.

@@ -52,7 +52,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stop, err := of.serve(ops.Check{Name: "dedupe stage (assigned and restored)", Ready: r.Ready})
+	stop, err := of.serve(ops.Check{Name: "dedupe stage (assigned and restored)", Ready: r.Ready, Warnings: r.Warnings})
 	if err != nil {
 		return err
 	}

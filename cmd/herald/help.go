@@ -27,6 +27,8 @@ var examples = map[string]string{
 	"config check":      "herald config check --config /etc/herald/herald.yaml",
 	"dedupe": "herald dedupe --config /etc/herald/herald.yaml --instance-id dedupe-0 --metrics-addr :9464\n" +
 		"HERALD_KAFKA_SASL_PASSWORD=... herald dedupe --brokers kafka-1:9093 --kafka-sasl-mechanism SCRAM-SHA-512 --kafka-sasl-user herald --kafka-tls",
+	"doctor": "herald doctor --config /etc/herald/herald.yaml --clickhouse-addr clickhouse:9000\n" +
+		"herald doctor --brokers kafka-1:9092 --abort-hanging    # asks before aborting each hanging transaction",
 	"dev":             "herald dev --state-dir .herald-dev --http-addr 127.0.0.1:8080",
 	"emulate apns":    "herald emulate apns --addr 127.0.0.1:2197 --cert-out /tmp/apns-emulator.pem --reset-rate 0.05",
 	"emulate fcm":     "herald emulate fcm --addr 127.0.0.1:4010 --credentials-out /tmp/fcm-emulator.json",

@@ -50,6 +50,7 @@ func commands() []command {
 		{"deadletters", "list the dead letters (filters, counts by reason), show one, or redrive a selection back to the stage it failed in, exactly once (list|show ID|redrive --reason WHY)", runDeadLetters},
 		{"decode", "print a herald.seen, request, decision or accepted value (Protocol Buffers or JSON) as JSON for humans (decode seen|request|decision|accepted --file F, or stdin)", runDecode},
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
+		{"doctor", "check a running deployment against what herald depends on (replication, min.insync.replicas, the transaction state log, unclean leader election, topic configs, hanging transactions, lag, migrations): one line per check, exit 1 on a failure", runDoctor},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
 		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection), fcm (HTTP v1 and its token endpoint), webhook (a receiver verifying Standard Webhooks signatures) or webpush (a push service answering RFC 8030 errors)", runEmulate},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},

@@ -48,7 +48,7 @@ func runRoute(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stop, err := of.serve(ops.Check{Name: "route stage (devices and preferences read, assigned and restored)", Ready: s.Ready})
+	stop, err := of.serve(ops.Check{Name: "route stage (devices and preferences read, assigned and restored)", Ready: s.Ready, Warnings: s.Warnings})
 	if err != nil {
 		return err
 	}

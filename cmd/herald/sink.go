@@ -234,7 +234,7 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stop, err := of.serve(ops.Check{Name: "sink (assigned and restored)", Ready: r.Ready})
+	stop, err := of.serve(ops.Check{Name: "sink (assigned and restored)", Ready: r.Ready, Warnings: r.Warnings})
 	if err != nil {
 		return err
 	}

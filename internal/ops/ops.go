@@ -22,9 +22,12 @@ import (
 )
 
 // Check is one condition of readiness: Ready reports whether it holds now.
+// Warnings, when set, are what is wrong without making the role unready
+// (a hanging transaction on a topic it writes): /readyz lists them.
 type Check struct {
-	Name  string
-	Ready func() bool
+	Name     string
+	Ready    func() bool
+	Warnings func() []string
 }
 
 // Paths are the paths Handler serves to GET (and HEAD); any other method
@@ -32,7 +35,8 @@ type Check struct {
 var Paths = []string{"/metrics", "/livez", "/readyz"}
 
 // Handler serves /metrics from reg, /livez, and /readyz from checks: 200
-// "ok" when every check is ready, else 503 naming the ones that are not.
+// "ok" when every check is ready, else 503 naming the ones that are not;
+// either way followed by a "warning: " line per warning of a check.
 func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
 	mux := http.NewServeMux()
 	for _, p := range Paths {
@@ -46,9 +50,17 @@ func Handler(reg *metrics.Registry, checks ...Check) http.Handler {
 		if not := NotReady(checks...); len(not) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %s\n", strings.Join(not, ", "))
-			return
+		} else {
+			fmt.Fprintln(w, "ok")
 		}
-		fmt.Fprintln(w, "ok")
+		for _, c := range checks {
+			if c.Warnings == nil {
+				continue
+			}
+			for _, warning := range c.Warnings() {
+				fmt.Fprintf(w, "warning: %s: %s\n", c.Name, warning)
+			}
+		}
 	})
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // heap, goroutine, allocs, block, mutex, threadcreate
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -122,3 +122,37 @@ func TestAWrongMethodIsA405ProblemAllowingGETAndHEAD(t *testing.T) {
 		})
 	}
 }
+
+func TestReadyzListsWarningsWithoutFailingReadiness(t *testing.T) {
+	var ready atomic.Bool
+	var warnings atomic.Pointer[[]string]
+	none := []string{}
+	warnings.Store(&none)
+	s, err := ops.Serve("127.0.0.1:0", ops.Handler(metrics.NewRegistry(),
+		ops.Check{Name: "dedupe stage", Ready: ready.Load, Warnings: func() []string { return *warnings.Load() }},
+		ops.Check{Name: "no warnings", Ready: func() bool { return true }}), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	hanging := []string{"herald.seen/3: last stable offset stuck at 5 below 9"}
+	for _, tc := range []struct {
+		name     string
+		ready    bool
+		warnings []string
+		code     int
+		body     string
+	}{
+		{"a ready role without warnings answers ok alone", true, none, 200, "ok\n"},
+		{"a ready role with a warning stays ready and lists it", true, hanging, 200, "ok\nwarning: dedupe stage: herald.seen/3: last stable offset stuck at 5 below 9\n"},
+		{"an unready role lists its warnings after what is not ready", false, hanging, 503, "not ready: dedupe stage\nwarning: dedupe stage: herald.seen/3: last stable offset stuck at 5 below 9\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ready.Store(tc.ready)
+			warnings.Store(&tc.warnings)
+			if code, body := get(t, "http://"+s.Addr()+"/readyz"); code != tc.code || body != tc.body {
+				t.Fatalf("/readyz %d %q, want %d %q", code, body, tc.code, tc.body)
+			}
+		})
+	}
+}

@@ -73,6 +73,13 @@
 //     this instance (authorization, SASL, a fenced static member) stop Run
 //     (session_test.go on kfake; the outage test in cmd/herald on a
 //     real broker SIGKILLed and restarted under load).
+//   - A partition of a topic the stage writes whose last stable offset has
+//     stood below its high watermark for longer than TransactionTimeout (a
+//     hanging transaction, KIP-664: read_committed readers and the log
+//     cleaner wait there) is counted by herald_stage_hanging_partitions and
+//     named by Warnings, which /readyz lists without making the role
+//     unready (hanging_internal_test.go; herald doctor names the producer
+//     and aborts it).
 //
 // Hazards and their bounds:
 //   - State changes made while processing a batch are pending until the

@@ -263,6 +263,11 @@ type Runner struct {
 	// ended without the session checks it moved (see end).
 	revocations uint64
 
+	// stuck, hangingWarnings: the hanging transactions watch (hanging.go).
+	hangingMu       sync.Mutex
+	stuck           stuckTracker
+	hangingWarnings []string
+
 	assignedOnce atomic.Bool
 	restoring    atomic.Int32
 	// client is the current session's client, which broker asks through.
@@ -270,7 +275,7 @@ type Runner struct {
 	broker ops.KafkaProbe
 
 	records, committed, aborted, restoredRecs, deadLettered, sessionRestarts *metrics.Counter
-	partitions, restoringParts                                               *metrics.Gauge
+	partitions, restoringParts, hangingParts                                 *metrics.Gauge
 	commitSeconds                                                            *metrics.Histogram
 	lag                                                                      *metrics.Lag
 
@@ -309,6 +314,8 @@ func New(cfg Config) (*Runner, error) {
 	r.deadLettered = m.Counter("herald_stage_dead_letters_total", "input records dead-lettered because their outputs can never be written", "stage", cfg.Name)
 	r.sessionRestarts = m.Counter("herald_stage_session_restarts_total", "sessions closed after a broker or transaction failure and started again", "stage", cfg.Name)
 	r.partitions = m.Gauge("herald_stage_partitions", "input partitions owned", "stage", cfg.Name)
+	r.hangingParts = m.Gauge("herald_stage_hanging_partitions",
+		"partitions of the topics the stage writes whose last stable offset has stood below the high watermark longer than the transaction timeout (a hanging transaction)", "stage", cfg.Name)
 	r.restoringParts = m.Gauge("herald_stage_restoring_partitions", "assigned input partitions whose state is being restored", "stage", cfg.Name)
 	r.commitSeconds = m.Histogram("herald_stage_transaction_end_seconds", "time to end (commit or abort) a transaction, offsets included",
 		metrics.LatencyBuckets, "stage", cfg.Name)
@@ -449,6 +456,10 @@ func (r *Runner) runSession(parent context.Context) (progressed bool, err error)
 		}
 		return false, fmt.Errorf("stage %s: fence the previous transaction of %s: %w", r.cfg.Name, r.cfg.TransactionalID, err)
 	}
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() { defer watch.Done(); r.watchHanging(ctx, sess.Client()) }()
+	defer func() { cancel(); watch.Wait() }()
 	committedBefore := r.committed.Value()
 	for {
 		progressed = r.committed.Value() > committedBefore
@@ -902,8 +913,8 @@ func (s *sending) abandon() {
 // Nothing of the session's is skipped for such a transaction but its
 // revoked-or-lost check, which end makes itself: a partition revoked or
 // lost since the transaction's tasks ran (r.revocations moved) aborts it, as
-// the session would. An abort always goes through the session, which
-// rewinds the input to the last commit.
+// the session would (lost_internal_test.go). An abort always goes through
+// the session, which rewinds the input to the last commit.
 func (r *Runner) end(ctx context.Context, try kgo.TransactionEndTry, noInput bool, revocations uint64) (bool, error) {
 	if !noInput || try == kgo.TryAbort {
 		return r.sess.End(ctx, try)

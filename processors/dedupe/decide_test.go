@@ -37,10 +37,12 @@ type sent struct {
 }
 
 // runTask feeds requests through one Task, committing after each, and
-// returns the decision outcomes and the accepted notification ids.
+// returns the decision outcomes and the accepted notification ids. The
+// task owns partition runPartition, and a seen record (the changelog) on
+// any other partition fails the test.
 func runTask(t *testing.T, p Policy, reqs []sent) (outcomes []string, accepted []string, task *Task) {
 	t.Helper()
-	task = NewTask(p, testTopics, 0)
+	task = NewTask(p, testTopics, runPartition)
 	base := time.UnixMilli(1_764_500_000_000)
 	for i, s := range reqs {
 		b, err := schemas.Encode(s.r)
@@ -48,13 +50,17 @@ func runTask(t *testing.T, p Policy, reqs []sent) (outcomes []string, accepted [
 			t.Fatal(err)
 		}
 		var out stage.Out
-		rec := &kgo.Record{Topic: "requests", Key: []byte(s.r.NotificationID), Value: b, Offset: int64(i), Timestamp: base.Add(s.at)}
+		rec := &kgo.Record{Topic: "requests", Partition: runPartition, Key: []byte(s.r.NotificationID), Value: b, Offset: int64(i), Timestamp: base.Add(s.at)}
 		if err := task.Process(rec, &out); err != nil {
 			t.Fatal(err)
 		}
 		task.Commit()
 		for _, o := range outRecords(&out) {
 			switch o.Topic {
+			case "seen":
+				if o.Partition != runPartition {
+					t.Fatalf("seen record %s on partition %d, want the input's %d", o.Key, o.Partition, runPartition)
+				}
 			case "decisions":
 				var d schemas.Decision
 				if err := schemas.Decode(o.Value, &d); err != nil {
@@ -72,6 +78,10 @@ func runTask(t *testing.T, p Policy, reqs []sent) (outcomes []string, accepted [
 	}
 	return outcomes, accepted, task
 }
+
+// runPartition is the input partition of runTask's task: not 0, so that a
+// seen record that forgets its partition (the zero value) is caught.
+const runPartition int32 = 3
 
 type scenario struct {
 	name string
@@ -207,14 +217,14 @@ func TestExpiredEntriesAreTombstonedOnStreamTime(t *testing.T) {
 	r := req("c", "k3", "")
 	b, _ := schemas.Encode(r)
 	var out stage.Out
-	task.Process(&kgo.Record{Topic: "requests", Value: b, Offset: 9, Timestamp: time.UnixMilli(1_764_500_000_000 + 1000)}, &out)
+	task.Process(&kgo.Record{Topic: "requests", Partition: runPartition, Value: b, Offset: 9, Timestamp: time.UnixMilli(1_764_500_000_000 + 1000)}, &out)
 	task.Commit()
 	var tombstones int
 	for _, o := range outRecords(&out) {
 		if o.Topic == "seen" && o.Value == nil {
 			tombstones++
-			if o.Partition != 0 {
-				t.Errorf("tombstone for partition %d", o.Partition)
+			if o.Partition != runPartition {
+				t.Errorf("tombstone for partition %d, want the input's %d", o.Partition, runPartition)
 			}
 		}
 	}

@@ -48,9 +48,14 @@ type harness struct {
 
 func newHarness(t *testing.T, p Policy, who Recipient) *harness {
 	h := &harness{t: t, state: map[string][]byte{}}
-	h.task = NewTask(p, testTopics, 0, StaticDirectory{schemas.RecipientKey("acme", "u1"): who}, func() int64 { return h.clock })
+	h.task = NewTask(p, testTopics, harnessPartition, StaticDirectory{schemas.RecipientKey("acme", "u1"): who}, func() int64 { return h.clock })
 	return h
 }
+
+// harnessPartition is the input partition of the harness's task: not 0,
+// so that a state record that forgets its partition (the zero value) is
+// caught by collect.
+const harnessPartition int32 = 3
 
 func (h *harness) send(n schemas.Accepted, at time.Duration) {
 	h.t.Helper()
@@ -59,8 +64,8 @@ func (h *harness) send(n schemas.Accepted, at time.Duration) {
 		h.t.Fatal(err)
 	}
 	var out stage.Out
-	rec := &kgo.Record{Topic: "accepted", Key: []byte(schemas.RecipientKey(n.Tenant, n.Recipient)), Value: b, Offset: h.off,
-		Timestamp: base.Add(at)}
+	rec := &kgo.Record{Topic: "accepted", Partition: harnessPartition, Key: []byte(schemas.RecipientKey(n.Tenant, n.Recipient)), Value: b,
+		Offset: h.off, Timestamp: base.Add(at)}
 	h.off++
 	if err := h.task.Process(rec, &out); err != nil {
 		h.t.Fatal(err)
@@ -89,8 +94,8 @@ func (h *harness) collect(out *stage.Out) {
 			}
 			h.decisions = append(h.decisions, d)
 		case r.Topic == "route":
-			if r.Partition != 0 {
-				h.t.Fatalf("state record for partition %d, want the input's 0", r.Partition)
+			if r.Partition != harnessPartition {
+				h.t.Fatalf("state record for partition %d, want the input's %d", r.Partition, harnessPartition)
 			}
 			h.state[string(r.Key)] = r.Value
 			if r.Value == nil {

@@ -103,6 +103,9 @@ func timerClock(grace time.Duration, wall func() time.Time) func() int64 {
 // preferences and the runner is ready (see stage.Runner.Ready).
 func (s *Stage) Ready() bool { return s.synced.Load() && s.runner.Ready() }
 
+// Warnings are the runner's readiness warnings (stage.Runner.Warnings).
+func (s *Stage) Warnings() []string { return s.runner.Warnings() }
+
 // Run reads devices and preferences to their ends, then runs the stage
 // until ctx is done.
 func (s *Stage) Run(ctx context.Context) error {

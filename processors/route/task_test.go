@@ -21,7 +21,7 @@ func acceptedRecord(t *testing.T, n schemas.Accepted, off int64, at time.Duratio
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &kgo.Record{Topic: "accepted", Value: b, Offset: off, Timestamp: base.Add(at)}
+	return &kgo.Record{Topic: "accepted", Partition: harnessPartition, Value: b, Offset: off, Timestamp: base.Add(at)}
 }
 
 func count(out *stage.Out, topic string) int {
@@ -83,14 +83,14 @@ func TestRestoredStateContinuesCountsAndTimersExactly(t *testing.T) {
 		for i, s := range sends {
 			if i == restartAfter {
 				// A new task restored from the compacted changelog alone.
-				fresh := NewTask(p, testTopics, 0, h.task.dir, h.task.now)
+				fresh := NewTask(p, testTopics, harnessPartition, h.task.dir, h.task.now)
 				keys := make([]string, 0, len(h.state))
 				for k := range h.state {
 					keys = append(keys, k)
 				}
 				sort.Strings(keys)
 				for _, k := range keys {
-					if err := fresh.Restore(&kgo.Record{Topic: "route", Key: []byte(k), Value: h.state[k]}); err != nil {
+					if err := fresh.Restore(&kgo.Record{Topic: "route", Partition: harnessPartition, Key: []byte(k), Value: h.state[k]}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -129,7 +129,7 @@ func (u *unreachable) Sync(context.Context, int32) error {
 
 func TestADirectoryOutOfReachIsATransientError(t *testing.T) {
 	dir := &unreachable{StaticDirectory: StaticDirectory{schemas.RecipientKey("acme", "u1"): {Devices: fourDevices[:1]}}, down: true}
-	task := NewTask(Policy{}, testTopics, 0, dir, func() int64 { return 0 })
+	task := NewTask(Policy{}, testTopics, harnessPartition, dir, func() int64 { return 0 })
 	rec := acceptedRecord(t, note("x", "1"), 0, 0)
 	t.Run("while the broker is down Process fails with an error that restarts the session, not one that stops the stage", func(t *testing.T) {
 		var out stage.Out
