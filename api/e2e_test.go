@@ -929,9 +929,9 @@ func TestTheTimelineShowsAttemptsAndOutcomesOnTheRealBroker(t *testing.T) {
 			t.Fatalf("timeline kinds %v, want %v: %+v", kinds, want, got.Timeline)
 		}
 		tl := got.Timeline
-		first := sdk.TimelineEvent{At: now + 2, Kind: "attempt", DeliveryID: "del-1", Channel: "apns", DeviceID: "phone", Attempt: 1,
+		first := sdk.TimelineEvent{At: atMs(now + 2), Kind: "attempt", DeliveryID: "del-1", Channel: "apns", DeviceID: "phone", Attempt: 1,
 			Result: schemas.AttemptRetryable, Classification: "throttled", Reason: "TooManyRequests"}
-		outcome := sdk.TimelineEvent{At: now + 4, Kind: "outcome", DeliveryID: "del-1", Channel: "apns", DeviceID: "phone",
+		outcome := sdk.TimelineEvent{At: atMs(now + 4), Kind: "outcome", DeliveryID: "del-1", Channel: "apns", DeviceID: "phone",
 			Status: schemas.OutcomeDelivered, Attempts: 2}
 		if tl[2] != first || tl[3].Attempt != 2 || tl[3].Result != schemas.AttemptSent || tl[4] != outcome {
 			t.Fatalf("timeline %+v", tl)

@@ -1,11 +1,10 @@
 package api
 
 import (
-	"cmp"
 	"context"
-	"slices"
 
 	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
 )
 
@@ -43,8 +42,8 @@ func (s *Server) auditRecord(ctx context.Context, tenant, id string) (sdk.Notifi
 
 // recordFromAudit is the API's record of notification id from its audit
 // timeline: the first request's fields (the audit keeps no body or
-// payload: those are left empty), the status of the first request's dedupe
-// decision ("pending" before it), and every request, decision, attempt,
+// payload: those are left empty), its status (statusOf: the first
+// request's decisions and its deliveries' outcomes), and every request, decision, attempt,
 // outcome and receipt as a timeline event, in time order. false when the
 // timeline holds no request and no decision of id.
 func recordFromAudit(tl *audit.Timeline, id string) (sdk.NotificationRecord, bool) {
@@ -58,7 +57,7 @@ func recordFromAudit(tl *audit.Timeline, id string) (sdk.NotificationRecord, boo
 			rec.DedupeKey, rec.IdempotencyKey, rec.IDSource = r.DedupeKey, r.IdempotencyKey, r.IDSource
 			rec.RequestID, rec.Producer, rec.Source, rec.CreatedAt = r.RequestID, r.Producer, r.Source, r.At.UnixMilli()
 		}
-		rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: r.At.UnixMilli(), Kind: sdk.EventRequested, RequestID: r.RequestID, Producer: r.Producer})
+		rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: r.At.UTC(), Kind: sdk.EventRequested, RequestID: r.RequestID, Producer: r.Producer})
 	}
 	for _, d := range tl.Decisions {
 		if d.NotificationID != id {
@@ -67,7 +66,7 @@ func recordFromAudit(tl *audit.Timeline, id string) (sdk.NotificationRecord, boo
 		if rec.RequestID == "" { // decisions alone: an SDK request the audit has not written yet
 			rec.Type, rec.Recipient, rec.RequestID, rec.IDSource, rec.Source = d.Type, d.Recipient, d.RequestID, "unknown", "unknown"
 		}
-		rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: d.At.UnixMilli(), Kind: sdk.EventDecision, RequestID: d.RequestID,
+		rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: d.At.UTC(), Kind: sdk.EventDecision, RequestID: d.RequestID,
 			Stage: d.Stage, Outcome: d.Outcome, Detail: d.Detail, OriginalRequestID: d.OriginalRequestID})
 	}
 	if rec.RequestID == "" {
@@ -75,33 +74,27 @@ func recordFromAudit(tl *audit.Timeline, id string) (sdk.NotificationRecord, boo
 	}
 	for _, a := range tl.Attempts {
 		if a.NotificationID == id {
-			rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: a.At.UnixMilli(), Kind: sdk.EventAttempt, DeliveryID: a.DeliveryID,
+			rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: a.At.UTC(), Kind: sdk.EventAttempt, DeliveryID: a.DeliveryID,
 				Channel: a.Channel, DeviceID: a.DeviceID, Attempt: int(a.Attempt), Result: a.Result, Classification: a.Classification, Reason: a.ProviderReason})
 		}
 	}
 	for _, o := range tl.Outcomes {
 		if o.NotificationID == id {
-			rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: o.At.UnixMilli(), Kind: sdk.EventOutcome, DeliveryID: o.DeliveryID,
+			rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: o.At.UTC(), Kind: sdk.EventOutcome, DeliveryID: o.DeliveryID,
 				Channel: o.Channel, DeviceID: o.DeviceID, Status: o.Status, Attempts: int(o.Attempts), Reason: o.Reason})
 		}
 	}
 	for _, r := range tl.Receipts {
 		if r.NotificationID == id {
-			rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: r.At.UnixMilli(), Kind: sdk.EventReceipt, DeliveryID: r.DeliveryID,
+			rec.Timeline = append(rec.Timeline, sdk.TimelineEvent{At: r.At.UTC(), Kind: sdk.EventReceipt, DeliveryID: r.DeliveryID,
 				Channel: r.Channel, DeviceID: r.DeviceID, Receipt: r.Kind, ReceiptID: r.ReceiptID})
 		}
 	}
-	slices.SortStableFunc(rec.Timeline, func(a, b sdk.TimelineEvent) int {
-		if a.At != b.At {
-			return cmp.Compare(a.At, b.At)
-		}
-		return cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind])
-	})
-	for _, e := range rec.Timeline {
-		if e.Kind == sdk.EventDecision && e.Stage == "dedupe" && e.RequestID == rec.RequestID {
-			rec.Status = e.Outcome
-			break
-		}
+	sortTimeline(rec.Timeline)
+	var route *schemas.Decision
+	if rd, ok := routeDecisionFromAudit(tl, id, rec.RequestID); ok {
+		route = &rd
 	}
+	rec.Status = audit.NotificationStatus(audit.DedupeOutcome(rec.Timeline, rec.RequestID), route, audit.FinalsOf(rec.Timeline))
 	return rec, true
 }

@@ -26,7 +26,7 @@ func TestTheRecordFromTheAuditIsTheFirstRequestAndEveryEventInTimeOrder(t *testi
 		},
 		Decisions: []audit.Decision{
 			{At: at.Add(time.Minute), Stage: "dedupe", Outcome: "duplicate", RequestID: "r2", NotificationID: id},
-			{At: at, Stage: "route", Outcome: "routed", RequestID: "r1", NotificationID: id},
+			{At: at, Stage: "route", Outcome: "routed", RequestID: "r1", NotificationID: id, DeliveryIDs: []string{"d1"}, DeliveryChannels: []string{"apns"}},
 			{At: at, Stage: "dedupe", Outcome: "accepted", RequestID: "r1", NotificationID: id},
 		},
 		Outcomes: []audit.Outcome{{At: at.Add(time.Second), DeliveryID: "d1", NotificationID: id, Channel: "apns", Status: "delivered", Attempts: 1}},
@@ -37,8 +37,8 @@ func TestTheRecordFromTheAuditIsTheFirstRequestAndEveryEventInTimeOrder(t *testi
 	if !ok {
 		t.Fatal("no record")
 	}
-	if rec.RequestID != "r1" || rec.Title != "Paid" || rec.Status != "accepted" || rec.CreatedAt != at.UnixMilli() {
-		t.Fatalf("record %+v; want the first request r1, accepted", rec)
+	if rec.RequestID != "r1" || rec.Title != "Paid" || rec.Status != sdk.StatusDelivered || rec.CreatedAt != at.UnixMilli() {
+		t.Fatalf("record %+v; want the first request r1, delivered (its one delivery's outcome)", rec)
 	}
 	var kinds []string
 	for _, e := range rec.Timeline {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/analytics/audit"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
@@ -447,6 +448,7 @@ func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 	rec := sdk.NotificationRecord{ID: id, Status: sdk.StatusPending, Timeline: make([]sdk.TimelineEvent, 0, len(n.events))}
 	var req *schemas.Request
 	var first *schemas.Decision // first decision of any request
+	var routes []*schemas.Decision
 	for _, e := range n.events {
 		ev, r, d := decodeEvent(e)
 		rec.Timeline = append(rec.Timeline, ev)
@@ -455,6 +457,9 @@ func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 		}
 		if first == nil {
 			first = d
+		}
+		if d != nil && d.Stage == "route" && d.Channel == "" {
+			routes = append(routes, d)
 		}
 	}
 	switch {
@@ -471,26 +476,34 @@ func (t *tracker) record(tenant, id string) (sdk.NotificationRecord, bool) {
 	default:
 		return sdk.NotificationRecord{}, false // attempts, outcomes or receipts alone
 	}
-	for _, e := range rec.Timeline {
-		if e.Kind == sdk.EventDecision && e.RequestID == rec.RequestID {
-			rec.Status = e.Outcome
+	sortTimeline(rec.Timeline)
+	var route *schemas.Decision
+	for _, d := range routes {
+		if d.RequestID == rec.RequestID {
+			route = d
 			break
 		}
 	}
-	slices.SortStableFunc(rec.Timeline, func(a, b sdk.TimelineEvent) int {
-		if a.At != b.At {
-			return cmp.Compare(a.At, b.At)
+	rec.Status = audit.NotificationStatus(audit.DedupeOutcome(rec.Timeline, rec.RequestID), route, audit.FinalsOf(rec.Timeline))
+	return rec, true
+}
+
+// sortTimeline orders events by time, and the events of one millisecond as
+// they happen (kindOrder).
+func sortTimeline(tl []sdk.TimelineEvent) {
+	slices.SortStableFunc(tl, func(a, b sdk.TimelineEvent) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
 		}
 		return cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind])
 	})
-	return rec, true
 }
 
 // decodeEvent returns e as a timeline event and, for a request or a
 // decision, the record it was read from. e's value decoded when it was
 // placed, so it decodes again: an error cannot happen.
 func decodeEvent(e event) (sdk.TimelineEvent, *schemas.Request, *schemas.Decision) {
-	ev := sdk.TimelineEvent{At: e.at, Kind: e.kind}
+	ev := sdk.TimelineEvent{At: time.UnixMilli(e.at).UTC(), Kind: e.kind}
 	switch e.kind {
 	case sdk.EventRequested:
 		r := new(schemas.Request)

@@ -28,12 +28,12 @@ func TestTheTimelinePlacesAttemptsAndOutcomesByTenantAndNotification(t *testing.
 			t.Fatal("no record")
 		}
 		want := []sdk.TimelineEvent{
-			{At: 10, Kind: sdk.EventRequested, RequestID: "r1"},
-			{At: 10, Kind: sdk.EventDecision, RequestID: "r1", Stage: "dedupe", Outcome: schemas.DecisionAccepted},
-			{At: 20, Kind: sdk.EventAttempt, DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Attempt: 1,
+			{At: atMs(10), Kind: sdk.EventRequested, RequestID: "r1"},
+			{At: atMs(10), Kind: sdk.EventDecision, RequestID: "r1", Stage: "dedupe", Outcome: schemas.DecisionAccepted},
+			{At: atMs(20), Kind: sdk.EventAttempt, DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Attempt: 1,
 				Result: schemas.AttemptRetryable, Classification: "throttled", Reason: "TooManyRequests"},
-			{At: 30, Kind: sdk.EventAttempt, DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Attempt: 2, Result: schemas.AttemptSent},
-			{At: 30, Kind: sdk.EventOutcome, DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Status: schemas.OutcomeDelivered, Attempts: 2},
+			{At: atMs(30), Kind: sdk.EventAttempt, DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Attempt: 2, Result: schemas.AttemptSent},
+			{At: atMs(30), Kind: sdk.EventOutcome, DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Status: schemas.OutcomeDelivered, Attempts: 2},
 		}
 		if len(rec.Timeline) != len(want) {
 			t.Fatalf("timeline %+v, want %+v", rec.Timeline, want)
@@ -141,3 +141,6 @@ func TestARecordThatDoesNotDecodeIsPlacedNowhere(t *testing.T) {
 		t.Fatalf("notes %v, accepted %v: want none", tr.notes, tr.accepted)
 	}
 }
+
+// atMs is a timeline time of ms since the epoch, as the API answers it.
+func atMs(ms int64) time.Time { return time.UnixMilli(ms).UTC() }

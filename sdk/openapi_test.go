@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/sdk"
@@ -127,6 +128,9 @@ func (s *schema) UnmarshalJSON(b []byte) error {
 func jsonKind(t reflect.Type) string {
 	if t == reflect.TypeOf(json.RawMessage(nil)) || t == reflect.TypeOf(sdk.Key(nil)) {
 		return ""
+	}
+	if t == reflect.TypeOf(time.Time{}) {
+		return "string" // RFC 3339
 	}
 	switch t.Kind() {
 	case reflect.String:

@@ -133,6 +133,19 @@ const (
 	StatusPending = "pending"
 )
 
+// Statuses a NotificationRecord moves through after the dedupe stage
+// accepted it (besides pending, accepted and the stages' skip outcomes):
+// routed (deliveries made, some not final yet), then delivered (every
+// delivery), partially_delivered (some), failed (none) or expired (none:
+// every delivery expired).
+const (
+	StatusRouted             = "routed"
+	StatusDelivered          = "delivered"
+	StatusPartiallyDelivered = "partially_delivered"
+	StatusFailed             = "failed"
+	StatusExpired            = "expired"
+)
+
 // SendResult is the answer to POST /v1/notifications (202 Accepted).
 type SendResult struct {
 	// RequestID names the call that created the notifications: on an
@@ -242,8 +255,11 @@ type NotificationRecord struct {
 	Producer       string          `json:"producer,omitempty"`
 	Source         string          `json:"source"`
 	CreatedAt      int64           `json:"createdAt"`
-	// Status is the first decision's outcome for the first request, or
-	// "pending".
+	// Status moves with the pipeline: pending, then the dedupe decision
+	// about the first request (accepted, or why not), then routed (or the
+	// route stage's skip), then delivered, partially_delivered, failed or
+	// expired once every delivery has its final outcome (see the Status*
+	// constants).
 	Status   string          `json:"status"`
 	Timeline []TimelineEvent `json:"timeline"`
 }
@@ -264,8 +280,10 @@ const (
 // provider for one device ("attempt"), a delivery's final state
 // ("outcome") or what the device reported ("receipt").
 type TimelineEvent struct {
-	At   int64  `json:"at"`
-	Kind string `json:"kind"`
+	// At is when it happened, RFC 3339 in UTC to the millisecond, as the
+	// dashboard and herald audit timeline show it.
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
 	// RequestID is set on requested and decision events; attempts and
 	// outcomes belong to a delivery, named by DeliveryID.
 	RequestID         string `json:"requestId,omitempty"`

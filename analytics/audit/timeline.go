@@ -27,6 +27,7 @@ import (
 
 	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/sdk"
 )
 
 // Selector picks what to show: exactly one of NotificationID, Recipient or
@@ -426,7 +427,7 @@ func (tl *Timeline) events() []event {
 		case r.IdempotencyKey != "":
 			key = " idempotencyKey=" + r.IdempotencyKey
 		}
-		evs = append(evs, event{at: r.At, kind: 0, pos: r.Position, label: "request", nid: r.NotificationID, text: fmt.Sprintf("%s for %s/%s: request %s, notification %s (id from %s)%s, via %s from %s, locale %s, channels %s, title %q",
+		evs = append(evs, event{at: r.At, kind: 0, pos: r.Position, label: sdk.EventRequested, nid: r.NotificationID, text: fmt.Sprintf("%s for %s/%s: request %s, notification %s (id from %s)%s, via %s from %s, locale %s, channels %s, title %q",
 			r.Type, r.Tenant, r.Recipient, r.RequestID, r.NotificationID, r.IDSource, key, r.Source, orNone(r.Producer), orNone(r.Locale),
 			orNone(strings.Join(r.Channels, ",")), r.Title)})
 	}

@@ -273,9 +273,12 @@ func (s *Source) ShownTwice(ctx context.Context, tenant string, w Window, limit 
 
 // Timeline is one notification's audit timeline, as the page shows it.
 type Timeline struct {
-	NotificationID string          `json:"notificationId"`
-	Events         []TimelineEvent `json:"events"`
-	Verdict        Verdict         `json:"verdict"`
+	NotificationID string `json:"notificationId"`
+	// Status is the notification's status, as GET /v1/notifications/{id}
+	// answers it (audit.NotificationStatus).
+	Status  string          `json:"status"`
+	Events  []TimelineEvent `json:"events"`
+	Verdict Verdict         `json:"verdict"`
 }
 
 // TimelineEvent is one line of a Timeline.
@@ -310,7 +313,7 @@ func (s *Source) Timeline(ctx context.Context, tenant, id string) (*Timeline, er
 	if len(evs) == 0 {
 		return nil, nil
 	}
-	out := &Timeline{NotificationID: id, Events: make([]TimelineEvent, len(evs)),
+	out := &Timeline{NotificationID: id, Status: tl.Status(id), Events: make([]TimelineEvent, len(evs)),
 		Verdict: Verdict{Answer: tl.Verdict.Answer.String(), Sentence: tl.Verdict.Sentence(), Reasons: append([]string{}, tl.Verdict.Reasons...)}}
 	for i, e := range evs {
 		out.Events[i] = TimelineEvent{At: e.At.UTC(), Kind: e.Kind, Text: e.Text, Topic: e.Position.Topic, Partition: e.Position.Partition, Offset: e.Position.Offset}

@@ -146,7 +146,7 @@ func (m *model) typeOf(name string, s *node) (*typ, error) {
 		return t, nil
 	}
 	switch types[0] {
-	case "string", "integer", "number", "boolean":
+	case "string", "integer", "number", "boolean", "null":
 		return &typ{kind: types[0]}, nil
 	case "array":
 		items := s.get("items")

@@ -114,6 +114,8 @@ func pyType(t *typ, runtime bool) (string, error) {
 		return "float", nil
 	case "boolean":
 		return "bool", nil
+	case "null":
+		return "None", nil
 	case "unknown":
 		return "Any", nil
 	case "any-object":

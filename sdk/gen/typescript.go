@@ -66,6 +66,8 @@ func tsType(t *typ) (string, error) {
 		return "number", nil
 	case "boolean":
 		return "boolean", nil
+	case "null":
+		return "null", nil
 	case "unknown":
 		return "unknown", nil
 	case "any-object":

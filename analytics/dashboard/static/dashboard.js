@@ -332,7 +332,7 @@
         li.append(t, k, x);
         events.appendChild(li);
       }
-      $("verdict").textContent = tl.verdict.sentence;
+      $("verdict").textContent = (tl.status ? "Status: " + tl.status + ". " : "") + tl.verdict.sentence;
       $("verdict").className = tl.verdict.answer;
       for (const r of tl.verdict.reasons) {
         const li = document.createElement("li");

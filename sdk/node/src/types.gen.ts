@@ -3,6 +3,94 @@
 // The wire types of herald's HTTP API: one declaration per schema of the
 // OpenAPI document (members under their JSON names).
 
+export interface DeadLetter {
+  /** Position on herald.deadletters: <partition>-<offset>. */
+  id: string;
+  /** When it was dead-lettered. */
+  at: string;
+  kind: "delivery" | "unreadable" | "stage";
+  /** Where it failed: sink.<channel>. */
+  stage: string;
+  channel?: string;
+  class: "permanent" | "exhausted" | "unreadable" | "unwritable" | "other";
+  /** The error, in words. */
+  reason: string;
+  /** The attempt the delivery failed at. */
+  attempts?: number;
+  tenant?: string;
+  type?: string;
+  recipient?: string;
+  notificationId?: string;
+  deliveryId?: string;
+  deviceId?: string;
+  /** The command's expiry: a redrive skips it after that. */
+  expiresAt?: string;
+  source?: string;
+  redrives?: DeadLetterRedriveMarker[];
+}
+
+export interface DeadLetterRedriveMarker {
+  /** The redrive's id. */
+  redrive: string;
+  deadLetter: string;
+  deliveryId?: string;
+  by: string;
+  reason: string;
+  at: string;
+}
+
+export interface DeadLetterCount {
+  stage: string;
+  class: string;
+  reason: string;
+  letters: number;
+  redriven: number;
+}
+
+export interface DeadLetterList {
+  deadLetters: DeadLetter[];
+  counts: DeadLetterCount[];
+}
+
+export interface DeadLetterDetail {
+  deadLetter: DeadLetter;
+  /** The delivery command as the sink read it, its device token and Web Push keys masked. */
+  input?: Record<string, unknown> | null;
+  timeline?: DashboardTimeline;
+}
+
+export interface DeadLetterRedrive {
+  /** Why the dead letters can be sent now (audited). */
+  reason: string;
+  /** Who redrives (audited); the API key's name by default. */
+  by?: string;
+  /** Only these dead letters. */
+  ids?: string[];
+  stage?: string;
+  channel?: string;
+  class?: "permanent" | "exhausted" | "unreadable" | "unwritable" | "other";
+  /** Only dead letters whose reason contains this text. */
+  error?: string;
+  type?: string;
+  since?: string;
+  until?: string;
+  /** Report what would be redriven; write nothing. */
+  dryRun?: boolean;
+}
+
+export interface RedriveReport {
+  /** The redrive's id, in its markers and audit decisions. */
+  id: string;
+  dryRun: boolean;
+  redriven: DeadLetter[];
+  skipped: RedriveReportSkipped[];
+}
+
+export interface RedriveReportSkipped {
+  letter: DeadLetter;
+  why: string;
+}
+
 /**
  * kind user needs userId; kind device needs deviceId, and userId when more than one user of the
  * tenant registered a device with that id (device ids are unique per user; without userId such an
@@ -146,7 +234,11 @@ export interface Explanation {
  * the provider's acceptance (attempt).
  */
 export interface TimelineEvent {
-  at: number;
+  /**
+   * RFC 3339 in UTC, to the millisecond: the same times as the dashboard and herald audit timeline
+   * show.
+   */
+  at: string;
   kind: "requested" | "decision" | "attempt" | "outcome" | "receipt";
   /** The request (requested, decision). */
   requestId?: string;
@@ -195,7 +287,14 @@ export interface NotificationRecord {
   producer?: string;
   source: string;
   createdAt: number;
-  status: "pending" | "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected";
+  /**
+   * Moves with the pipeline: pending; the dedupe decision about the first request (accepted, or
+   * why not: duplicate, idempotent_replay, idempotency_conflict, rejected); routed once the route
+   * stage made its deliveries (or the route stage's skip: rate_limited, digested, opted_out,
+   * no_target); then, once every delivery has its final outcome, delivered (all),
+   * partially_delivered (some), failed (none) or expired (none: every delivery expired).
+   */
+  status: "pending" | "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected" | "delivered" | "partially_delivered" | "failed" | "expired";
   timeline: TimelineEvent[];
 }
 
@@ -517,13 +616,18 @@ export interface DashboardShownTwiceDeliveries {
 
 export interface DashboardTimeline {
   notificationId: string;
+  /**
+   * The notification's status, as GET /v1/notifications/{id} answers it
+   * (NotificationRecord.status).
+   */
+  status: string;
   events: DashboardTimelineEvents[];
   verdict: DashboardTimelineVerdict;
 }
 
 export interface DashboardTimelineEvents {
   at: string;
-  kind: "request" | "decision" | "attempt" | "outcome";
+  kind: "requested" | "decision" | "attempt" | "outcome" | "receipt";
   text: string;
   topic: string;
   partition: number;

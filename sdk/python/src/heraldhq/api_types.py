@@ -7,6 +7,106 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict, Union
 
 
+DeadLetter = TypedDict(
+    "DeadLetter",
+    {
+        #: Position on herald.deadletters: <partition>-<offset>.
+        "id": str,
+        #: When it was dead-lettered.
+        "at": str,
+        "kind": Literal["delivery", "unreadable", "stage"],
+        #: Where it failed: sink.<channel>.
+        "stage": str,
+        "channel": NotRequired[str],
+        "class": Literal["permanent", "exhausted", "unreadable", "unwritable", "other"],
+        #: The error, in words.
+        "reason": str,
+        #: The attempt the delivery failed at.
+        "attempts": NotRequired[int],
+        "tenant": NotRequired[str],
+        "type": NotRequired[str],
+        "recipient": NotRequired[str],
+        "notificationId": NotRequired[str],
+        "deliveryId": NotRequired[str],
+        "deviceId": NotRequired[str],
+        #: The command's expiry: a redrive skips it after that.
+        "expiresAt": NotRequired[str],
+        "source": NotRequired[str],
+        "redrives": NotRequired[list[DeadLetterRedriveMarker]],
+    },
+)
+
+
+class DeadLetterRedriveMarker(TypedDict):
+    #: The redrive's id.
+    redrive: str
+    deadLetter: str
+    deliveryId: NotRequired[str]
+    by: str
+    reason: str
+    at: str
+
+
+DeadLetterCount = TypedDict(
+    "DeadLetterCount",
+    {
+        "stage": str,
+        "class": str,
+        "reason": str,
+        "letters": int,
+        "redriven": int,
+    },
+)
+
+
+class DeadLetterList(TypedDict):
+    deadLetters: list[DeadLetter]
+    counts: list[DeadLetterCount]
+
+
+class DeadLetterDetail(TypedDict):
+    deadLetter: DeadLetter
+    #: The delivery command as the sink read it, its device token and Web Push keys masked.
+    input: NotRequired[Union[dict[str, Any], None]]
+    timeline: NotRequired[DashboardTimeline]
+
+
+DeadLetterRedrive = TypedDict(
+    "DeadLetterRedrive",
+    {
+        #: Why the dead letters can be sent now (audited).
+        "reason": str,
+        #: Who redrives (audited); the API key's name by default.
+        "by": NotRequired[str],
+        #: Only these dead letters.
+        "ids": NotRequired[list[str]],
+        "stage": NotRequired[str],
+        "channel": NotRequired[str],
+        "class": NotRequired[Literal["permanent", "exhausted", "unreadable", "unwritable", "other"]],
+        #: Only dead letters whose reason contains this text.
+        "error": NotRequired[str],
+        "type": NotRequired[str],
+        "since": NotRequired[str],
+        "until": NotRequired[str],
+        #: Report what would be redriven; write nothing.
+        "dryRun": NotRequired[bool],
+    },
+)
+
+
+class RedriveReport(TypedDict):
+    #: The redrive's id, in its markers and audit decisions.
+    id: str
+    dryRun: bool
+    redriven: list[DeadLetter]
+    skipped: list[RedriveReportSkipped]
+
+
+class RedriveReportSkipped(TypedDict):
+    letter: DeadLetter
+    why: str
+
+
 class Target(TypedDict):
     """kind user needs userId; kind device needs deviceId, and userId when more than one user
     of the tenant registered a device with that id (device ids are unique per user; without
@@ -138,7 +238,9 @@ class TimelineEvent(TypedDict):
     deviceId, receipt and receiptId, apart from the provider's acceptance (attempt).
     """
 
-    at: int
+    #: RFC 3339 in UTC, to the millisecond: the same times as the dashboard and herald audit
+    #: timeline show.
+    at: str
     kind: Literal["requested", "decision", "attempt", "outcome", "receipt"]
     #: The request (requested, decision).
     requestId: NotRequired[str]
@@ -185,7 +287,12 @@ class NotificationRecord(TypedDict):
     producer: NotRequired[str]
     source: str
     createdAt: int
-    status: Literal["pending", "accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected"]
+    #: Moves with the pipeline: pending; the dedupe decision about the first request (accepted, or
+    #: why not: duplicate, idempotent_replay, idempotency_conflict, rejected); routed once the
+    #: route stage made its deliveries (or the route stage's skip: rate_limited, digested,
+    #: opted_out, no_target); then, once every delivery has its final outcome, delivered (all),
+    #: partially_delivered (some), failed (none) or expired (none: every delivery expired).
+    status: Literal["pending", "accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected", "delivered", "partially_delivered", "failed", "expired"]
     timeline: list[TimelineEvent]
 
 
@@ -480,13 +587,16 @@ class DashboardShownTwiceDeliveries(TypedDict):
 
 class DashboardTimeline(TypedDict):
     notificationId: str
+    #: The notification's status, as GET /v1/notifications/{id} answers it
+    #: (NotificationRecord.status).
+    status: str
     events: list[DashboardTimelineEvents]
     verdict: DashboardTimelineVerdict
 
 
 class DashboardTimelineEvents(TypedDict):
     at: str
-    kind: Literal["request", "decision", "attempt", "outcome"]
+    kind: Literal["requested", "decision", "attempt", "outcome", "receipt"]
     text: str
     topic: str
     partition: int
@@ -505,6 +615,14 @@ DeviceRegistration: TypeAlias = Union["MobileDeviceRegistration", "WebDeviceRegi
 
 
 __all__ = [
+    "DeadLetter",
+    "DeadLetterRedriveMarker",
+    "DeadLetterCount",
+    "DeadLetterList",
+    "DeadLetterDetail",
+    "DeadLetterRedrive",
+    "RedriveReport",
+    "RedriveReportSkipped",
     "Target",
     "SendRequest",
     "NotificationStatus",
