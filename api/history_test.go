@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-
 	"github.com/heraldhq/herald/analytics/audit"
 	"github.com/heraldhq/herald/analytics/dashboard"
-	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/sdk"
 )
@@ -64,16 +61,8 @@ func TestTheRecordFromTheAuditIsTheFirstRequestAndEveryEventInTimeOrder(t *testi
 // is not even connected to Kafka) answers it with its whole timeline, and
 // the read model's size does not bound it.
 func TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince(t *testing.T) {
-	addr, db := testenv.ClickHouseDB(t)
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, _, db := testenv.AuditDB(t)
 	ctx := context.Background()
-	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
-		t.Fatal(err)
-	}
 	const id = "0f9e8d7c6b5a49382716f5e4d3c2b1a0"
 	at := time.Now().UTC().Add(-400 * 24 * time.Hour / 2) // two hundred days ago
 	exec := func(q string, args ...any) {

@@ -30,23 +30,8 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 		c.WaitForRoute = true
 		c.Now = func() time.Time { return now }
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		// Timers on stream time only: the rate window stays open.
-		err := routestage.Run(ctx, routestage.Options{
-			Instance:   stage.Instance{Brokers: p.brokers, Group: "g-route-" + p.cat.Name(""), InstanceID: "r1", Logger: p.cfg.Logger},
-			Catalog:    p.cat,
-			Policy:     policy,
-			TimerGrace: 100000 * time.Hour,
-		})
-		if err != nil {
-			t.Errorf("route stage: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	// Timers on stream time only: the rate window stays open.
+	p.startRoute(t, policy, 100000*time.Hour)
 
 	for _, d := range []struct{ path, body string }{
 		{"/v1/users/r1/devices/phone", `{"platform":"ios","token":"a"}`},
@@ -133,20 +118,7 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 // notifications, request id and deliveries, byte for byte.
 func TestAReplayAnswersTheOriginalsDeliveriesOnAnotherInstance(t *testing.T) {
 	p := startPipeline(t, func(c *Config) { c.WaitForRoute = true; c.InstanceID = "first" })
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err := routestage.Run(ctx, routestage.Options{
-			Instance: stage.Instance{Brokers: p.brokers, Group: "g-route-" + p.cat.Name(""), InstanceID: "r1", Logger: p.cfg.Logger},
-			Catalog:  p.cat,
-		})
-		if err != nil {
-			t.Errorf("route stage: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	p.startRoute(t, routestage.Policy{}, 0)
 	if a := p.call(t, "PUT", "/v1/users/rp/devices/phone", keyA, `{"platform":"ios","token":"aa"}`); a.status != 201 {
 		t.Fatalf("register: %d %s", a.status, a.body)
 	}
@@ -172,4 +144,26 @@ func TestAReplayAnswersTheOriginalsDeliveriesOnAnotherInstance(t *testing.T) {
 				prefer, again.status, again.header.Get(headerReplayed), again.body, first.body)
 		}
 	}
+}
+
+// startRoute runs a route stage over the pipeline's topics until the test
+// ends, with policy and TimerGrace grace (its default when 0).
+func (p *pipeline) startRoute(t *testing.T, policy routestage.Policy, grace time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := routestage.Run(ctx, routestage.Options{
+			Instance:   stage.Instance{Brokers: p.brokers, Group: "g-route-" + p.cat.Name(""), InstanceID: "r1", Logger: p.cfg.Logger},
+			Catalog:    p.cat,
+			Policy:     policy,
+			TimerGrace: grace,
+		})
+		if err != nil {
+			t.Errorf("route stage: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
 }

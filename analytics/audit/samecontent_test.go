@@ -9,11 +9,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/heraldhq/herald/analytics/audit"
-	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -29,16 +27,8 @@ type sent struct {
 // on the test ClickHouse server, as the audit writer would.
 func seed(t *testing.T, rows []sent) (driver.Conn, string) {
 	t.Helper()
-	addr, db := testenv.ClickHouseDB(t)
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, _, db := testenv.AuditDB(t)
 	ctx := context.Background()
-	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
-		t.Fatal(err)
-	}
 	for i, r := range rows {
 		ms := r.at.UnixMilli()
 		if r.channel == "" {

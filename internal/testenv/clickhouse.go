@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/heraldhq/herald/analytics/migrations"
 )
 
 // The ClickHouse test server (chDB, started by scripts/clickhouse/clickhouse
@@ -130,4 +133,20 @@ func chDBName(testName string) string {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:]) // never fails: crypto/rand crashes the program instead
 	return "herald_test_" + strings.Trim(b.String(), "_") + "_" + hex.EncodeToString(rnd[:])
+}
+
+// AuditDB is ClickHouseDB with herald's migrations applied: an empty audit
+// database, and a connection to it (closed when the test ends).
+func AuditDB(t testing.TB) (conn driver.Conn, addr, database string) {
+	t.Helper()
+	addr, database = ClickHouseDB(t)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: database}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := migrations.Apply(context.Background(), conn, migrations.Options{Database: database}); err != nil {
+		t.Fatalf("testenv: migrate ClickHouse database %s: %v", database, err)
+	}
+	return conn, addr, database
 }

@@ -14,10 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/heraldhq/herald/analytics/migrations"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -67,16 +65,8 @@ type DB struct {
 // herald's migrations and writes the known rows.
 func Populate(t testing.TB) *DB {
 	t.Helper()
-	addr, db := testenv.ClickHouseDB(t)
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, addr, db := testenv.AuditDB(t)
 	ctx := context.Background()
-	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
-		t.Fatal(err)
-	}
 	rows := Known(time.Now())
 	if err := Write(ctx, conn, db, rows); err != nil {
 		t.Fatal(err)
