@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"html"
 	"net/http"
 	"strconv"
 	"time"
@@ -41,6 +43,8 @@ var (
 	maxDashboardTime = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
+// getDashboardPage serves the page; with DashboardDevKey (herald dev), the
+// key field carries it, and the page uses it until the user gives another.
 func (s *Server) getDashboardPage(w http.ResponseWriter, _ *http.Request, _ principal) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
@@ -49,7 +53,11 @@ func (s *Server) getDashboardPage(w http.ResponseWriter, _ *http.Request, _ prin
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	w.Write(dashboard.Page())
+	page := dashboard.Page()
+	if k := s.cfg.DashboardDevKey; k != "" {
+		page = bytes.Replace(page, []byte(`<input id="api-key"`), []byte(`<input id="api-key" data-dev-key="`+html.EscapeString(k)+`"`), 1)
+	}
+	w.Write(page)
 }
 
 func (s *Server) getDashboardAsset(w http.ResponseWriter, r *http.Request, _ principal) {

@@ -261,3 +261,24 @@ func TestTheDashboardAnswers503WithRetryAfterWhileClickHouseIsDown(t *testing.T)
 		})
 	}
 }
+
+func TestThePageCarriesTheDevelopmentKeyOnlyWhereItIsGiven(t *testing.T) {
+	for _, c := range []struct {
+		name, key string
+		want      bool
+	}{
+		{"herald dev's page fills in the development key", DevAPIKey, true},
+		{"a deployment's page carries no key", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := unstarted(t, func(cfg *Config) { cfg.DashboardDevKey = c.key })
+			page := do(t, s, "GET", "/dashboard", "", "").Body.String()
+			if got := strings.Contains(page, `data-dev-key="`+DevAPIKey+`"`); got != c.want {
+				t.Fatalf("the page carries the development key: %v, want %v", got, c.want)
+			}
+			if !strings.Contains(page, `id="api-key"`) {
+				t.Fatal("the page lost its key field")
+			}
+		})
+	}
+}

@@ -90,6 +90,9 @@ type Config struct {
 	// they answer 503 dashboard-not-configured. The page (GET /dashboard)
 	// is served either way.
 	Dashboard *dashboard.Source
+	// DashboardDevKey is filled in on the dashboard page's key field: only
+	// herald dev's public development key (DevAPIKey), never a real one.
+	DashboardDevKey string
 	// AllowPrivateWebhooks accepts webhook endpoint URLs that are, or
 	// resolve to, private, loopback or link-local addresses (herald dev,
 	// tests); refused with a 422 otherwise (webhook.CheckURL).

@@ -340,7 +340,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	defer dashConn.Close()
 	apiSrv, err := api.New(api.Config{
-		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, RoutePolicy: routePolicy, WaitForRoute: true, ClientOpts: embedded.ClientOpts(),
+		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, RoutePolicy: routePolicy, WaitForRoute: true, ClientOpts: embedded.ClientOpts(), DashboardDevKey: devDashboardKey(c.apiKeys),
 		VAPIDPublicKey: vapid.PublicKey,
 		Dashboard:      &dashboard.Source{Conn: dashConn, Database: c.database},
 		// The local webhook receiver listens on loopback.
@@ -496,4 +496,13 @@ func maxTypeWindow(p dedupe.Policy) time.Duration {
 		m = max(m, w)
 	}
 	return time.Duration(m) * time.Millisecond
+}
+
+// devDashboardKey is the key the dashboard page fills in: the public
+// development key when herald dev accepts it (no --api-keys), else none.
+func devDashboardKey(apiKeys string) string {
+	if apiKeys != "" {
+		return ""
+	}
+	return api.DevAPIKey
 }

@@ -17,8 +17,10 @@
 
   const $ = (id) => document.getElementById(id);
 
+  // apiKey is the key the user gave in this tab, else the development key
+  // the page was served with (herald dev only: data-dev-key).
   function apiKey() {
-    return sessionStorage.getItem(keyName) || "";
+    return sessionStorage.getItem(keyName) || $("api-key").dataset.devKey || "";
   }
 
   function showProblem(text) {
@@ -91,8 +93,10 @@
         pointRadius: 3,
       };
     });
+    // A series of one or two hours is a bar a point: a line needs more.
+    const sparse = answer.series.every((s) => s.points.length <= 2);
     draw("chart-hit-rate", {
-      type: "line",
+      type: sparse ? "bar" : "line",
       data: { labels: hours.map(hourLabel), datasets },
       options: {
         scales: { y: { min: 0, max: 100, title: { display: true, text: "hit rate %" } } },
