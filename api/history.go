@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/heraldhq/herald/analytics/audit"
 	"github.com/heraldhq/herald/schemas"
@@ -41,8 +42,7 @@ func (s *Server) auditRecord(ctx context.Context, tenant, id string) (sdk.Notifi
 }
 
 // recordFromAudit is the API's record of notification id from its audit
-// timeline: the first request's fields (the audit keeps no body or
-// payload: those are left empty), its status (statusOf: the first
+// timeline: the first request's fields, its status (statusOf: the first
 // request's decisions and its deliveries' outcomes), and every request, decision, attempt,
 // outcome and receipt as a timeline event, in time order. false when the
 // timeline holds no request and no decision of id.
@@ -53,7 +53,10 @@ func recordFromAudit(tl *audit.Timeline, id string) (sdk.NotificationRecord, boo
 			continue
 		}
 		if rec.RequestID == "" {
-			rec.Type, rec.Recipient, rec.Title, rec.Locale, rec.Channels = r.Type, r.Recipient, r.Title, r.Locale, r.Channels
+			rec.Type, rec.Recipient, rec.Title, rec.Body, rec.Locale, rec.Channels = r.Type, r.Recipient, r.Title, r.Body, r.Locale, r.Channels
+			if r.Payload != "" {
+				rec.Payload = json.RawMessage(r.Payload)
+			}
 			rec.DedupeKey, rec.IdempotencyKey, rec.IDSource = r.DedupeKey, r.IdempotencyKey, r.IDSource
 			rec.RequestID, rec.Producer, rec.Source, rec.CreatedAt = r.RequestID, r.Producer, r.Source, r.At.UnixMilli()
 		}

@@ -19,7 +19,8 @@ func TestTheRecordFromTheAuditIsTheFirstRequestAndEveryEventInTimeOrder(t *testi
 	tl := &audit.Timeline{
 		Requests: []audit.Request{
 			{At: at.Add(time.Minute), RequestID: "r2", NotificationID: id, Type: "invoice.paid", Recipient: "u1", IDSource: "dedupe_key", DedupeKey: "k"},
-			{At: at, RequestID: "r1", NotificationID: id, Type: "invoice.paid", Recipient: "u1", IDSource: "dedupe_key", DedupeKey: "k", Title: "Paid", Source: "api"},
+			{At: at, RequestID: "r1", NotificationID: id, Type: "invoice.paid", Recipient: "u1", IDSource: "dedupe_key", DedupeKey: "k", Title: "Paid", Body: "Thanks",
+				Payload: `{"invoice":"inv_1"}`, Source: "api"},
 		},
 		Decisions: []audit.Decision{
 			{At: at.Add(time.Minute), Stage: "dedupe", Outcome: "duplicate", RequestID: "r2", NotificationID: id},
@@ -34,7 +35,7 @@ func TestTheRecordFromTheAuditIsTheFirstRequestAndEveryEventInTimeOrder(t *testi
 	if !ok {
 		t.Fatal("no record")
 	}
-	if rec.RequestID != "r1" || rec.Title != "Paid" || rec.Status != sdk.StatusDelivered || rec.CreatedAt != at.UnixMilli() {
+	if rec.RequestID != "r1" || rec.Title != "Paid" || rec.Body != "Thanks" || string(rec.Payload) != `{"invoice":"inv_1"}` || rec.Status != sdk.StatusDelivered || rec.CreatedAt != at.UnixMilli() {
 		t.Fatalf("record %+v; want the first request r1, delivered (its one delivery's outcome)", rec)
 	}
 	var kinds []string

@@ -79,6 +79,7 @@ type Request struct {
 	IdempotencyKey string    `ch:"idempotency_key"`
 	Title          string    `ch:"title"`
 	Body           string    `ch:"body"`
+	Payload        string    `ch:"payload"` // raw JSON, or empty
 	Locale         string    `ch:"locale"`
 	Channels       []string  `ch:"channels"`
 	Producer       string    `ch:"producer"`
@@ -215,7 +216,7 @@ func Load(ctx context.Context, conn driver.Conn, database string, sel Selector) 
 		where += " AND tenant = ?"
 		args = append(args, sel.Tenant)
 	}
-	if err := q.load(ctx, &tl.Requests, "requests", "at, request_id, notification_id, tenant, type, recipient, id_source, dedupe_key, idempotency_key, title, body, locale, channels, producer, source", where, args); err != nil {
+	if err := q.load(ctx, &tl.Requests, "requests", "at, request_id, notification_id, tenant, type, recipient, id_source, dedupe_key, idempotency_key, title, body, payload, locale, channels, producer, source", where, args); err != nil {
 		return nil, err
 	}
 	if err := q.load(ctx, &tl.Decisions, "decisions", "at, decision_id, stage, outcome, detail, request_id, notification_id, tenant, type, recipient, channel, delivery_ids, delivery_channels, delivery_devices, delivery_states, original_request_id, original_notification_id, original_at, original_outcome", where, args); err != nil {
