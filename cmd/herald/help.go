@@ -30,6 +30,7 @@ var examples = map[string]string{
 	"emulate fcm":     "herald emulate fcm --addr 127.0.0.1:4010 --credentials-out /tmp/fcm-emulator.json",
 	"emulate webhook": "HERALD_SECRET=whsec_... herald emulate webhook --addr 127.0.0.1:4020 --reset-rate 0.05",
 	"emulate webpush": "herald emulate webpush --addr 127.0.0.1:4030 --slow-rate 0.01",
+	"emulate smtp":    "herald emulate smtp --addr 127.0.0.1:2525 --http-addr 127.0.0.1:4040 --reset-rate 0.05 --perm-fail-rate 0.01",
 	"decode seen":     "kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen",
 	"decode request":  "kcat -C -t herald.requests -p 3 -o 7 -c 1 -e -f '%s' | herald decode request",
 	"decode decision": "kcat -C -t herald.decisions -p 3 -o 7 -c 1 -e -f '%s' | herald decode decision",
@@ -41,7 +42,8 @@ var examples = map[string]string{
 		"herald replay --stage route --config /etc/herald/herald.yaml",
 	"route": "herald route --config /etc/herald/herald.yaml --instance-id route-0 --rate-limits 'chat.message=5/1h' --metrics-addr :9464",
 	"sink": "herald sink --channel apns --config /etc/herald/herald.yaml --apns-key-file /etc/herald/AuthKey.p8 --apns-key-id ABC123 --apns-team-id TEAM42 --apns-topic com.example.app\n" +
-		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0",
+		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0\n" +
+		"HERALD_EMAIL_SMTP_PASSWORD=... herald sink --channel email --config /etc/herald/herald.yaml --email-smtp-host smtp.example.com --email-smtp-username herald --email-from 'Example <notifications@example.com>' --email-unsubscribe-url 'https://example.com/preferences?user={recipient}'",
 	"topics create": "herald topics create --brokers kafka-1:9092 --partitions 12 --replication 3",
 	"topics verify": "herald topics verify --config /etc/herald/herald.yaml",
 	"topics delete": "herald topics delete --brokers kafka-1:9092 --topic-prefix staging. --confirm staging.",
@@ -72,6 +74,7 @@ var verbSummaries = map[string]string{
 	"emulate fcm":     "run a local FCM HTTP v1 endpoint and its token endpoint, with fault injection",
 	"emulate webhook": "run a local webhook receiver that verifies Standard Webhooks signatures, with fault injection",
 	"emulate webpush": "run a local Web Push service answering RFC 8030 errors, with fault injection",
+	"emulate smtp":    "run a local SMTP server that keeps every message for inspection, with fault injection (4xx, 5xx, a cut after DATA, slow replies)",
 	"topics create":   "create every missing herald topic (idempotent) and report drift from the catalog; --fix-configs sets drifted configs back",
 	"topics verify":   "report drift of herald's topics from the catalog (missing topics, partitions, configs); exit 1 if there is any",
 	"topics delete":   "delete every topic of the catalog that exists, records and all (idempotent); --confirm repeats --topic-prefix",

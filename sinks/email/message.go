@@ -220,3 +220,32 @@ func (p *Provider) message(cmd *schemas.DeliveryCommand, to string, r Rendered, 
 	m.AddAlternativeString(mail.TypeTextHTML, r.HTML)
 	return m, nil
 }
+
+// TemplateFile is the templates file (JSON) the email sink reads: a
+// default for every type, and a template per type.
+//
+//	{"default": {"subject": "…", "text": "…", "html": "…"},
+//	 "types": {"invoice.paid": {"subject": "Invoice {{.Payload.invoice}} paid"}}}
+type TemplateFile struct {
+	Default Template            `json:"default"`
+	Types   map[string]Template `json:"types"`
+}
+
+// ReadTemplates reads and checks a templates file: every template parses.
+func ReadTemplates(b []byte) (TemplateFile, error) {
+	var f TemplateFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return f, fmt.Errorf("email: templates: %w", err)
+	}
+	if _, err := parse("default", f.Default); err != nil {
+		return f, err
+	}
+	for typ, t := range f.Types {
+		if _, err := parse(typ, t); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}

@@ -32,6 +32,7 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
+	mrand "math/rand/v2"
 	"mime"
 	"mime/multipart"
 	"net"
@@ -127,9 +128,10 @@ type Emulator struct {
 	certPEM []byte
 	log     *emulate.Log[Message]
 
-	mu     sync.Mutex
-	rules  []*Rule
-	faults Faults
+	mu                 sync.Mutex
+	rules              []*Rule
+	faults             Faults
+	tempRate, permRate float64
 	// sessions counts connections since Start; open and maxOpen the
 	// connections open now and at most.
 	sessions, open, maxOpen int
@@ -254,14 +256,27 @@ func (e *Emulator) answer(address string) Rule {
 		}
 		return *rule
 	}
-	s := emulate.Script{}
-	s.SetFaults(e.faults)
-	if r, _ := s.Answer(""); r.Reset {
+	x := mrand.Float64()
+	f := e.faults
+	if x < f.ResetRate {
 		return Rule{Cut: true}
-	} else if r.Delay > 0 {
-		return Rule{Delay: r.Delay}
+	} else if x < f.ResetRate+f.SlowRate {
+		return Rule{Delay: f.SlowDelay}
+	} else if x < f.ResetRate+f.SlowRate+e.tempRate {
+		return Rule{Code: 451, Enhanced: "4.3.0", Message: "injected temporary failure", At: AtData}
+	} else if x < f.ResetRate+f.SlowRate+e.tempRate+e.permRate {
+		return Rule{Code: 550, Enhanced: "5.1.1", Message: "injected: no such mailbox"}
 	}
 	return Rule{}
+}
+
+// SetFailureRates sets the share of transactions answered 451 4.3.0 after
+// the end of data (temp, the message not kept) and of recipients answered
+// 550 5.1.1 at RCPT TO (perm), drawn with the faults.
+func (e *Emulator) SetFailureRates(temp, perm float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.tempRate, e.permRate = temp, perm
 }
 
 // session is one SMTP connection's state.
