@@ -45,6 +45,10 @@ func TestAnEmailRegistrationThatBreaksARuleIsRefusedNamingTheField(t *testing.T)
 			t.Fatalf("PUT %s: status %d, want 503 (past validation): %s", body, w.Code, w.Body)
 		}
 	}
+	// Preferences name the email channel like the others.
+	if w := do(t, s, "PUT", "/v1/users/u1/preferences", keyA, `{"channels":{"email":false}}`); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("PUT preferences with email: status %d, want 503 (past validation): %s", w.Code, w.Body)
+	}
 }
 
 // TestAnEmailAddressRegistersAsADeviceOnTheRealBroker: PUT {"email": …}
