@@ -268,3 +268,24 @@ func TestSTARTTLSAndAUTHAreUsed(t *testing.T) {
 		t.Fatal("a certificate nobody trusts was accepted")
 	}
 }
+
+// TestAConnectionTheServerClosedWhileIdleIsReplacedWithoutAFailure: the
+// pool's connection is dropped by the server between two sends; the
+// second send dials again (nothing was sent on the dead one) and
+// succeeds.
+func TestAConnectionTheServerClosedWhileIdleIsReplacedWithoutAFailure(t *testing.T) {
+	e := startEmulator(t, emulator.Options{})
+	p := newProvider(t, e, email.Config{MaxConns: 1})
+	if res := send(p, command("ada@example.com"), 5*time.Second); res.Class != sinks.Success {
+		t.Fatalf("first send %+v", res)
+	}
+	e.DropConnections()
+	second := command("bob@example.com")
+	second.DeliveryID = identity.DeliveryID(nid, "other")
+	if res := send(p, second, 5*time.Second); res.Class != sinks.Success {
+		t.Fatalf("second send %s %s %v, want success on a new connection", res.Class, res.Rule, res.Err)
+	}
+	if total, _ := e.Connections(); total != 2 || e.Total() != 2 {
+		t.Fatalf("%d connections and %d messages, want 2 and 2", total, e.Total())
+	}
+}

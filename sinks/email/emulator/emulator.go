@@ -135,6 +135,7 @@ type Emulator struct {
 	// sessions counts connections since Start; open and maxOpen the
 	// connections open now and at most.
 	sessions, open, maxOpen int
+	conns                   map[*smtp.Conn]bool
 }
 
 // Start listens and serves until Close.
@@ -142,12 +143,13 @@ func Start(o Options) (*Emulator, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	e := &Emulator{o: o, log: emulate.NewLog[Message](o.MaxRecords)}
+	e := &Emulator{o: o, log: emulate.NewLog[Message](o.MaxRecords), conns: map[*smtp.Conn]bool{}}
 	s := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
 		e.mu.Lock()
 		e.sessions++
 		e.open++
 		e.maxOpen = max(e.maxOpen, e.open)
+		e.conns[c] = true
 		e.mu.Unlock()
 		return &session{e: e, conn: c}, nil
 	}))
@@ -382,8 +384,19 @@ func (s *session) Reset() {
 func (s *session) Logout() error {
 	s.e.mu.Lock()
 	s.e.open--
+	delete(s.e.conns, s.conn)
 	s.e.mu.Unlock()
 	return nil
+}
+
+// DropConnections closes every open SMTP connection, as a server does to
+// the ones idle past its timeout.
+func (e *Emulator) DropConnections() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for c := range e.conns {
+		c.Conn().Close()
+	}
 }
 
 // Connections returns the number of SMTP connections since Start and the
