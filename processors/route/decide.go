@@ -37,8 +37,8 @@
 //     channel (the feed) is then used if it was not already.
 //  5. Quiet hours, in the user's IANA time zone: push commands inside the
 //     window are deferred (kept in the state, decision deferred with the
-//     end) and released at the window's end; the feed item and email are
-//     not deferred.
+//     end) and released at the window's end; the feed item is not
+//     deferred, nor is email unless the type is listed in QuietEmail.
 //     Types listed as urgent go through. DST: "inside" is judged on the
 //     local wall clock, and the end is the first instant after the record
 //     time at which the local clock reads End; an End that falls in a
@@ -124,6 +124,9 @@ type Policy struct {
 	Digests map[string]Digest
 	// Urgent types ignore quiet hours.
 	Urgent map[string]bool
+	// QuietEmail types have their email deferred by quiet hours with the
+	// pushes; the others' email is never deferred.
+	QuietEmail map[string]bool
 	// Fallback channel by type, used when no push device is reachable.
 	Fallback map[string]string
 }
@@ -372,6 +375,9 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 		res.Decisions = append(res.Decisions, c)
 	}
 
+	if p.QuietEmail[n.Type] { // the type's email waits out quiet hours like its pushes
+		push, mail = append(push, mail...), nil
+	}
 	var until int64
 	if len(push) > 0 && !p.Urgent[n.Type] && prefs != nil && prefs.QuietHours != nil {
 		until, _ = QuietUntil(at, *prefs.QuietHours)
