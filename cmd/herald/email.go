@@ -39,7 +39,7 @@ func (e *emailFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.messageIDDomain, "email-message-id-domain", "", "the domain of every Message-ID, <deliveryId@DOMAIN> (default the sender's)")
 	fs.StringVar(&e.unsubscribeURL, "email-unsubscribe-url", "", "the recipient's preferences page for List-Unsubscribe, with {tenant}, {recipient}, {type}, {notification}, {delivery}; an https URL also gets RFC 8058 one-click (List-Unsubscribe-Post)")
 	fs.StringVar(&e.templates, "email-templates", "", `a JSON file of templates: {"default": {"subject","text","html"}, "types": {"TYPE": {...}}} (text/template; html/template for html)`)
-	fs.IntVar(&e.maxConns, "email-max-connections", 4, "most SMTP connections open at once (each reused for the next message)")
+	fs.IntVar(&e.maxConns, "email-max-connections", 4, "most SMTP connections open at once (each reused for the next message); a call waits for a free one within --call-timeout, so keep --max-in-flight a small multiple of it")
 	atLeast(fs, "email-max-connections", &e.maxConns, 1)
 	addCheck(fs, e.check)
 }

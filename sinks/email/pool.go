@@ -51,7 +51,7 @@ func (p *pool) get(ctx context.Context) (s *session, reused bool, err error) {
 		if now.Sub(s.lastUsed) < p.idleTO {
 			break
 		}
-		go s.close() // idle too long: the server may have dropped it
+		go s.close(true) // idle too long: the server may have dropped it
 		s = nil
 	}
 	p.mu.Unlock()
@@ -77,8 +77,15 @@ func (p *pool) get(ctx context.Context) (s *session, reused bool, err error) {
 // and it has not sent its share, else closed.
 func (p *pool) put(s *session, keep bool) {
 	defer func() { <-p.slots }()
-	if !s.raw.unbound() || !keep || s.sent >= p.perCon {
-		go s.close()
+	if !s.raw.unbound() || !keep {
+		// Mid-transaction, perhaps inside DATA: no QUIT (it would be
+		// message text); closing without the end-of-data mark makes the
+		// server drop any partial message.
+		s.close(false)
+		return
+	}
+	if s.sent >= p.perCon {
+		go s.close(true)
 		return
 	}
 	s.lastUsed = time.Now()
@@ -94,14 +101,17 @@ func (p *pool) close() {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, s := range idle {
-		s.close()
+		s.close(true)
 	}
 }
 
-// close says QUIT (bounded by a second) and closes the connection.
-func (s *session) close() {
-	s.raw.limitTo(time.Now().Add(time.Second))
-	_ = s.c.Quit()
+// close closes the connection, after a QUIT (bounded by a second) when
+// graceful: only between transactions.
+func (s *session) close(graceful bool) {
+	if graceful {
+		s.raw.limitTo(time.Now().Add(time.Second))
+		_ = s.c.Quit()
+	}
 	_ = s.raw.Close()
 }
 
