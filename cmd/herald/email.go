@@ -179,6 +179,7 @@ func runEmulateSMTP(ctx context.Context, args []string, stdout io.Writer) error 
 	tempRate := fs.Float64("temp-fail-rate", 0, "share of messages answered 451 4.3.0 after the end of data (not kept), in [0, 1]")
 	permRate := fs.Float64("perm-fail-rate", 0, "share of recipients answered 550 5.1.1 (no such mailbox) at RCPT TO, in [0, 1]")
 	useTLS := fs.Bool("tls", false, "offer STARTTLS with a self-signed certificate")
+	implicitTLS := fs.Bool("implicit-tls", false, "speak TLS from the start (port 465 style) with a self-signed certificate, instead of STARTTLS")
 	certOut := fs.String("cert-out", "", "write the STARTTLS certificate (PEM) here, for --email-ca-file")
 	certHosts := fs.String("cert-hosts", "", "host names or IPs, comma separated, the certificate names besides 127.0.0.1 and localhost (e.g. a compose service name)")
 	username := fs.String("username", "", "require AUTH PLAIN with this user name and --password")
@@ -193,15 +194,18 @@ func runEmulateSMTP(ctx context.Context, args []string, stdout io.Writer) error 
 				errs = append(errs, badField(r.name, "must be in [0, 1], got %v", r.v))
 			}
 		}
-		if *certOut != "" && !*useTLS {
-			errs = append(errs, badField("cert-out", "needs --tls"))
+		if *certOut != "" && !*useTLS && !*implicitTLS {
+			errs = append(errs, badField("cert-out", "needs --tls or --implicit-tls"))
+		}
+		if *useTLS && *implicitTLS {
+			errs = append(errs, badField("implicit-tls", "excludes --tls (STARTTLS)"))
 		}
 		return errors.Join(errs...)
 	})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	em, err := smtpemulator.Start(smtpemulator.Options{Addr: *addr, HTTPAddr: *httpAddr, TLS: *useTLS, CertHosts: strings.Split(*certHosts, ","),
+	em, err := smtpemulator.Start(smtpemulator.Options{Addr: *addr, HTTPAddr: *httpAddr, TLS: *useTLS, ImplicitTLS: *implicitTLS, CertHosts: strings.Split(*certHosts, ","),
 		Username: *username, Password: *password, Latency: ff.latency, MaxRecords: 10_000})
 	if err != nil {
 		return err

@@ -37,6 +37,7 @@ func TestTheEmailSinkAndTheSMTPEmulatorRefuseBadSettingsNamingThem(t *testing.T)
 		{"no connections at all is named", sinkCmd, email("--email-max-connections", "0"), "--email-max-connections"},
 		{"a failure rate above 1 is named", emulateCmd, []string{"smtp", "--perm-fail-rate", "2"}, "--perm-fail-rate"},
 		{"a certificate file without TLS is named", emulateCmd, []string{"smtp", "--cert-out", "x.pem"}, "--cert-out"},
+		{"STARTTLS and implicit TLS at once are refused", emulateCmd, []string{"smtp", "--tls", "--implicit-tls"}, "--implicit-tls"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -289,3 +289,23 @@ func TestAConnectionTheServerClosedWhileIdleIsReplacedWithoutAFailure(t *testing
 		t.Fatalf("%d connections and %d messages, want 2 and 2", total, e.Total())
 	}
 }
+
+// TestImplicitTLSIsUsed: against a server that speaks TLS from the start
+// and requires AUTH PLAIN, the adapter in implicit mode verifies its
+// certificate, authenticates and sends; in STARTTLS mode it cannot.
+func TestImplicitTLSIsUsed(t *testing.T) {
+	e := startEmulator(t, emulator.Options{ImplicitTLS: true, Username: "herald", Password: "s3cret"})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.CertPEM())
+	p := newProvider(t, e, email.Config{TLS: email.TLSImplicit, RootCAs: pool, Username: "herald", Password: "s3cret"})
+	if res := send(p, command("ada@example.com"), 5*time.Second); res.Class != sinks.Success {
+		t.Fatalf("result %s %s %v, want success", res.Class, res.Rule, res.Err)
+	}
+	plain := newProvider(t, e, email.Config{TLS: email.TLSStartTLS, RootCAs: pool, Username: "herald", Password: "s3cret"})
+	if res := send(plain, command("ada@example.com"), 2*time.Second); res.Class == sinks.Success {
+		t.Fatal("a plain-text greeting was read from a TLS server")
+	}
+	if len(e.Mailbox("ada@example.com")) != 1 {
+		t.Fatalf("the mailbox has %d messages, want 1", len(e.Mailbox("ada@example.com")))
+	}
+}

@@ -54,9 +54,10 @@ type Options struct {
 	// ("127.0.0.1:0" each by default).
 	Addr, HTTPAddr string
 	// TLS offers STARTTLS with a self-signed certificate for 127.0.0.1,
-	// localhost and CertHosts.
-	TLS       bool
-	CertHosts []string
+	// localhost and CertHosts; ImplicitTLS speaks TLS from the start
+	// instead (port 465 style), with the same certificate.
+	TLS, ImplicitTLS bool
+	CertHosts        []string
 	// Username and Password, when Username is set, are required with
 	// AUTH PLAIN before MAIL FROM.
 	Username, Password string
@@ -159,7 +160,7 @@ func Start(o Options) (*Emulator, error) {
 	s.MaxRecipients = 100
 	s.AllowInsecureAuth = true
 	s.ErrorLog = slogLogger{o.Logger}
-	if o.TLS {
+	if o.TLS || o.ImplicitTLS {
 		cert, pemBytes, err := selfSigned(o.CertHosts)
 		if err != nil {
 			return nil, fmt.Errorf("smtp emulator: certificate: %w", err)
@@ -171,6 +172,10 @@ func Start(o Options) (*Emulator, error) {
 	var err error
 	if e.ln, err = emulate.Listen("smtp emulator", o.Addr); err != nil {
 		return nil, err
+	}
+	if o.ImplicitTLS {
+		e.ln = tls.NewListener(e.ln, s.TLSConfig)
+		s.TLSConfig = nil // no STARTTLS inside TLS
 	}
 	if e.httpLn, err = emulate.Listen("smtp emulator (http)", o.HTTPAddr); err != nil {
 		e.ln.Close()
