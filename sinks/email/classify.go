@@ -3,7 +3,7 @@ package email
 import (
 	"errors"
 	"net/textproto"
-	"strconv"
+	"regexp"
 	"strings"
 
 	mail "github.com/wneessen/go-mail"
@@ -144,22 +144,12 @@ func replyOf(err error) (int, string) {
 		return 0, ""
 	}
 	enhanced, _, _ := strings.Cut(te.Msg, " ")
-	if !isEnhanced(enhanced) {
+	if !enhancedCode.MatchString(enhanced) {
 		enhanced = ""
 	}
 	return te.Code, enhanced
 }
 
-// isEnhanced reports whether s is an enhanced status code: class.subject.detail.
-func isEnhanced(s string) bool {
-	parts := strings.Split(s, ".")
-	if len(parts) != 3 || (parts[0] != "2" && parts[0] != "4" && parts[0] != "5") {
-		return false
-	}
-	for _, p := range parts[1:] {
-		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 999 || len(p) > 3 {
-			return false
-		}
-	}
-	return true
-}
+// enhancedCode matches an enhanced status code (RFC 3463):
+// class.subject.detail.
+var enhancedCode = regexp.MustCompile(`^[245]\.[0-9]{1,3}\.[0-9]{1,3}$`)

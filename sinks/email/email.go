@@ -338,7 +338,7 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 	if err != nil {
 		return sinks.Result{Class: sinks.Permanent, Rule: "bad_address", Reason: err.Error(), RetireDevice: true, Err: err}
 	}
-	for try := 0; ; try++ {
+	for {
 		s, reused, err := p.pool.get(ctx)
 		if err != nil {
 			return classifySession(err)
@@ -346,9 +346,11 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 		err = p.pool.client.SendWithSMTPClient(s.c, m)
 		res := classifySend(err)
 		s.sent++
-		p.pool.put(s, res.Class == sinks.Success && err == nil)
-		if reused && try == 0 && stale(err) {
-			continue // the server closed the idle connection: nothing was sent
+		p.pool.put(s, res.Class == sinks.Success)
+		if reused && stale(err) {
+			// The server closed the idle connection: nothing was sent.
+			// The next is another idle one, or a new one.
+			continue
 		}
 		if res.Class == sinks.Success {
 			// The server's reply ("2.0.0 Ok: queued as 4Zx…"), which
@@ -363,16 +365,13 @@ func (p *Provider) Send(ctx context.Context, cmd *schemas.DeliveryCommand) sinks
 }
 
 // stale reports whether a send on a reused connection failed because the
-// server had closed it: no reply, or 421, to the first command.
+// server had closed it: no reply, or 421, to the first command (MAIL FROM).
 func stale(err error) bool {
 	var se *gomail.SendError
-	if !errors.As(err, &se) {
+	if !errors.As(err, &se) || se.Reason != gomail.ErrSMTPMailFrom {
 		return false
 	}
-	if se.Reason == gomail.ErrConnCheck {
-		return true
-	}
-	return se.Reason == gomail.ErrSMTPMailFrom && (se.ErrorCode() == 0 || se.ErrorCode() == 421)
+	return se.ErrorCode() == 0 || se.ErrorCode() == 421
 }
 
 // Close closes the idle connections.

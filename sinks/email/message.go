@@ -135,13 +135,11 @@ func (t templates) render(d Data) (Rendered, error) {
 func DataOf(cmd *schemas.DeliveryCommand, unsubscribe string) Data {
 	d := Data{NotificationID: cmd.NotificationID, Type: cmd.Type, Tenant: cmd.Tenant, Recipient: cmd.Recipient,
 		Title: cmd.Title, Body: cmd.Body, Locale: cmd.Locale, UnsubscribeURL: unsubscribe}
-	if len(cmd.Payload) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(cmd.Payload))
-		dec.UseNumber() // numbers keep their text
-		var m map[string]any
-		if dec.Decode(&m) == nil {
-			d.Payload = m
-		}
+	dec := json.NewDecoder(bytes.NewReader(cmd.Payload))
+	dec.UseNumber() // numbers keep their text
+	var m map[string]any
+	if dec.Decode(&m) == nil { // not for an empty payload, or one that is no object
+		d.Payload = m
 	}
 	if s, ok := d.Payload["url"].(string); ok {
 		if u, err := url.Parse(s); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {

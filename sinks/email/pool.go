@@ -158,7 +158,6 @@ type conn struct {
 	mu    sync.Mutex
 	limit time.Time
 	stop  func() bool
-	done  context.Context
 }
 
 func (c *conn) limitTo(t time.Time) {
@@ -172,17 +171,14 @@ func (c *conn) limitTo(t time.Time) {
 func (c *conn) bound(ctx context.Context) {
 	dl, _ := ctx.Deadline()
 	c.limitTo(dl)
-	c.done = ctx
 	c.stop = context.AfterFunc(ctx, func() { c.limitTo(time.Unix(1, 0)) })
 }
 
-// unbound lifts the call's limit; false when the call's ctx ended first
-// (the connection may be mid-command: not reusable).
+// unbound lifts the call's limit; false when the call's cancellation has
+// already started cutting the connection (not reusable: its deadline is
+// being set to the past).
 func (c *conn) unbound() bool {
-	stopped := c.stop == nil || c.stop()
-	ended := c.done != nil && c.done.Err() != nil
-	c.stop, c.done = nil, nil
-	if !stopped || ended {
+	if !c.stop() {
 		return false
 	}
 	c.limitTo(time.Time{})

@@ -309,3 +309,118 @@ func TestImplicitTLSIsUsed(t *testing.T) {
 		t.Fatalf("the mailbox has %d messages, want 1", len(e.Mailbox("ada@example.com")))
 	}
 }
+
+// TestAConnectionSendsAtMostMaxPerConnMessages: with MaxPerConn 2, three
+// sends one after another take two connections.
+func TestAConnectionSendsAtMostMaxPerConnMessages(t *testing.T) {
+	e := startEmulator(t, emulator.Options{})
+	p := newProvider(t, e, email.Config{MaxPerConn: 2})
+	for i := range 3 {
+		cmd := command("ada@example.com")
+		cmd.DeliveryID = identity.DeliveryID(nid, fmt.Sprint("d", i))
+		if res := send(p, cmd, 5*time.Second); res.Class != sinks.Success {
+			t.Fatalf("send %d: %+v", i, res)
+		}
+	}
+	if total, _ := e.Connections(); total != 2 {
+		t.Fatalf("%d connections, want 2", total)
+	}
+}
+
+// TestAConnectionIdlePastItsTimeoutIsNotReused: with an IdleTimeout of a
+// nanosecond, every send dials.
+func TestAConnectionIdlePastItsTimeoutIsNotReused(t *testing.T) {
+	e := startEmulator(t, emulator.Options{})
+	p := newProvider(t, e, email.Config{IdleTimeout: time.Nanosecond})
+	for i := range 2 {
+		cmd := command("ada@example.com")
+		cmd.DeliveryID = identity.DeliveryID(nid, fmt.Sprint("d", i))
+		if res := send(p, cmd, 5*time.Second); res.Class != sinks.Success {
+			t.Fatalf("send %d: %+v", i, res)
+		}
+	}
+	if total, _ := e.Connections(); total != 2 {
+		t.Fatalf("%d connections, want 2", total)
+	}
+}
+
+// TestEveryDeadIdleConnectionIsPassedOver: two idle connections, both
+// closed by the server; the next send passes over both and dials.
+func TestEveryDeadIdleConnectionIsPassedOver(t *testing.T) {
+	e := startEmulator(t, emulator.Options{Latency: 100 * time.Millisecond})
+	p := newProvider(t, e, email.Config{MaxConns: 2})
+	var wg sync.WaitGroup
+	for i := range 2 { // at once: two connections
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := command("ada@example.com")
+			cmd.DeliveryID = identity.DeliveryID(nid, fmt.Sprint("d", i))
+			if res := send(p, cmd, 5*time.Second); res.Class != sinks.Success {
+				t.Errorf("send %d: %+v", i, res)
+			}
+		}()
+	}
+	wg.Wait()
+	if total, _ := e.Connections(); total != 2 {
+		t.Fatalf("%d connections after two sends at once, want 2", total)
+	}
+	e.DropConnections()
+	if res := send(p, command("bob@example.com"), 5*time.Second); res.Class != sinks.Success {
+		t.Fatalf("send after the drop: %s %s %v, want success", res.Class, res.Rule, res.Err)
+	}
+	if total, _ := e.Connections(); total != 3 {
+		t.Fatalf("%d connections, want 3", total)
+	}
+}
+
+// TestMailFromRepliesOnAReusedConnection: a 421 to MAIL FROM on a reused
+// connection (the server is closing it) is sent again on a new one; a 550
+// is the sender's refusal, permanent, and not sent again.
+func TestMailFromRepliesOnAReusedConnection(t *testing.T) {
+	rows := []struct {
+		name  string
+		rule  emulator.Rule
+		class sinks.Class
+		rule2 string
+		conns int
+	}{
+		{"a 421 is sent again on a new connection", emulator.Rule{Code: 421, Enhanced: "4.4.2", Times: 1}, sinks.Success, "accepted", 2},
+		{"a 550 refuses the sender", emulator.Rule{Code: 550, Enhanced: "5.7.1"}, sinks.Permanent, "sender_refused", 1},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			e := startEmulator(t, emulator.Options{})
+			p := newProvider(t, e, email.Config{})
+			if res := send(p, command("ada@example.com"), 5*time.Second); res.Class != sinks.Success {
+				t.Fatalf("first send %+v", res)
+			}
+			r.rule.Address, r.rule.At = "no-reply@herald.test", emulator.AtMail
+			e.AddRule(r.rule)
+			second := command("bob@example.com")
+			second.DeliveryID = identity.DeliveryID(nid, "other")
+			res := send(p, second, 5*time.Second)
+			if res.Class != r.class || res.Rule != r.rule2 {
+				t.Fatalf("second send %s %s %v, want %s %s", res.Class, res.Rule, res.Err, r.class, r.rule2)
+			}
+			if total, _ := e.Connections(); total != r.conns {
+				t.Fatalf("%d connections, want %d", total, r.conns)
+			}
+		})
+	}
+}
+
+// TestTheAttemptNamesTheServersReply: a success carries the server's final
+// reply (its queue id, in real servers) as the provider's message id; a
+// failure carries none.
+func TestTheAttemptNamesTheServersReply(t *testing.T) {
+	e := startEmulator(t, emulator.Options{})
+	p := newProvider(t, e, email.Config{})
+	if res := send(p, command("ada@example.com"), 5*time.Second); res.Class != sinks.Success || !strings.Contains(res.MessageID, "queued") {
+		t.Fatalf("result %+v, want success with the server's reply", res)
+	}
+	e.AddRule(emulator.Rule{Address: "bob@example.com", Code: 554, At: emulator.AtData})
+	if res := send(p, command("bob@example.com"), 5*time.Second); res.Class != sinks.Permanent || res.MessageID != "" {
+		t.Fatalf("result %+v, want permanent without a message id", res)
+	}
+}

@@ -73,6 +73,7 @@ type Phase string
 
 // Phases a rule answers at.
 const (
+	AtMail Phase = "mail" // MAIL FROM; the rule's Address is the sender's
 	AtRcpt Phase = "rcpt"
 	AtData Phase = "data" // the final reply, after the end of data
 )
@@ -248,12 +249,13 @@ func (e *Emulator) Close() error {
 }
 
 // answer returns the rule for a transaction to address: the first
-// matching rule (used up after Times), or a random fault, or none.
-func (e *Emulator) answer(address string) Rule {
+// matching rule (used up after Times), or a random fault, or none. With
+// mail set it is the sender's MAIL FROM, which only AtMail rules answer.
+func (e *Emulator) answer(address string, mail bool) Rule {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, rule := range e.rules {
-		if rule.Address != "" && !strings.EqualFold(rule.Address, address) {
+		if (rule.Address != "" && !strings.EqualFold(rule.Address, address)) || (rule.At == AtMail) != mail {
 			continue
 		}
 		if rule.Times > 0 {
@@ -262,6 +264,9 @@ func (e *Emulator) answer(address string) Rule {
 			}
 		}
 		return *rule
+	}
+	if mail {
+		return Rule{}
 	}
 	x := mrand.Float64()
 	f := e.faults
@@ -317,12 +322,15 @@ func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 	if s.e.o.Username != "" && !s.authed {
 		return smtp.ErrAuthRequired
 	}
+	if r := s.e.answer(from, true); r.Code != 0 {
+		return replyError(r)
+	}
 	s.from = from
 	return nil
 }
 
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
-	r := s.e.answer(to)
+	r := s.e.answer(to, false)
 	if r.Code != 0 && r.At != AtData {
 		return replyError(r)
 	}
