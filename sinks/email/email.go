@@ -8,7 +8,8 @@
 // An address is registered as a device of platform "email" whose token is
 // the address (PUT /v1/users/{id}/devices/{dev} with {"email": …}); the
 // route stage sends it the notifications that ask for the email channel,
-// never deferred by quiet hours.
+// not deferred by quiet hours (unless the type is in the route stage's
+// --quiet-email-types).
 //
 // # Identity
 //
@@ -55,8 +56,8 @@
 //	-                  no connection free in time      retryable   not_sent
 //
 // A reused connection the server closed while it was idle fails at MAIL
-// FROM with no reply or with 421: the call dials a new one once, since
-// nothing was sent.
+// FROM with no reply or with 421: nothing was sent, so the call passes
+// over it to the next idle connection, or a new one.
 package email
 
 import (
