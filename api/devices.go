@@ -11,12 +11,16 @@ import (
 
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
+	"github.com/heraldhq/herald/sinks/email"
 	"github.com/heraldhq/herald/topics"
 )
 
 func deviceOut(d schemas.Device) sdk.Device {
 	out := sdk.Device{UserID: d.Recipient, DeviceID: d.DeviceID, Platform: d.Platform, Token: d.Token,
 		Locale: d.Locale, TimeZone: d.TimeZone, Enabled: d.Enabled, Tags: d.Tags, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
+	if d.Platform == sdk.PlatformEmail { // the address is the device's token on herald.devices
+		out.Email, out.Token = d.Token, ""
+	}
 	if d.WebPush != nil {
 		out.WebPush = &sdk.WebPushSubscription{Endpoint: d.WebPush.Endpoint, P256dh: d.WebPush.P256dh, Auth: d.WebPush.Auth}
 	}
@@ -69,11 +73,23 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 		return
 	}
 	d := schemas.Device{Tenant: p.tenant, Recipient: user, DeviceID: device, Enabled: true}
-	d.Platform = f.text("platform", true, 16)
-	if d.Platform != "" && !slices.Contains([]string{sdk.PlatformIOS, sdk.PlatformAndroid, sdk.PlatformWeb}, d.Platform) {
-		f.fail("platform", "must be ios, android or web")
+	d.Platform = f.text("platform", !f.has("email"), 16)
+	if d.Platform == "" && f.has("email") {
+		d.Platform = sdk.PlatformEmail // {"email": …} alone registers an address
+	}
+	if d.Platform != "" && !slices.Contains([]string{sdk.PlatformIOS, sdk.PlatformAndroid, sdk.PlatformWeb, sdk.PlatformEmail}, d.Platform) {
+		f.fail("platform", "must be ios, android, web or email")
 	}
 	d.Token = f.text("token", false, 4096)
+	if f.has("email") {
+		addr := f.text("email", true, 254)
+		if err := email.CheckAddress(addr); addr != "" && err != nil {
+			f.fail("email", err.Error())
+		}
+		if d.Platform == sdk.PlatformEmail {
+			d.Token = addr // an address is its device's token (sinks/email)
+		}
+	}
 	if wp := f.child("webPush"); wp != nil {
 		sub := &schemas.WebPushSubscription{
 			Endpoint: wp.text("endpoint", true, 2048),
@@ -115,6 +131,19 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, p principal) 
 		if f.has("token") {
 			f.fail("token", "is not used by web devices (send webPush)")
 		}
+	case sdk.PlatformEmail:
+		if !f.has("email") {
+			f.fail("email", "is required for email")
+		}
+		if f.has("token") {
+			f.fail("token", "is not used by email devices (send email)")
+		}
+		if f.has("webPush") {
+			f.fail("webPush", "is only for web devices")
+		}
+	}
+	if f.has("email") && d.Platform != sdk.PlatformEmail && d.Platform != "" {
+		f.fail("email", "is only for email devices (platform email)")
 	}
 	if !f.valid(w) || !s.replicaReady(w) {
 		return

@@ -414,7 +414,7 @@ type DeliveryCommand struct {
 	Type         string               `json:"type"`
 	Recipient    string               `json:"recipient"`
 	DeviceID     string               `json:"deviceId"`
-	Channel      string               `json:"channel" jsonschema:"enum=apns,enum=fcm,enum=webpush,enum=feed,enum=webhook"`
+	Channel      string               `json:"channel" jsonschema:"enum=apns,enum=fcm,enum=webpush,enum=feed,enum=webhook,enum=email"`
 	Token        string               `json:"token,omitempty"`
 	WebPush      *WebPushSubscription `json:"webPush,omitempty"`
 	CollapseID   string               `json:"collapseId"`
@@ -507,13 +507,14 @@ type Outcome struct {
 func (Outcome) SchemaName() string { return OutcomeV1 }
 
 // Device is one registered device of a user, on the compacted topic
-// herald.devices, keyed by DeviceKey. A tombstone deletes it.
+// herald.devices, keyed by DeviceKey. A tombstone deletes it. A device of
+// platform email is a registered address: Token holds the address.
 type Device struct {
 	Schema    string               `json:"schema"`
 	Tenant    string               `json:"tenant"`
 	Recipient string               `json:"recipient"`
 	DeviceID  string               `json:"deviceId"`
-	Platform  string               `json:"platform" jsonschema:"enum=ios,enum=android,enum=web"`
+	Platform  string               `json:"platform" jsonschema:"enum=ios,enum=android,enum=web,enum=email"`
 	Token     string               `json:"token,omitempty"`
 	WebPush   *WebPushSubscription `json:"webPush,omitempty"`
 	Locale    string               `json:"locale,omitempty"`

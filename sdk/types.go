@@ -322,6 +322,9 @@ const (
 	PlatformIOS     = "ios"
 	PlatformAndroid = "android"
 	PlatformWeb     = "web"
+	// PlatformEmail is a registered email address (Email), delivered on
+	// the email channel.
+	PlatformEmail = "email"
 )
 
 // WebPushSubscription is a browser's PushSubscription, as the device
@@ -334,8 +337,11 @@ type DeviceRegistration struct {
 	Platform string               `json:"platform"`
 	Token    string               `json:"token,omitempty"`
 	WebPush  *WebPushSubscription `json:"webPush,omitempty"`
-	Locale   string               `json:"locale,omitempty"`
-	TimeZone string               `json:"timeZone,omitempty"`
+	// Email is the address of an email device (platform email, which
+	// may then be omitted).
+	Email    string `json:"email,omitempty"`
+	Locale   string `json:"locale,omitempty"`
+	TimeZone string `json:"timeZone,omitempty"`
 	// Enabled is true when omitted.
 	Enabled *bool `json:"enabled,omitempty"`
 	// Tags label the device for target kind tag (at most 64, distinct).
@@ -344,17 +350,19 @@ type DeviceRegistration struct {
 
 // Device is a registered device of a user.
 type Device struct {
-	UserID    string               `json:"userId"`
-	DeviceID  string               `json:"deviceId"`
-	Platform  string               `json:"platform"`
-	Token     string               `json:"token,omitempty"`
-	WebPush   *WebPushSubscription `json:"webPush,omitempty"`
-	Locale    string               `json:"locale,omitempty"`
-	TimeZone  string               `json:"timeZone,omitempty"`
-	Enabled   bool                 `json:"enabled"`
-	Tags      []string             `json:"tags,omitempty"`
-	CreatedAt int64                `json:"createdAt"`
-	UpdatedAt int64                `json:"updatedAt"`
+	UserID   string               `json:"userId"`
+	DeviceID string               `json:"deviceId"`
+	Platform string               `json:"platform"`
+	Token    string               `json:"token,omitempty"`
+	WebPush  *WebPushSubscription `json:"webPush,omitempty"`
+	// Email is the address of an email device.
+	Email     string   `json:"email,omitempty"`
+	Locale    string   `json:"locale,omitempty"`
+	TimeZone  string   `json:"timeZone,omitempty"`
+	Enabled   bool     `json:"enabled"`
+	Tags      []string `json:"tags,omitempty"`
+	CreatedAt int64    `json:"createdAt"`
+	UpdatedAt int64    `json:"updatedAt"`
 	// ReceiptToken is answered once, by the registration (PUT) of a web
 	// device: the device's bearer token for POST /v1/receipts and PUT
 	// /v1/device/webpush. herald keeps only its hash; registering the

@@ -6,7 +6,7 @@
 // adapter with many calls in flight, classifies every result, and commits
 // attempts, outcomes, dead letters and device retirements to Kafka in
 // transactions. A provider adapter (sinks/apns, sinks/fcm, sinks/webpush,
-// sinks/webhook) only makes one call and classifies its result; everything
+// sinks/email, sinks/webhook) only makes one call and classifies its result; everything
 // else is here, once. An adapter whose invalidated target is not a device
 // (a webhook endpoint) is a Retirer: its records replace the device update. A channel whose delivery is a Kafka write (sinks/feed) is a Writer:
 // its records commit in the transaction that consumes the command, with the

@@ -19,7 +19,7 @@ import (
 
 // Channels a notification may ask for (and a recipient's preferences name):
 // each has a delivery topic and a sink.
-var Channels = []string{"apns", "fcm", "webpush", "feed"}
+var Channels = []string{"apns", "fcm", "webpush", "feed", "email"}
 
 // Webhook is the outbound webhooks' channel: a delivery topic and a sink
 // like the others, fed by the webhook fan-out (sinks/webhook) from

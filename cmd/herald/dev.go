@@ -33,6 +33,7 @@ import (
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
+	"github.com/heraldhq/herald/sinks/email"
 	"github.com/heraldhq/herald/sinks/feed"
 	"github.com/heraldhq/herald/sinks/webhook"
 	whemulator "github.com/heraldhq/herald/sinks/webhook/emulator"
@@ -68,6 +69,12 @@ type devConfig struct {
 	// webpush pushes to the subscriptions' push services with the VAPID
 	// keys kept in the state dir (made on first start).
 	webpush webpushFlags
+	// emailEmulator sends email to a local SMTP emulator at
+	// emailEmulatorAddr (its messages on emailEmulatorHTTP); false sends
+	// it to the server of the --email-* flags.
+	emailEmulator                        bool
+	emailEmulatorAddr, emailEmulatorHTTP string
+	email                                emailFlags
 	// webhookEmulatorAddr is where the local webhook receiver listens
 	// (endpoints registered at http://ADDR/hooks/NAME; it verifies with
 	// every registered endpoint's secret).
@@ -97,6 +104,10 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&c.fcmEmulator, "fcm-emulator", true, "send FCM messages to a local emulator (false: to Google, with the --fcm-* flags)")
 	fs.StringVar(&c.fcmEmulatorAddr, "fcm-emulator-addr", "127.0.0.1:0", "address of the local FCM emulator (its messages: http://ADDR/emulator/messages)")
 	c.fcm.register(fs)
+	fs.BoolVar(&c.emailEmulator, "email-emulator", true, "send email to a local SMTP emulator (false: to the server of the --email-* flags)")
+	fs.StringVar(&c.emailEmulatorAddr, "email-emulator-addr", "127.0.0.1:0", "SMTP address of the local SMTP emulator")
+	fs.StringVar(&c.emailEmulatorHTTP, "email-emulator-http-addr", "127.0.0.1:0", "address of the SMTP emulator's inspection API (its messages: http://ADDR/emulator/messages)")
+	c.email.register(fs)
 	fs.StringVar(&c.webhookEmulatorAddr, "webhook-emulator-addr", "127.0.0.1:0", "address of the local webhook receiver (register endpoints at http://ADDR/hooks/NAME; its messages: http://ADDR/emulator/messages)")
 	fs.StringVar(&c.webpush.subscriber, "webpush-subscriber", "mailto:dev@herald.invalid", "the VAPID contact of Web Push (the keys are kept in --state-dir)")
 	if err := parseFlags(fs, args); err != nil {
@@ -282,10 +293,17 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: webpush: %w", err)
 	}
 	defer webpushProvider.CloseIdleConnections()
+	// Email, by default to the local SMTP emulator.
+	emailProvider, emailNote, err := devEmail(c.emailEmulator, c.emailEmulatorAddr, c.emailEmulatorHTTP, &c.email, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer emailProvider.close()
 	for _, s := range []struct {
 		channel string
 		p       sinks.Provider
-	}{{"fcm", fcmProvider.p}, {"webpush", webpushProvider}, {feed.Channel, feed.New(cat)}} {
+	}{{"fcm", fcmProvider.p}, {"webpush", webpushProvider}, {feed.Channel, feed.New(cat)}, {email.Channel, emailProvider.p}} {
 		if err := goSink(s.channel, s.p); err != nil {
 			ln.Close()
 			return err
@@ -364,8 +382,8 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 			errc <- fmt.Errorf("dev: http: %w", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "herald dev is up: http://%s (demo page, API, openapi.json, dashboard, livez, readyz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · webhook receiver %s/hooks/NAME (messages: %s/emulator/messages) · state %s\n",
-		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, fcmNote, receiver.URL(), receiver.URL(), c.stateDir)
+	fmt.Fprintf(stdout, "herald dev is up: http://%s (demo page, API, openapi.json, dashboard, livez, readyz, metrics) · kafka %s · clickhouse native %s, http %s · %s · %s · %s · webhook receiver %s/hooks/NAME (messages: %s/emulator/messages) · state %s\n",
+		ln.Addr(), brokers[0], ch.TCPAddr(), ch.HTTPAddr(), apnsNote, fcmNote, emailNote, receiver.URL(), receiver.URL(), c.stateDir)
 
 	var runErr error
 	select {

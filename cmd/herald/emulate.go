@@ -28,8 +28,11 @@ func runEmulate(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "webpush" {
 		return runEmulateWebPush(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "smtp" {
+		return runEmulateSMTP(ctx, args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "apns" {
-		return fmt.Errorf("%w: herald emulate apns|fcm|webhook|webpush [flags]", errUsage)
+		return fmt.Errorf("%w: herald emulate apns|fcm|smtp|webhook|webpush [flags]", errUsage)
 	}
 	fs := newFlagSet("emulate apns")
 	addr := fs.String("addr", "127.0.0.1:2197", "address to listen on")

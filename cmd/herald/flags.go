@@ -448,6 +448,8 @@ var secretFlags = map[string]bool{
 	"hash-key":                  true,
 	"api-key":                   true, // herald bench api's key
 	"secret":                    true, // herald emulate webhook's whsec_ secrets
+	"email-smtp-password":       true,
+	"password":                  true, // herald emulate smtp's AUTH password
 }
 
 // shown is how a value appears in a message: quoted, or hidden when the

@@ -39,6 +39,7 @@ var examples = map[string]string{
 	"deadletters show": "herald deadletters show 3-1042 --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000",
 	"deadletters redrive": "herald deadletters redrive --channel apns --error ExpiredProviderToken --since 24h --reason 'APNs key renewed' --dry-run\n" +
 		"herald deadletters redrive --id 3-1042,0-17 --reason 'endpoint back up' --by alice",
+	"emulate smtp":    "herald emulate smtp --addr 127.0.0.1:2525 --http-addr 127.0.0.1:4040 --reset-rate 0.05 --perm-fail-rate 0.01",
 	"decode seen":     "kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen",
 	"decode request":  "kcat -C -t herald.requests -p 3 -o 7 -c 1 -e -f '%s' | herald decode request",
 	"decode decision": "kcat -C -t herald.decisions -p 3 -o 7 -c 1 -e -f '%s' | herald decode decision",
@@ -52,7 +53,8 @@ var examples = map[string]string{
 		"herald replay --config /etc/herald/herald.yaml --what-if --from 2026-11-30 --until 2026-12-01 --what-if-config candidate.yaml --json",
 	"route": "herald route --config /etc/herald/herald.yaml --instance-id route-0 --rate-limits 'chat.message=5/1h' --metrics-addr :9464",
 	"sink": "herald sink --channel apns --config /etc/herald/herald.yaml --apns-key-file /etc/herald/AuthKey.p8 --apns-key-id ABC123 --apns-team-id TEAM42 --apns-topic com.example.app\n" +
-		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0",
+		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0\n" +
+		"HERALD_EMAIL_SMTP_PASSWORD=... herald sink --channel email --config /etc/herald/herald.yaml --email-smtp-host smtp.example.com --email-smtp-username herald --email-from 'Example <notifications@example.com>' --email-unsubscribe-url 'https://example.com/preferences?user={recipient}'",
 	"topics create": "herald topics create --brokers kafka-1:9092 --partitions 12 --replication 3",
 	"topics verify": "herald topics verify --config /etc/herald/herald.yaml",
 	"topics delete": "herald topics delete --brokers kafka-1:9092 --topic-prefix staging. --confirm staging.",
@@ -86,6 +88,7 @@ var verbSummaries = map[string]string{
 	"emulate fcm":         "run a local FCM HTTP v1 endpoint and its token endpoint, with fault injection",
 	"emulate webhook":     "run a local webhook receiver that verifies Standard Webhooks signatures, with fault injection",
 	"emulate webpush":     "run a local Web Push service answering RFC 8030 errors, with fault injection",
+	"emulate smtp":        "run a local SMTP server that keeps every message for inspection, with fault injection (4xx, 5xx, a cut after DATA, slow replies)",
 	"topics create":       "create every missing herald topic (idempotent) and report drift from the catalog; --fix-configs sets drifted configs back",
 	"topics verify":       "report drift of herald's topics from the catalog (missing topics, partitions, configs); exit 1 if there is any",
 	"topics delete":       "delete every topic of the catalog that exists, records and all (idempotent); --confirm repeats --topic-prefix",

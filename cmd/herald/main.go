@@ -4,8 +4,8 @@
 //	herald dev                 run everything in one process (kfake, chDB, emulators)
 //	herald id ...              print a canonical notification id
 //	herald topics create|verify|delete
-//	herald sink --channel C    deliver one channel's pushes (apns, fcm, webpush, feed)
-//	herald emulate apns|fcm|webhook|webpush  a local APNs, FCM, webhook receiver or Web Push service
+//	herald sink --channel C    deliver one channel's pushes (apns, fcm, webpush, feed, email)
+//	herald emulate apns|fcm|smtp|webhook|webpush  a local APNs, FCM, SMTP server, webhook receiver or Web Push service
 //
 // Every flag can also be set from the environment: --brokers is
 // HERALD_BROKERS, --state-dir is HERALD_STATE_DIR, and so on (upper case,
@@ -52,13 +52,13 @@ func commands() []command {
 		{"dedupe", "run the dedupe stage (idempotency and windowed dedupe)", runDedupe},
 		{"doctor", "check a running deployment against what herald depends on (replication, min.insync.replicas, the transaction state log, unclean leader election, topic configs, hanging transactions, lag, migrations): one line per check, exit 1 on a failure", runDoctor},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
-		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection), fcm (HTTP v1 and its token endpoint), webhook (a receiver verifying Standard Webhooks signatures) or webpush (a push service answering RFC 8030 errors)", runEmulate},
+		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection), fcm (HTTP v1 and its token endpoint), smtp (an SMTP server keeping every message, with faults), webhook (a receiver verifying Standard Webhooks signatures) or webpush (a push service answering RFC 8030 errors)", runEmulate},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
 		{"probe", "exit 0 when a URL answers 200 (the containers' healthcheck: herald probe http://127.0.0.1:9464/readyz)", runProbe},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
 		{"route", "run the route stage (rate limits, digests, preferences, quiet hours, fan-out to devices)", runRoute},
 		{"replay", "re-run requests through the dedupe stage (or, with --stage route, accepted notifications through the route stage) in a sandbox and diff with the record; with --what-if, re-run a window under another policy and report what would change", runReplay},
-		{"sink", "run a channel's sink (--channel apns|fcm|webpush|feed|webhook): deliver with a sent-set, safe retries and dead letters", runSink},
+		{"sink", "run a channel's sink (--channel apns|fcm|webpush|feed|email|webhook): deliver with a sent-set, safe retries and dead letters", runSink},
 		{"topics", "create, verify or delete herald's Kafka topics (create|verify|delete)", runTopics},
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })

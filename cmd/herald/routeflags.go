@@ -14,13 +14,14 @@ import (
 // routeFlags are the route policy flags. herald route decides with them;
 // herald dev, api (explain) and replay must be given the same values.
 type routeFlags struct {
-	rates, digests, urgent, fallback string
+	rates, digests, urgent, fallback, quietEmail string
 }
 
 func (r *routeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.rates, "rate-limits", "", "rate limits per type or tenant/type, fixed windows, e.g. 'chat.message=5/1h,acme/promo=1/24h'")
 	fs.StringVar(&r.digests, "digests", "", "digest windows per type, optionally with a digest key, e.g. 'comment.added=15m,like=1h:social'")
 	fs.StringVar(&r.urgent, "urgent-types", "", "types that go through quiet hours, comma separated")
+	fs.StringVar(&r.quietEmail, "quiet-email-types", "", "types whose email waits out the recipient's quiet hours like their pushes, comma separated (other types' email is never deferred)")
 	fs.StringVar(&r.fallback, "fallback-channels", "", "channel per type when no device is reachable, e.g. 'invoice.paid=feed' (feed is the only deviceless channel)")
 	addCheck(fs, func() error { _, err := r.policy(); return err })
 }
@@ -28,7 +29,7 @@ func (r *routeFlags) register(fs *flag.FlagSet) {
 // policy returns the route policy; its error names every bad flag and
 // entry.
 func (r *routeFlags) policy() (route.Policy, error) {
-	p := route.Policy{Rates: map[string]route.RateLimit{}, Digests: map[string]route.Digest{}, Urgent: map[string]bool{}, Fallback: map[string]string{}}
+	p := route.Policy{Rates: map[string]route.RateLimit{}, Digests: map[string]route.Digest{}, Urgent: map[string]bool{}, Fallback: map[string]string{}, QuietEmail: map[string]bool{}}
 	errs := eachPair("rate-limits", r.rates, func(typ, v string) error {
 		n, w, ok := strings.Cut(v, "/")
 		max, err := strconv.Atoi(n)
@@ -61,6 +62,11 @@ func (r *routeFlags) policy() (route.Policy, error) {
 	for _, typ := range strings.Split(r.urgent, ",") {
 		if typ = strings.TrimSpace(typ); typ != "" {
 			p.Urgent[typ] = true
+		}
+	}
+	for _, typ := range strings.Split(r.quietEmail, ",") {
+		if typ = strings.TrimSpace(typ); typ != "" {
+			p.QuietEmail[typ] = true
 		}
 	}
 	if len(errs) > 0 {

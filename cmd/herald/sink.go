@@ -20,6 +20,7 @@ import (
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/apns"
+	"github.com/heraldhq/herald/sinks/email"
 	"github.com/heraldhq/herald/sinks/feed"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
@@ -169,7 +170,7 @@ func (a *apnsFlags) provider() (*apns.Provider, error) {
 	return apns.New(cfg)
 }
 
-// runSink implements `herald sink --channel apns|fcm|webpush|feed|webhook`:
+// runSink implements `herald sink --channel apns|fcm|webpush|feed|email|webhook`:
 // one instance of a channel's sink (for webhook, also the fan-out from
 // herald.outcomes and the endpoints table: sinks/webhook).
 func runSink(ctx context.Context, args []string, _ io.Writer) error {
@@ -184,6 +185,8 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 	ff.register(fs)
 	var wf webpushFlags
 	wf.register(fs)
+	var ef emailFlags
+	ef.register(fs)
 	channel := fs.String("channel", "", "the channel to deliver: "+strings.Join(sinkChannels, ", "))
 	addCheck(fs, func() error {
 		if *channel == "" || slices.Contains(sinkChannels, *channel) { // required when the sink runs, not in a shared file
@@ -221,6 +224,13 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 		p = wp
 	case "feed":
 		p = feed.New(kf.catalog())
+	case email.Channel:
+		ep, err := ef.provider()
+		if err != nil {
+			return providerError("email", "--email-smtp-host, --email-from, --email-tls, --email-smtp-username, --email-templates or --email-unsubscribe-url", err)
+		}
+		defer ep.Close()
+		p = ep
 	case webhook.Channel:
 		return runWebhookSink(ctx, &sf, &kf, &of, *allowPrivate)
 	case "":
@@ -243,7 +253,7 @@ func runSink(ctx context.Context, args []string, _ io.Writer) error {
 }
 
 // sinkChannels are the channels runSink has a sink for.
-var sinkChannels = []string{"apns", "fcm", "webpush", "feed", webhook.Channel}
+var sinkChannels = []string{"apns", "fcm", "webpush", "feed", email.Channel, webhook.Channel}
 
 // providerError is a channel's adapter refusing its settings: a usage
 // error that says which flags configure it (the adapters' own errors name

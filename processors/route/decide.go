@@ -27,16 +27,18 @@
 //     channel the user opted out of is never used (one opted_out decision
 //     per such channel that had a target); nothing left is an opted_out
 //     decision for the notification, an audited skip.
-//  4. Fan-out: one delivery command per enabled device of a wanted push
-//     channel (ios→apns, android→fcm, web→webpush), keyed by the delivery
+//  4. Fan-out: one delivery command per enabled device of a wanted device
+//     channel (ios→apns, android→fcm, web→webpush, and a registered
+//     address, platform email→email), keyed by the delivery
 //     id, and exactly one in-app feed item (device id "feed") per
 //     notification when the feed is wanted. A request's targetDevice narrows
 //     the push channels to that device (the feed item stays). No device on
-//     any wanted push channel is no_target (audited); the type's fallback
+//     any wanted device channel is no_target (audited); the type's fallback
 //     channel (the feed) is then used if it was not already.
 //  5. Quiet hours, in the user's IANA time zone: push commands inside the
 //     window are deferred (kept in the state, decision deferred with the
-//     end) and released at the window's end; the feed item is not deferred.
+//     end) and released at the window's end; the feed item is not
+//     deferred, nor is email unless the type is listed in QuietEmail.
 //     Types listed as urgent go through. DST: "inside" is judged on the
 //     local wall clock, and the end is the first instant after the record
 //     time at which the local clock reads End; an End that falls in a
@@ -87,10 +89,17 @@ const (
 
 var pushChannels = []string{"apns", "fcm", "webpush"}
 
-var platformChannel = map[string]string{"ios": "apns", "android": "fcm", "web": "webpush"}
+// EmailChannel delivers to a registered address (a device of platform
+// email): fanned out like a push channel, never deferred by quiet hours.
+const EmailChannel = "email"
+
+// deviceChannels are the channels fanned out to devices.
+var deviceChannels = []string{"apns", "fcm", "webpush", EmailChannel}
+
+var platformChannel = map[string]string{"ios": "apns", "android": "fcm", "web": "webpush", "email": EmailChannel}
 
 // AllChannels is what a notification without channels asks for.
-var AllChannels = []string{"apns", "fcm", "webpush", FeedChannel}
+var AllChannels = []string{"apns", "fcm", "webpush", FeedChannel, EmailChannel}
 
 // RateLimit lets at most Max notifications through per fixed window.
 type RateLimit struct {
@@ -115,6 +124,9 @@ type Policy struct {
 	Digests map[string]Digest
 	// Urgent types ignore quiet hours.
 	Urgent map[string]bool
+	// QuietEmail types have their email deferred by quiet hours with the
+	// pushes; the others' email is never deferred.
+	QuietEmail map[string]bool
 	// Fallback channel by type, used when no push device is reachable.
 	Fallback map[string]string
 }
@@ -309,10 +321,10 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 		return listed && !on
 	}
 
-	var push, feed []schemas.DeliveryCommand
+	var push, mail, feed []schemas.DeliveryCommand
 	var skipped []string // opted-out channels that had a target
-	var pushWanted bool
-	for _, ch := range pushChannels {
+	var deviceWanted bool
+	for _, ch := range deviceChannels {
 		if !slices.Contains(wanted, ch) {
 			continue
 		}
@@ -331,8 +343,12 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 			}
 			continue
 		}
-		pushWanted = true
-		push = append(push, cmds...)
+		deviceWanted = true
+		if ch == EmailChannel {
+			mail = append(mail, cmds...)
+		} else {
+			push = append(push, cmds...)
+		}
 	}
 	useFeed := func() {
 		if optedOut(FeedChannel) {
@@ -344,7 +360,7 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 	if slices.Contains(wanted, FeedChannel) {
 		useFeed()
 	}
-	noTarget := pushWanted && len(push) == 0
+	noTarget := deviceWanted && len(push) == 0 && len(mail) == 0
 	var fallback string
 	if noTarget && len(feed) == 0 && !slices.Contains(skipped, FeedChannel) && p.Fallback[n.Type] == FeedChannel {
 		useFeed()
@@ -359,17 +375,20 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 		res.Decisions = append(res.Decisions, c)
 	}
 
+	if p.QuietEmail[n.Type] { // the type's email waits out quiet hours like its pushes
+		push, mail = append(push, mail...), nil
+	}
 	var until int64
 	if len(push) > 0 && !p.Urgent[n.Type] && prefs != nil && prefs.QuietHours != nil {
 		until, _ = QuietUntil(at, *prefs.QuietHours)
 	}
 	if noTarget {
 		d.Outcome = schemas.DecisionNoTarget
-		d.Detail = "no enabled device on " + strings.Join(intersect(pushChannels, wanted), ", ")
+		d.Detail = "no enabled device on " + strings.Join(intersect(deviceChannels, wanted), ", ")
 		if fallback != "" {
 			d.Detail += "; fallback " + fallback
 		}
-	} else if len(push) == 0 && len(feed) == 0 {
+	} else if len(push) == 0 && len(mail) == 0 && len(feed) == 0 {
 		d.Outcome = schemas.DecisionOptedOut
 		d.Detail = "every channel opted out"
 		if len(skipped) == 0 {
@@ -394,9 +413,11 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 		}
 	}
 	d.Deliveries = appendDeliveries(d.Deliveries, push, schemas.DeliveryQueued)
+	d.Deliveries = appendDeliveries(d.Deliveries, mail, schemas.DeliveryQueued)
 	d.Deliveries = appendDeliveries(d.Deliveries, feed, schemas.DeliveryQueued)
 	res.Decisions = append(res.Decisions, d)
 	res.Commands = append(res.Commands, push...)
+	res.Commands = append(res.Commands, mail...)
 	res.Commands = append(res.Commands, feed...)
 }
 

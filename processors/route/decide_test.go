@@ -16,7 +16,7 @@ import (
 )
 
 var testTopics = Topics{Accepted: "accepted", Decisions: "decisions", Route: "route", Devices: "devices", Preferences: "preferences",
-	Deliveries: map[string]string{"apns": "d.apns", "fcm": "d.fcm", "webpush": "d.webpush", "feed": "d.feed"}}
+	Deliveries: map[string]string{"apns": "d.apns", "fcm": "d.fcm", "webpush": "d.webpush", "feed": "d.feed", "email": "d.email"}}
 
 // base is a Saturday, 12:00 UTC.
 var base = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
@@ -249,6 +249,27 @@ func TestDecide(t *testing.T) {
 			who:    Recipient{Devices: fourDevices[:1], Prefs: &schemas.Preferences{QuietHours: paris}}, sends: []send{{note("c", "1"), night}},
 			tickAt:   night + 10*time.Minute,
 			outcomes: "digested deferred", deliveries: "feed/feed"},
+		{name: "a registered address gets an email along with the pushes",
+			who: Recipient{Devices: append([]schemas.Device{dev("mail", "email")}, fourDevices...)}, sends: []send{{note("x", "1"), 0}},
+			outcomes: "routed", deliveries: "apns/ios-a apns/ios-b email/mail fcm/pixel feed/feed webpush/firefox"},
+		{name: "quiet hours defer the pushes and not the email",
+			who:   Recipient{Devices: []schemas.Device{dev("mail", "email"), fourDevices[0]}, Prefs: &schemas.Preferences{QuietHours: paris}},
+			sends: []send{{note("x", "1"), night}}, outcomes: "deferred", deliveries: "email/mail feed/feed"},
+		{name: "a type whose email waits out quiet hours defers it with the pushes",
+			policy: Policy{QuietEmail: map[string]bool{"x": true}},
+			who:    Recipient{Devices: []schemas.Device{dev("mail", "email"), fourDevices[0]}, Prefs: &schemas.Preferences{QuietHours: paris}},
+			sends:  []send{{note("x", "1"), night}}, outcomes: "deferred", deliveries: "feed/feed"},
+		{name: "a type's email deferred by quiet hours is released at the window's end, once",
+			policy: Policy{QuietEmail: map[string]bool{"x": true}},
+			who:    Recipient{Devices: []schemas.Device{dev("mail", "email")}, Prefs: &schemas.Preferences{QuietHours: paris}},
+			sends:  []send{{note("x", "1"), night}}, tickAt: night + 7*time.Hour,
+			outcomes: "deferred routed", deliveries: "email/mail feed/feed"},
+		{name: "an address alone is a target: not no_target, so no fallback",
+			policy: Policy{Fallback: map[string]string{"x": "feed"}}, who: Recipient{Devices: []schemas.Device{dev("mail", "email")}},
+			sends: []send{{withChannels(note("x", "1"), "apns", "email"), 0}}, outcomes: "routed", deliveries: "email/mail"},
+		{name: "an opted-out email channel is audited and leaves no target",
+			who:   Recipient{Devices: []schemas.Device{dev("mail", "email")}, Prefs: &schemas.Preferences{Channels: map[string]bool{"email": false}}},
+			sends: []send{{note("x", "1"), 0}}, outcomes: "opted_out:email no_target", deliveries: "feed/feed"},
 		{name: "a notification with a malformed id is rejected",
 			who: Recipient{Devices: fourDevices}, sends: []send{{badID, 0}}, outcomes: "rejected"},
 	}

@@ -82,7 +82,7 @@ func Produce(t *testing.T, brokers []string, cat *topics.Catalog, cmds ...*schem
 func RegisterDevices(t *testing.T, brokers []string, cat *topics.Catalog, cmds ...*schemas.DeliveryCommand) {
 	t.Helper()
 	cl := testenv.Client(t, brokers, kgo.RecordPartitioner(cat.Partitioner()))
-	platform := map[string]string{"apns": "ios", "fcm": "android", "webpush": "web"}
+	platform := map[string]string{"apns": "ios", "fcm": "android", "webpush": "web", "email": "email"}
 	now := time.Now().UnixMilli()
 	for _, c := range cmds {
 		b, err := schemas.Encode(&schemas.Device{Tenant: c.Tenant, Recipient: c.Recipient, DeviceID: c.DeviceID, Platform: platform[c.Channel],
