@@ -40,7 +40,7 @@ func TestGoTypesMatchTheOpenAPISchemas(t *testing.T) {
 		{[]string{"ExplainedDevice"}, sdk.ExplainedDevice{}},
 		{[]string{"NotificationRecord"}, sdk.NotificationRecord{}},
 		{[]string{"TimelineEvent"}, sdk.TimelineEvent{}},
-		{[]string{"MobileDeviceRegistration", "WebDeviceRegistration"}, sdk.DeviceRegistration{}},
+		{[]string{"MobileDeviceRegistration", "WebDeviceRegistration", "EmailDeviceRegistration"}, sdk.DeviceRegistration{}},
 		{[]string{"Device"}, sdk.Device{}},
 		{[]string{"DeviceList"}, sdk.DeviceList{}},
 		{[]string{"QuietHours"}, sdk.QuietHours{}},

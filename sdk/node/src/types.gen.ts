@@ -127,7 +127,7 @@ export interface SendRequest {
   /** JSON object handed to the device. */
   payload?: Record<string, unknown>;
   locale?: string;
-  channels?: ("apns" | "fcm" | "webpush" | "feed")[];
+  channels?: ("apns" | "fcm" | "webpush" | "feed" | "email")[];
   /**
    * Makes the id the canonical notification id of (type, recipient, key) when there is neither a
    * dedupeKey nor an idempotencyKey. The name __proto__ is refused.
@@ -205,7 +205,7 @@ export interface ExplainedNotification {
   wouldDefer: boolean;
   /** When quiet hours end and the deferred pushes would go (ms since the epoch). */
   deferUntil?: number;
-  channels?: ("apns" | "fcm" | "webpush" | "feed")[];
+  channels?: ("apns" | "fcm" | "webpush" | "feed" | "email")[];
   devices?: ExplainedDevice[];
 }
 
@@ -332,17 +332,39 @@ export interface WebDeviceRegistration {
   tags?: string[];
 }
 
+export interface EmailDeviceRegistration {
+  /** May be omitted: a body with email registers an address. */
+  platform?: "email";
+  /**
+   * The address (local@domain, no display name), checked with Go's net/mail: one that is not is a
+   * 422 naming email. The email sink retires the device when the server answers 550, 551 or 553 to
+   * it.
+   */
+  email: string;
+  locale?: string;
+  /**
+   * The device's time zone: an IANA zone name (e.g. Europe/Paris) or UTC. A name that is not a
+   * known IANA zone, and Local (the zone of whichever host reads it), is a 422 naming timeZone.
+   */
+  timeZone?: string;
+  enabled?: boolean;
+  /** Labels for target kind tag; the body replaces the device, tags included. */
+  tags?: string[];
+}
+
 /**
  * A new device, or a new token for a known one: ios and android devices send token, web devices
- * webPush.
+ * webPush, email devices email.
  */
-export type DeviceRegistration = MobileDeviceRegistration | WebDeviceRegistration;
+export type DeviceRegistration = MobileDeviceRegistration | WebDeviceRegistration | EmailDeviceRegistration;
 
 export interface Device {
   userId: string;
   deviceId: string;
-  platform: "ios" | "android" | "web";
+  platform: "ios" | "android" | "web" | "email";
   token?: string;
+  /** An email device's address. */
+  email?: string;
   webPush?: WebPushSubscription;
   locale?: string;
   timeZone?: string;
@@ -383,6 +405,7 @@ export interface PreferencesUpdateChannels {
   fcm?: boolean;
   webpush?: boolean;
   feed?: boolean;
+  email?: boolean;
 }
 
 export interface Preferences {
@@ -434,7 +457,7 @@ export interface VAPIDPublicKey {
 }
 
 export interface ExplainedDevice {
-  channel: "apns" | "fcm" | "webpush";
+  channel: "apns" | "fcm" | "webpush" | "email";
   deviceId: string;
 }
 

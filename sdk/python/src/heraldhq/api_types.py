@@ -142,7 +142,7 @@ class SendRequest(TypedDict):
     #: JSON object handed to the device.
     payload: NotRequired[dict[str, Any]]
     locale: NotRequired[str]
-    channels: NotRequired[list[Literal["apns", "fcm", "webpush", "feed"]]]
+    channels: NotRequired[list[Literal["apns", "fcm", "webpush", "feed", "email"]]]
     #: Makes the id the canonical notification id of (type, recipient, key) when there is neither a
     #: dedupeKey nor an idempotencyKey. The name __proto__ is refused.
     key: NotRequired[dict[str, Union[str, float]]]
@@ -210,7 +210,7 @@ class ExplainedNotification(TypedDict):
     wouldDefer: bool
     #: When quiet hours end and the deferred pushes would go (ms since the epoch).
     deferUntil: NotRequired[int]
-    channels: NotRequired[list[Literal["apns", "fcm", "webpush", "feed"]]]
+    channels: NotRequired[list[Literal["apns", "fcm", "webpush", "feed", "email"]]]
     devices: NotRequired[list[ExplainedDevice]]
 
 
@@ -326,11 +326,29 @@ class WebDeviceRegistration(TypedDict):
     tags: NotRequired[list[str]]
 
 
+class EmailDeviceRegistration(TypedDict):
+    #: May be omitted: a body with email registers an address.
+    platform: NotRequired[Literal["email"]]
+    #: The address (local@domain, no display name), checked with Go's net/mail: one that is not is
+    #: a 422 naming email. The email sink retires the device when the server answers 550, 551 or
+    #: 553 to it.
+    email: str
+    locale: NotRequired[str]
+    #: The device's time zone: an IANA zone name (e.g. Europe/Paris) or UTC. A name that is not a
+    #: known IANA zone, and Local (the zone of whichever host reads it), is a 422 naming timeZone.
+    timeZone: NotRequired[str]
+    enabled: NotRequired[bool]
+    #: Labels for target kind tag; the body replaces the device, tags included.
+    tags: NotRequired[list[str]]
+
+
 class Device(TypedDict):
     userId: str
     deviceId: str
-    platform: Literal["ios", "android", "web"]
+    platform: Literal["ios", "android", "web", "email"]
     token: NotRequired[str]
+    #: An email device's address.
+    email: NotRequired[str]
     webPush: NotRequired[WebPushSubscription]
     locale: NotRequired[str]
     timeZone: NotRequired[str]
@@ -367,6 +385,7 @@ class PreferencesUpdateChannels(TypedDict):
     fcm: NotRequired[bool]
     webpush: NotRequired[bool]
     feed: NotRequired[bool]
+    email: NotRequired[bool]
 
 
 class Preferences(TypedDict):
@@ -417,7 +436,7 @@ class VAPIDPublicKey(TypedDict):
 
 
 class ExplainedDevice(TypedDict):
-    channel: Literal["apns", "fcm", "webpush"]
+    channel: Literal["apns", "fcm", "webpush", "email"]
     deviceId: str
 
 
@@ -610,8 +629,8 @@ class DashboardTimelineVerdict(TypedDict):
 
 
 #: A new device, or a new token for a known one: ios and android devices send token, web devices
-#: webPush.
-DeviceRegistration: TypeAlias = Union["MobileDeviceRegistration", "WebDeviceRegistration"]
+#: webPush, email devices email.
+DeviceRegistration: TypeAlias = Union["MobileDeviceRegistration", "WebDeviceRegistration", "EmailDeviceRegistration"]
 
 
 __all__ = [
@@ -636,6 +655,7 @@ __all__ = [
     "WebPushSubscription",
     "MobileDeviceRegistration",
     "WebDeviceRegistration",
+    "EmailDeviceRegistration",
     "DeviceRegistration",
     "Device",
     "DeviceList",
