@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,17 @@ func deadLetterFilter(r *http.Request, p principal, list bool) (deadletters.Filt
 		Reason: q.Get("error"), Type: q.Get("type")}
 	if list {
 		f.Redriven = q.Get("redriven")
+	}
+	// A filter given empty is no filter the caller meant: refused by name,
+	// as a value its enum or format does not allow.
+	for _, name := range []string{"since", "until", "class", "redriven", "channel"} {
+		if q.Has(name) && q.Get(name) == "" {
+			return f, invalid(name+" must not be empty", sdk.FieldError{Field: "query:" + name, Message: "must not be empty (omit it for no filter)"})
+		}
+	}
+	if c := q.Get("channel"); c != "" && !slices.Contains(topics.SinkChannels, c) {
+		return f, invalid("channel must be one of "+strings.Join(topics.SinkChannels, ", "),
+			sdk.FieldError{Field: "query:channel", Message: "must be one of " + strings.Join(topics.SinkChannels, ", ")})
 	}
 	for _, name := range []string{"since", "until"} {
 		v := q.Get(name)
