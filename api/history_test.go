@@ -59,8 +59,9 @@ func TestTheRecordFromTheAuditIsTheFirstRequestAndEveryEventInTimeOrder(t *testi
 // TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince is
 // the front door's history promise: GET /v1/notifications/{id} reads the
 // year-long audit, so an instance that never saw the send (here, one that
-// is not even connected to Kafka) answers it with its whole timeline, and
-// the read model's size does not bound it.
+// is not even connected to Kafka) answers it with its whole timeline after
+// a million newer notifications, and the read model's size does not bound
+// it.
 func TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince(t *testing.T) {
 	conn, _, db := testenv.AuditDB(t)
 	ctx := context.Background()
@@ -76,6 +77,13 @@ func TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince(t *test
 	exec("INSERT INTO `"+db+"`.decisions (kafka_topic, kafka_partition, kafka_offset, at, decision_id, stage, outcome, request_id, tenant, type, recipient, notification_id) VALUES ('herald.decisions', 3, 20, ?, 'dec-1', 'dedupe', 'accepted', 'req-1', 'ta', 'invoice.paid', 'u1', ?)", at, id)
 	exec("INSERT INTO `"+db+"`.outcomes (kafka_topic, kafka_partition, kafka_offset, at, delivery_id, notification_id, tenant, type, recipient, device_id, channel, status, attempts) VALUES ('herald.outcomes', 1, 5, ?, 'del-1', ?, 'ta', 'invoice.paid', 'u1', 'ios-a', 'apns', 'delivered', 1)", at.Add(time.Second), id)
 
+	// A million newer notifications, each a request and its decision.
+	exec("INSERT INTO `"+db+"`.requests (kafka_topic, kafka_partition, kafka_offset, at, request_id, tenant, type, recipient, notification_id, id_source, title, source) "+
+		"SELECT 'herald.requests', 0, 100 + number, ? + toIntervalSecond(1 + number % 86400), concat('r', toString(number)), 'ta', 'invoice.paid', concat('u', toString(number)), "+
+		"lower(hex(MD5(toString(number)))), 'random', 'newer', 'api' FROM numbers(1000000)", at)
+	exec("INSERT INTO `"+db+"`.decisions (kafka_topic, kafka_partition, kafka_offset, at, decision_id, stage, outcome, request_id, tenant, type, recipient, notification_id) "+
+		"SELECT 'herald.decisions', 0, 100 + number, ? + toIntervalSecond(1 + number % 86400), concat('d', toString(number)), 'dedupe', 'accepted', concat('r', toString(number)), 'ta', 'invoice.paid', "+
+		"concat('u', toString(number)), lower(hex(MD5(toString(number)))) FROM numbers(1000000)", at)
 	s := unstarted(t, func(c *Config) {
 		c.Dashboard = &dashboard.Source{Conn: conn, Database: db}
 		c.MaxTracked = 1 // the read model could hold one notification: it is not asked
