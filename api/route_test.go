@@ -26,7 +26,6 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 		now = now.Add(-24 * time.Hour)
 	}
 	p := startPipeline(t, func(c *Config) {
-		c.RoutePolicy = policy
 		c.WaitForRoute = true
 		c.Now = func() time.Time { return now }
 	})

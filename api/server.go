@@ -22,7 +22,6 @@ import (
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/processors/dedupe"
-	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks/webhook"
 	"github.com/heraldhq/herald/topics"
@@ -39,8 +38,8 @@ type Config struct {
 	// among running instances: a restart then fences the predecessor's open
 	// transaction at once. A random id when empty.
 	InstanceID string
-	// Policy must match the dedupe stage's: explain evaluates with it.
-	// dedupe.DefaultPolicy when zero.
+	// Policy must match the dedupe stage's: a quota's check evaluates
+	// with it (explain asks the stage). dedupe.DefaultPolicy when zero.
 	Policy dedupe.Policy
 	// WaitForRoute makes a send with Prefer: wait also wait for the route
 	// stage's decisions about its accepted notifications and answer their
@@ -50,9 +49,6 @@ type Config struct {
 	// statuses and request id, without the deliveries and the route's
 	// skips the original may have listed).
 	WaitForRoute bool
-	// RoutePolicy must match the route stage's: explain's wouldRateLimit,
-	// wouldDigest and wouldDefer evaluate with it.
-	RoutePolicy routestage.Policy
 	// MaxBodyBytes bounds a request body (64 KiB by default).
 	MaxBodyBytes int64
 	// MaxRecipients bounds the recipients of one send (1000 by default).

@@ -34,8 +34,6 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	kf.register(fs)
 	var pf policyFlags
 	pf.register(fs)
-	var rf routeFlags
-	rf.register(fs)
 	var of opsFlags
 	of.register(fs)
 	requestFormat := formatFlag(fs, "request-format", "how sends are written to herald.requests: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a dedupe stage of an earlier herald, which reads only JSON, still runs)")
@@ -82,10 +80,6 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	routePolicy, err := rf.policy()
-	if err != nil {
-		return err
-	}
 	keys, err := loadAPIKeys(*keysFile)
 	if err != nil {
 		return err
@@ -98,7 +92,6 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	srv, err := api.New(api.Config{
 		Brokers: seeds, ClientOpts: kopts, Catalog: kf.catalog(), Keys: keys, InstanceID: *instance,
 		Policy:        policy,
-		RoutePolicy:   routePolicy,
 		WaitForRoute:  *waitRoute,
 		RequestFormat: schemas.Format(*requestFormat),
 		MaxBodyBytes:  *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,

@@ -358,7 +358,7 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 	}
 	defer dashConn.Close()
 	apiSrv, err := api.New(api.Config{
-		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, RoutePolicy: routePolicy, WaitForRoute: true, ClientOpts: embedded.ClientOpts(), DashboardDevKey: devDashboardKey(c.apiKeys),
+		Brokers: brokers, Catalog: cat, Keys: keys, InstanceID: "dev" + suffix, Policy: policy, WaitForRoute: true, ClientOpts: embedded.ClientOpts(), DashboardDevKey: devDashboardKey(c.apiKeys),
 		VAPIDPublicKey: vapid.PublicKey,
 		Dashboard:      &dashboard.Source{Conn: dashConn, Database: c.database},
 		// The local webhook receiver listens on loopback.
