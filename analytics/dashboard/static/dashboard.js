@@ -90,13 +90,13 @@
         borderColor: colors[i % colors.length],
         backgroundColor: colors[i % colors.length],
         spanGaps: true,
-        pointRadius: 3,
+        // A series of one or two hours has no line to speak of: its points
+        // are drawn large enough to read.
+        pointRadius: s.points.length <= 2 ? 6 : 3,
       };
     });
-    // A series of one or two hours is a bar a point: a line needs more.
-    const sparse = answer.series.every((s) => s.points.length <= 2);
     draw("chart-hit-rate", {
-      type: sparse ? "bar" : "line",
+      type: "line",
       data: { labels: hours.map(hourLabel), datasets },
       options: {
         scales: { y: { min: 0, max: 100, title: { display: true, text: "hit rate %" } } },
