@@ -74,7 +74,7 @@ func TestDoctorOnTheRealBroker(t *testing.T) {
 	}
 	t.Run("a clean catalog is ok on every check of brokers and topics, and doctor exits 0", func(t *testing.T) {
 		awaitDoctor(t, brokers, prefix, "", 0, []string{
-			"ok    brokers:", "ok    topics: all 26 topics", "ok    replication:", "ok    min.insync.replicas:", "ok    transaction state log:",
+			"ok    brokers:", fmt.Sprintf("ok    topics: all %d topics", len(cat.Topics())), "ok    replication:", "ok    min.insync.replicas:", "ok    transaction state log:",
 			"ok    unclean leader election:", "ok    topic configs:", "ok    hanging transactions:", "doctor: no check failed",
 		})
 	})
