@@ -14,6 +14,8 @@ import (
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
 	fcmemulator "github.com/heraldhq/herald/sinks/fcm/emulator"
+	whemulator "github.com/heraldhq/herald/sinks/webhook/emulator"
+	wpemulator "github.com/heraldhq/herald/sinks/webpush/emulator"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -45,7 +47,9 @@ func (r *results) add(name string, bad int, figure string, detail []string) {
 	r.checks = append(r.checks, check{name: name, figure: figure, ok: bad == 0, detail: detail})
 }
 
-func (r *results) count(format string, args ...any) { r.counts = append(r.counts, fmt.Sprintf(format, args...)) }
+func (r *results) count(format string, args ...any) {
+	r.counts = append(r.counts, fmt.Sprintf(format, args...))
+}
 
 func (r *results) ok() bool {
 	for _, c := range r.checks {
@@ -87,9 +91,18 @@ func pending(v *view, acked map[string]int) int {
 			n++
 		}
 	}
-	done := map[string]bool{}
+	done, hooked := map[string]bool{}, map[string]bool{}
 	for _, o := range v.outcomes {
 		done[o.DeliveryID] = true
+		if o.Channel == "webhook" {
+			hooked[o.NotificationID] = true
+		}
+	}
+	// send.completed, to the webhook endpoint, for every accepted one.
+	for _, d := range v.decisions {
+		if d.Stage == "dedupe" && d.Outcome == schemas.DecisionAccepted && !hooked[d.NotificationID] {
+			n++
+		}
 	}
 	for _, id := range queued {
 		if !done[id] {
@@ -215,7 +228,7 @@ func (r *results) checkDeliveries(v *view, apnsEm *emulator.Emulator, fcmEm *fcm
 				lost = append(lost, fmt.Sprintf("%s delivery %s (notification %s): no outcome", dl.Channel, dl.DeliveryID, d.NotificationID))
 			case st != schemas.OutcomeDelivered:
 				// audited: the outcome says why not
-			case dl.Channel != "feed" && ok200[dl.DeliveryID] == 0:
+			case (dl.Channel == "apns" || dl.Channel == "fcm") && ok200[dl.DeliveryID] == 0:
 				lost = append(lost, fmt.Sprintf("%s delivery %s (notification %s): outcome delivered, no 200 at the emulator", dl.Channel, dl.DeliveryID, d.NotificationID))
 			}
 		}
@@ -418,4 +431,102 @@ func (r *results) print(w io.Writer) {
 		fmt.Fprintf(w, "  nemesis failure: %s\n", f)
 	}
 	fmt.Fprintf(w, "\nresult: %s\n", map[bool]string{true: "GREEN", false: "RED"}[r.ok()])
+}
+
+// checkWebPush: a Web Push request carries neither delivery nor
+// notification id (the payload is encrypted), so the check is per
+// subscription: at least as many 201s as delivered outcomes of the
+// device, and no more copies than those plus the device's ambiguous
+// attempts.
+func (r *results) checkWebPush(v *view, em *wpemulator.Emulator) {
+	ok2xx, copies := map[string]int{}, map[string]int{}
+	answers := map[string]int{}
+	for _, p := range em.Received() {
+		answers[p.Answer]++
+		if strings.HasPrefix(p.Answer, "2") {
+			ok2xx[p.Subscription]++
+		}
+		if strings.HasPrefix(p.Answer, "2") || p.Answer == "slow" || p.Answer == "reset" {
+			copies[p.Subscription]++
+		}
+	}
+	delivered, ambiguous := map[string]int{}, map[string]int{}
+	for _, o := range v.outcomes {
+		if o.Channel == "webpush" && o.Status == schemas.OutcomeDelivered {
+			delivered[o.Recipient]++
+		}
+	}
+	for _, a := range v.attempts {
+		if a.Channel == "webpush" && a.Result == schemas.AttemptAmbiguous {
+			ambiguous[a.Recipient]++
+		}
+	}
+	var lost, dup []string
+	for sub, n := range delivered {
+		if ok2xx[sub] < n {
+			lost = append(lost, fmt.Sprintf("webpush subscription %s: %d delivered outcomes, %d 2xx answers", sub, n, ok2xx[sub]))
+		}
+	}
+	for sub, n := range copies {
+		if n > delivered[sub]+ambiguous[sub] {
+			dup = append(dup, fmt.Sprintf("webpush subscription %s: %d copies, %d delivered outcomes, %d ambiguous attempts", sub, n, delivered[sub], ambiguous[sub]))
+		}
+	}
+	r.count("webpush answers: %v", answers)
+	r.add("webpush: every delivered outcome has its 2xx at the push service (per subscription)", len(lost), fmt.Sprintf("lost = %d", len(lost)), lost)
+	r.add("webpush: no copy beyond the delivered ones but for ambiguous attempts (per subscription)", len(dup), fmt.Sprintf("unaudited duplicates = %d", len(dup)), dup)
+}
+
+// checkWebhook: one send.completed per accepted notification at the
+// endpoint (a 200), verified, unless the webhook delivery's outcome says
+// why not; a second copy only with an ambiguous webhook attempt.
+func (r *results) checkWebhook(v *view, em *whemulator.Emulator) {
+	ok200, copies := map[string]int{}, map[string]int{}
+	unverified := 0
+	answers := map[string]int{}
+	for _, m := range em.Received() {
+		answers[m.Answer]++
+		if !m.Verified {
+			unverified++
+		}
+		if m.Type != "send.completed" {
+			continue
+		}
+		if m.Answer == "200" || m.Answer == "204" {
+			ok200[m.NotificationID]++
+		}
+		if strings.HasPrefix(m.Answer, "2") || m.Answer == "slow" || m.Answer == "reset" {
+			copies[m.NotificationID]++
+		}
+	}
+	notDelivered := map[string]string{}
+	for _, o := range v.outcomes {
+		if o.Channel == "webhook" && o.Status != schemas.OutcomeDelivered {
+			notDelivered[o.NotificationID] = o.Status
+		}
+	}
+	ambiguous := map[string]int{}
+	for _, a := range v.attempts {
+		if a.Channel == "webhook" && a.Result == schemas.AttemptAmbiguous {
+			ambiguous[a.NotificationID]++
+		}
+	}
+	var lost, dup []string
+	for _, d := range v.decisions {
+		if d.Stage != "dedupe" || d.Outcome != schemas.DecisionAccepted {
+			continue
+		}
+		if ok200[d.NotificationID] == 0 && notDelivered[d.NotificationID] == "" {
+			lost = append(lost, fmt.Sprintf("notification %s: no send.completed answered 2xx at the endpoint, no webhook outcome saying why", d.NotificationID))
+		}
+	}
+	for id, n := range copies {
+		if n > 1+ambiguous[id] {
+			dup = append(dup, fmt.Sprintf("notification %s: send.completed %d times, %d ambiguous webhook attempts", id, n, ambiguous[id]))
+		}
+	}
+	r.count("webhook answers: %v; unverified signatures %d", answers, unverified)
+	r.add("webhook: every accepted notification's send.completed reached the endpoint", len(lost), fmt.Sprintf("lost = %d", len(lost)), lost)
+	r.add("webhook: no second send.completed without an ambiguous attempt", len(dup), fmt.Sprintf("unaudited duplicates = %d", len(dup)), dup)
+	r.add("webhook: every message's signature verified", unverified, fmt.Sprintf("unverified = %d", unverified), nil)
 }

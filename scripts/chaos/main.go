@@ -63,9 +63,13 @@ import (
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
 	fcmemulator "github.com/heraldhq/herald/sinks/fcm/emulator"
+	whemulator "github.com/heraldhq/herald/sinks/webhook/emulator"
+	"github.com/heraldhq/herald/sinks/webpush"
+	wpemulator "github.com/heraldhq/herald/sinks/webpush/emulator"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -252,6 +256,22 @@ func run(ctx context.Context, c config) (bool, error) {
 		return false, err
 	}
 
+	wpEm, err := wpemulator.Start(wpemulator.Options{MaxRecords: 0})
+	if err != nil {
+		return false, err
+	}
+	defer wpEm.Close()
+	vapidPublic, vapidPrivate, err := webpush.GenerateVAPIDKeys()
+	if err != nil {
+		return false, err
+	}
+	const hookSecret = "whsec_Y2hhb3MtY2hhb3MtY2hhb3MtY2hhb3MtY2hhb3M="
+	whEm, err := whemulator.Start(whemulator.Options{Secrets: []string{hookSecret}, MaxRecords: 0})
+	if err != nil {
+		return false, err
+	}
+	defer whEm.Close()
+
 	// The roles.
 	const key = "k-chaos"
 	keys := filepath.Join(c.dir, "api-keys")
@@ -280,6 +300,9 @@ func run(ctx context.Context, c config) (bool, error) {
 		{"sink-fcm", "sink fcm", append([]string{"sink", "--channel", "fcm", "--instance-id", "fcm-" + id,
 			"--fcm-credentials-file", fcmCreds, "--fcm-endpoint", fcmEm.URL() + "/v1"}, sinkArgs...)},
 		{"sink-feed", "sink feed", append([]string{"sink", "--channel", "feed", "--instance-id", "feed-" + id}, sinkArgs...)},
+		{"sink-webpush", "sink webpush", append([]string{"sink", "--channel", "webpush", "--instance-id", "webpush-" + id,
+			"--webpush-vapid-public-key", vapidPublic, "--webpush-vapid-private-key", vapidPrivate, "--webpush-subscriber", "mailto:chaos@herald.invalid"}, sinkArgs...)},
+		{"sink-webhook", "sink webhook", append([]string{"sink", "--channel", "webhook", "--instance-id", "webhook-" + id, "--webhook-allow-private"}, sinkArgs...)},
 	}
 	var roles []*role
 	byName := map[string]*role{}
@@ -324,7 +347,36 @@ func run(ctx context.Context, c config) (bool, error) {
 			l.devices = append(l.devices, d)
 		}
 	}
-	logf("%d devices of %d recipients registered", len(l.devices), c.recipients)
+	// Web Push subscriptions: the API takes https endpoints only, the
+	// emulator serves http, so they go to herald.devices directly (as the
+	// API would write them).
+	devProducer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(cat.Partitioner()))
+	if err != nil {
+		return false, err
+	}
+	for i := 0; i < c.recipients; i += 4 {
+		r := l.recipients[i]
+		sub, err := wpEm.Subscribe(r)
+		if err != nil {
+			return false, err
+		}
+		now := time.Now().UnixMilli()
+		b, err := schemas.Encode(&schemas.Device{Tenant: "chaos", Recipient: r, DeviceID: "browser", Platform: sdk.PlatformWeb,
+			WebPush: sub, Enabled: true, CreatedAt: now, UpdatedAt: now})
+		if err != nil {
+			return false, err
+		}
+		rec := &kgo.Record{Topic: cat.Name(topics.Devices), Key: []byte(schemas.DeviceKey("chaos", r, "browser")), Value: b}
+		if err := devProducer.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return false, fmt.Errorf("register %s/browser: %w", r, err)
+		}
+		l.devices = append(l.devices, device{recipient: r, id: "browser", platform: sdk.PlatformWeb})
+	}
+	devProducer.Close()
+	if _, err := client.SetWebhook(ctx, "chaos-hook", sdk.WebhookUpdate{URL: whEm.EndpointURL("chaos"), Events: []string{"send.completed"}, Secret: hookSecret}); err != nil {
+		return false, fmt.Errorf("register the webhook endpoint: %w", err)
+	}
+	logf("%d devices of %d recipients and a webhook endpoint registered", len(l.devices), c.recipients)
 	for _, r := range roles {
 		if r.starts == 0 {
 			if err := r.start(); err != nil {
@@ -339,7 +391,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	}
 	logf("every role is ready: %d processes", len(roles))
 
-	channels := []string{"apns", "fcm", "feed"}
+	channels := []string{"apns", "fcm", "feed", "webpush", "webhook"}
 	obs, err := newObserver(brokers, cat, channels)
 	if err != nil {
 		return false, err
@@ -354,7 +406,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	loadDone := make(chan struct{})
 	go func() { l.run(ctx, stopLoad); close(loadDone) }()
 	nem := &nemesis{rng: rand.New(rand.NewPCG(c.seed, 0xfa17)), roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill,
-		providers: map[string]scripted{"apns": apnsEm, "fcm": fcmEm}, brokers: c.brokerFaults, brokerGap: c.brokerGap,
+		providers: map[string]scripted{"apns": apnsEm, "fcm": fcmEm, "webpush": wpEm, "webhook": whEm}, brokers: c.brokerFaults, brokerGap: c.brokerGap,
 		logf: logf, counts: map[string]int{}, byRole: map[string]int{}}
 	faultCtx, stopFaults := context.WithTimeout(ctx, c.duration)
 	defer stopFaults()
@@ -413,6 +465,8 @@ wait:
 	logf("the committed log: %v", final.byTopic)
 	res.checkDecisions(final, acked)
 	res.checkDeliveries(final, apnsEm, fcmEm)
+	res.checkWebPush(final, wpEm)
+	res.checkWebhook(final, whEm)
 	res.checkObserver(obs.v, final)
 	res.checkHanging(ctx, adm, cat)
 	chConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chProc.TCPAddr()}, DialTimeout: 10 * time.Second})

@@ -182,7 +182,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		}
 		n.logf("nemesis: %s: the next %d calls to %s", kind, times, name)
 		n.providers[name].AddRule(rule)
-		n.count(kind, name)
+		n.count(kind, "provider "+name)
 	}
 }
 
