@@ -39,7 +39,7 @@ type load struct {
 	errs                                                                           []string
 }
 
-const maxInFlight = 256
+const maxInFlight = 1024
 
 // run sends until ctx ends and waits for the sends in flight.
 func (l *load) run(ctx context.Context, stop <-chan struct{}) {

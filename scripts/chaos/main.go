@@ -288,7 +288,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	}
 	specs := []spec{
 		{"audit-writer", "audit-writer", []string{"audit-writer", "--clickhouse-addr", chAddr, "--database", "chaos", "--migrate", "--flush-interval", "500ms"}},
-		{"api", "api", []string{"api", "--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--api-keys", keys, "--instance-id", "api-" + id}},
+		{"api", "api", []string{"api", "--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--api-keys", keys, "--instance-id", "api-" + id, "--webhook-allow-private"}},
 		{"dedupe-1", "dedupe", []string{"dedupe", "--instance-id", "dedupe-1-" + id}},
 		{"dedupe-2", "dedupe", []string{"dedupe", "--instance-id", "dedupe-2-" + id}},
 		{"route-1", "route", []string{"route", "--instance-id", "route-1-" + id}},

@@ -79,7 +79,7 @@ func (n *nemesis) run(ctx context.Context) {
 	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
 	brokerKinds := []string{faultBrokerKill, faultBrokerBounce, faultBrokerPause}
 	for ctx.Err() == nil {
-		if !sleep(ctx, time.Duration(1000+n.rng.IntN(3000))*time.Millisecond) {
+		if !sleep(ctx, time.Duration(500+n.rng.IntN(1500))*time.Millisecond) {
 			return
 		}
 		kind := kinds[n.rng.IntN(len(kinds))]
