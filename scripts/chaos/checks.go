@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/heraldhq/herald/internal/txnhold"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks/apns/emulator"
 	fcmemulator "github.com/heraldhq/herald/sinks/fcm/emulator"
@@ -305,42 +306,55 @@ func (r *results) checkObserver(live, final *view) {
 
 // checkHanging: the last stable offset equals the high watermark on every
 // herald partition (asked up to three times, 10 s apart: a transaction
-// of a running role may be open at any one moment).
-func (r *results) checkHanging(ctx context.Context, adm *kadm.Client, cat *topics.Catalog) {
-	var stuck []string
+// of a running role may be open at any one moment; internal/txnhold names
+// the holder), and no transaction of this run's roles is open past its
+// timeout (ListTransactions, DescribeTransactions).
+func (r *results) checkHanging(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, runID string) {
+	var held []string
 	for try := 0; try < 3; try++ {
 		if try > 0 {
 			sleep(ctx, 10*time.Second)
 		}
-		stuck = stuck[:0]
-		names := cat.Names()
-		hwm, err := adm.ListEndOffsets(ctx, names...)
+		held = held[:0]
+		open, err := txnhold.Find(ctx, adm, cat.Names())
 		if err != nil {
-			stuck = append(stuck, "high watermarks: "+err.Error())
+			held = append(held, err.Error())
 			continue
 		}
-		lso, err := adm.ListCommittedOffsets(ctx, names...)
-		if err != nil {
-			stuck = append(stuck, "last stable offsets: "+err.Error())
-			continue
+		for _, t := range open {
+			held = append(held, fmt.Sprintf("%s: last stable offset %d, high watermark %d, open %v", t, t.LSO, t.HWM, t.Age(time.Now()).Round(time.Second)))
 		}
-		lso.Each(func(o kadm.ListedOffset) {
-			h, ok := hwm.Lookup(o.Topic, o.Partition)
-			if o.Err != nil || !ok || h.Err != nil {
-				if o.Err != nil && !strings.Contains(o.Err.Error(), "UNKNOWN_TOPIC") {
-					stuck = append(stuck, fmt.Sprintf("%s/%d: %v", o.Topic, o.Partition, o.Err))
-				}
-				return
-			}
-			if o.Offset < h.Offset {
-				stuck = append(stuck, fmt.Sprintf("%s/%d: last stable offset %d, high watermark %d", o.Topic, o.Partition, o.Offset, h.Offset))
-			}
-		})
-		if len(stuck) == 0 {
+		if len(held) == 0 {
 			break
 		}
 	}
-	r.add("no hanging transaction: last stable offset = high watermark on every herald partition", len(stuck), fmt.Sprintf("partitions held = %d", len(stuck)), stuck)
+	r.add("no hanging transaction: last stable offset = high watermark on every herald partition", len(held), fmt.Sprintf("partitions held = %d", len(held)), held)
+
+	var late []string
+	listed, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	if err != nil {
+		late = append(late, "list transactions: "+err.Error())
+	} else {
+		var ids []string
+		listed.Each(func(l kadm.ListedTransaction) {
+			if strings.Contains(l.TxnID, runID) {
+				ids = append(ids, l.TxnID)
+			}
+		})
+		if len(ids) > 0 {
+			desc, err := adm.DescribeTransactions(ctx, ids...)
+			if err != nil {
+				late = append(late, "describe transactions: "+err.Error())
+			}
+			desc.Each(func(d kadm.DescribedTransaction) {
+				age := time.Since(time.UnixMilli(d.StartTimestamp))
+				if d.State == "Ongoing" && age > time.Duration(d.TimeoutMillis)*time.Millisecond {
+					late = append(late, fmt.Sprintf("%s open %v, timeout %v", d.TxnID, age.Round(time.Second), time.Duration(d.TimeoutMillis)*time.Millisecond))
+				}
+			})
+		}
+	}
+	r.add("no transaction of the run's roles open past its timeout", len(late), fmt.Sprintf("past their timeout = %d", len(late)), late)
 }
 
 // checkClickHouse: every record of the audited topics in ClickHouse once

@@ -1,45 +1,60 @@
 // Command chaos is herald's nemesis suite (issue 33): the whole pipeline,
-// each role its own process, on the local replicated Kafka cluster
-// (scripts/kafka/kafka cluster: three KRaft nodes, replication factor 3,
-// min.insync.replicas 2), a chDB ClickHouse server of its own and
-// in-process provider emulators, under an open-model load through the
-// HTTP API, while a nemesis injects faults at random from a printed seed;
-// then it stops the faults, lets the pipeline drain and checks, each as a
+// each role its own process — herald api, two dedupe, two route, two APNs
+// sink instances, the FCM, Web Push, feed and webhook sinks, the audit
+// writer — on the local replicated Kafka cluster (scripts/kafka/kafka
+// cluster: three KRaft nodes, replication factor 3, min.insync.replicas
+// 2), a chDB ClickHouse server of its own and in-process provider
+// emulators (APNs, FCM, Web Push, a webhook receiver), under an open-model
+// load through the HTTP API (client retries with the same idempotency key,
+// repeated dedupe keys, multi-recipient and device-targeted sends, a
+// registered send.completed webhook endpoint), while a nemesis injects
+// faults at random from a printed seed, each logged with its time. Then
+// it stops the faults, lets the pipeline drain and checks, each as a
 // figure:
 //
-//   - every notification a 202 named is decided (accepted) exactly once,
-//     and no source position (topic, partition, offset) of the dedupe or
-//     route stage is decided twice;
-//   - every queued push delivery reached its device (a 200 at the
-//     emulator), unless its outcome records why not;
-//   - no device received a notification twice unless an ambiguous
-//     attempt of that delivery is on record (those are counted);
+//   - every notification a 202 named is decided, none accepted twice, no
+//     source position (topic, partition, offset) of the dedupe or route
+//     stage decided twice, every accepted notification routed;
+//   - every queued delivery reached its device (a 2xx at the emulator,
+//     per delivery for APNs and FCM, per subscription for Web Push, whose
+//     requests carry no id), or has an outcome saying why not; every
+//     accepted notification's send.completed reached the endpoint;
+//   - no device (nor the endpoint) got a notification twice unless an
+//     ambiguous attempt of it is on record (those are counted);
 //   - ClickHouse holds every request, decision, attempt and outcome of the
 //     topics exactly once (by Kafka position) and the hourly roll-ups
 //     count exactly what the topics hold;
 //   - a read_committed consumer that ran through the faults saw no record
 //     that the committed log does not hold (an aborted read) and each
 //     delivery command once;
-//   - no transaction holds a herald partition at the end: on every herald
-//     topic the last stable offset equals the high watermark.
+//   - no transaction holds a herald partition at the end (last stable
+//     offset = high watermark, internal/txnhold) and none of the run's
+//     transactional ids is open past its timeout;
+//   - no role exited by itself.
 //
 // Faults: SIGKILL and restart of a role, SIGSTOP of a role past its
-// session and transaction timeouts (a zombie that must be fenced), hard
-// and clean bounces and SIGSTOP of a broker (half the time the leader of a
-// herald.seen or herald.accepted partition), SIGKILL of the ClickHouse
-// server, and provider faults at the emulators (a reset after the request
-// was read, 5xx, 429 with Retry-After, an answer slower than the call
-// timeout). One fault at a time: never two brokers down.
+// session and transaction timeouts (10 s each: a zombie that must be
+// fenced), SIGKILL of the ClickHouse server (restarted on the same data),
+// provider faults at the emulators (a reset after the request was read,
+// 5xx, 429 with Retry-After, an answer slower than the sinks' call
+// timeout), one at a time; and meanwhile, one at a time and --broker-gap
+// apart, hard (SIGKILL) and clean (SIGTERM) bounces and SIGSTOPs (35-45 s,
+// past the clients' request timeout) of a broker, half the time the
+// leader of a herald.seen or herald.accepted partition. Never two brokers
+// down. Not covered yet: toxiproxy delays and cuts between one role and
+// the brokers, the transaction coordinator as a target.
 //
-// Not part of go test: run it with
+// Not part of go test: run it from the repository with
 //
 //	go run ./scripts/chaos --duration 90s --rate 15 --seed 1
 //
 // It starts the cluster (scripts/kafka/kafka cluster start) and stops it
 // at the end unless it was already running (--keep-cluster keeps it
-// either way); every run uses topics and a ClickHouse database of its
-// own. Logs of every process: --dir (a new temporary directory by
-// default). Exit status 0 when every check holds, 1 when one fails.
+// either way); every run uses topics, transactional ids and a ClickHouse
+// database of its own. Every process's log: --dir (a new temporary
+// directory by default). Exit status 0 when every check holds, 1 when one
+// fails, 2 when the run could not be set up. ^C stops everything it
+// started.
 package main
 
 import (
@@ -405,14 +420,14 @@ func run(ctx context.Context, c config) (bool, error) {
 	stopLoad := make(chan struct{})
 	loadDone := make(chan struct{})
 	go func() { l.run(ctx, stopLoad); close(loadDone) }()
-	nem := &nemesis{rng: rand.New(rand.NewPCG(c.seed, 0xfa17)), roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill,
+	nem := &nemesis{roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill,
 		providers: map[string]scripted{"apns": apnsEm, "fcm": fcmEm, "webpush": wpEm, "webhook": whEm}, brokers: c.brokerFaults, brokerGap: c.brokerGap,
 		logf: logf, counts: map[string]int{}, byRole: map[string]int{}}
 	faultCtx, stopFaults := context.WithTimeout(ctx, c.duration)
 	defer stopFaults()
 	progress := time.NewTicker(15 * time.Second)
 	nemDone := make(chan struct{})
-	go func() { nem.run(faultCtx); close(nemDone) }()
+	go func() { nem.run(faultCtx, c.seed); close(nemDone) }()
 	logf("load and faults started")
 wait:
 	for {
@@ -468,7 +483,7 @@ wait:
 	res.checkWebPush(final, wpEm)
 	res.checkWebhook(final, whEm)
 	res.checkObserver(obs.v, final)
-	res.checkHanging(ctx, adm, cat)
+	res.checkHanging(ctx, adm, cat, id)
 	chConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chProc.TCPAddr()}, DialTimeout: 10 * time.Second})
 	if err != nil {
 		return false, err

@@ -37,7 +37,6 @@ type scripted interface{ AddRule(emulate.Rule) }
 // each with its time. One at a time keeps at most one broker down (two of
 // the three would lose the KRaft quorum).
 type nemesis struct {
-	rng       *rand.Rand
 	roles     []*role
 	cl        *cluster
 	adm       *kadm.Client
@@ -73,41 +72,46 @@ func (n *nemesis) fail(format string, args ...any) {
 	n.mu.Unlock()
 }
 
-// run injects faults until ctx ends.
-func (n *nemesis) run(ctx context.Context) {
-	lastBroker := time.Now().Add(-n.brokerGap / 2)
-	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
-	brokerKinds := []string{faultBrokerKill, faultBrokerBounce, faultBrokerPause}
-	for ctx.Err() == nil {
-		if !sleep(ctx, time.Duration(500+n.rng.IntN(1500))*time.Millisecond) {
-			return
-		}
-		kind := kinds[n.rng.IntN(len(kinds))]
-		if n.brokers && time.Since(lastBroker) > n.brokerGap {
-			kind = brokerKinds[n.rng.IntN(len(brokerKinds))]
-			lastBroker = time.Now()
-		}
-		n.inject(ctx, kind)
-		if kind == faultBrokerKill || kind == faultBrokerBounce || kind == faultBrokerPause {
-			lastBroker = time.Now()
-		}
+// run injects faults until ctx ends: broker faults one at a time, spaced
+// by brokerGap (never two brokers down: two of the three would lose the
+// KRaft quorum), and, meanwhile, the other faults one at a time, each
+// stream with its own generator from the seed.
+func (n *nemesis) run(ctx context.Context, seed uint64) {
+	done := make(chan struct{})
+	if n.brokers {
+		go func() {
+			defer close(done)
+			rng := rand.New(rand.NewPCG(seed, 0xb0b))
+			kinds := []string{faultBrokerKill, faultBrokerBounce, faultBrokerPause}
+			for sleep(ctx, n.brokerGap/2+time.Duration(rng.Int64N(int64(n.brokerGap/2)))) {
+				n.inject(ctx, rng, kinds[rng.IntN(len(kinds))])
+			}
+		}()
+	} else {
+		close(done)
 	}
+	rng := rand.New(rand.NewPCG(seed, 0xfa17))
+	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
+	for sleep(ctx, time.Duration(500+rng.IntN(1500))*time.Millisecond) {
+		n.inject(ctx, rng, kinds[rng.IntN(len(kinds))])
+	}
+	<-done
 }
 
-func (n *nemesis) inject(ctx context.Context, kind string) {
+func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 	switch kind {
 	case faultRoleKill:
-		r := n.pickRole()
+		r := n.roles[rng.IntN(len(n.roles))]
 		n.logf("nemesis: %s: %s", kind, r.name)
 		r.kill()
-		sleep(context.Background(), time.Duration(500+n.rng.IntN(2500))*time.Millisecond)
+		sleep(context.Background(), time.Duration(500+rng.IntN(2500))*time.Millisecond)
 		if err := r.start(); err != nil {
 			n.fail("restart %s: %v", r.name, err)
 		}
 		n.count(kind, r.kind)
 	case faultRolePause:
-		r := n.pickRole()
-		d := time.Duration(12000+n.rng.IntN(6000)) * time.Millisecond
+		r := n.roles[rng.IntN(len(n.roles))]
+		d := time.Duration(12000+rng.IntN(6000)) * time.Millisecond
 		n.logf("nemesis: %s: %s for %v", kind, r.name, d)
 		if err := r.signal(syscall.SIGSTOP); err != nil {
 			n.fail("SIGSTOP %s: %v", r.name, err)
@@ -119,7 +123,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		}
 		n.count(kind, r.kind)
 	case faultBrokerKill, faultBrokerBounce, faultBrokerPause:
-		node, why := n.pickBroker(ctx)
+		node, why := n.pickBroker(ctx, rng)
 		n.logf("nemesis: %s: node %d (%s)", kind, node, why)
 		id := strconv.Itoa(node)
 		var err error
@@ -135,7 +139,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 			}
 		case faultBrokerPause:
 			if err = n.cl.run("pause", id); err == nil {
-				sleep(context.Background(), time.Duration(35000+n.rng.IntN(10000))*time.Millisecond)
+				sleep(context.Background(), time.Duration(35000+rng.IntN(10000))*time.Millisecond)
 				err = n.cl.run("resume", id)
 			}
 		}
@@ -158,8 +162,8 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 			names = append(names, name)
 		}
 		sort.Strings(names)
-		name := names[n.rng.IntN(len(names))]
-		times := 3 + n.rng.IntN(10)
+		name := names[rng.IntN(len(names))]
+		times := 3 + rng.IntN(10)
 		rule := emulate.Rule{Times: times}
 		switch kind {
 		case faultReset:
@@ -177,7 +181,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		case faultSlow:
 			// Past the sinks' --call-timeout.
 			rule.Status, rule.Delay = 200, callTimeout+2*time.Second
-			times = 1 + n.rng.IntN(3)
+			times = 1 + rng.IntN(3)
 			rule.Times = times
 		}
 		n.logf("nemesis: %s: the next %d calls to %s", kind, times, name)
@@ -186,16 +190,11 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 	}
 }
 
-// pickRole chooses a role at random.
-func (n *nemesis) pickRole() *role {
-	return n.roles[n.rng.IntN(len(n.roles))]
-}
-
 // pickBroker chooses a node: half the time the leader of a herald.seen or
 // herald.accepted partition, else any.
-func (n *nemesis) pickBroker(ctx context.Context) (int, string) {
-	if n.rng.IntN(2) == 0 && n.adm != nil {
-		short := []string{topics.Seen, topics.Accepted}[n.rng.IntN(2)]
+func (n *nemesis) pickBroker(ctx context.Context, rng *rand.Rand) (int, string) {
+	if rng.IntN(2) == 0 && n.adm != nil {
+		short := []string{topics.Seen, topics.Accepted}[rng.IntN(2)]
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		md, err := n.adm.Metadata(c, n.cat.Name(short))
@@ -203,7 +202,7 @@ func (n *nemesis) pickBroker(ctx context.Context) (int, string) {
 			for _, t := range md.Topics {
 				ps := t.Partitions.Sorted()
 				if len(ps) > 0 {
-					p := ps[n.rng.IntN(len(ps))]
+					p := ps[rng.IntN(len(ps))]
 					if p.Leader >= 1 && p.Leader <= 3 {
 						return int(p.Leader), fmt.Sprintf("leader of %s/%d", t.Topic, p.Partition)
 					}
@@ -211,7 +210,7 @@ func (n *nemesis) pickBroker(ctx context.Context) (int, string) {
 			}
 		}
 	}
-	return 1 + n.rng.IntN(3), "at random"
+	return 1 + rng.IntN(3), "at random"
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
