@@ -227,8 +227,8 @@ func run(ctx context.Context, c config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	tcpPort, _ := freePort()
-	httpPort, _ := freePort()
+	tcpPort, _ := listenPort()
+	httpPort, _ := listenPort()
 	chOpts := chdb.ServeOptions{Path: filepath.Join(c.dir, "clickhouse"), TCPPort: tcpPort, HTTPPort: httpPort, LibPath: lib,
 		MaxMemoryMB: 1024, StartTimeout: 2 * time.Minute, PortWait: 30 * time.Second, LogLevel: "error"}
 	chProc, err := chdb.Spawn(context.Background(), c.bin, chOpts)
@@ -293,7 +293,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	if err := os.WriteFile(keys, []byte("chaos:chaos:"+api.HashKey(key)+"\n"), 0o600); err != nil {
 		return false, err
 	}
-	apiPort, _ := freePort()
+	apiPort, _ := listenPort()
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
 	id := strings.TrimSuffix(prefix, ".")
 	sinkArgs := []string{"--call-timeout", callTimeout.String(), "--backoff-max", "5s"}
@@ -405,6 +405,23 @@ func run(ctx context.Context, c config) (bool, error) {
 		}
 	}
 	logf("every role is ready: %d processes", len(roles))
+	// A role that exits by itself is a failure of the run (its exit is
+	// recorded); it is started again so the run goes on.
+	superCtx, stopSuper := context.WithCancel(context.Background())
+	cleanups = append(cleanups, stopSuper)
+	go func() {
+		for sleep(superCtx, time.Second) {
+			for _, r := range roles {
+				r.mu.Lock()
+				crashed := !r.killing && r.cmd != nil && len(r.crashes) > 0
+				r.mu.Unlock()
+				if crashed && r.exited() {
+					logf("%s exited by itself; starting it again (log %s)", r.name, r.logPath)
+					_ = r.start()
+				}
+			}
+		}
+	}()
 
 	channels := []string{"apns", "fcm", "feed", "webpush", "webhook"}
 	obs, err := newObserver(brokers, cat, channels)

@@ -50,6 +50,7 @@ type nemesis struct {
 	logf      func(format string, args ...any)
 
 	mu     sync.Mutex
+	round  []string // role kinds still to kill this round
 	counts map[string]int
 	byRole map[string]int
 	failed []string
@@ -91,8 +92,9 @@ func (n *nemesis) run(ctx context.Context, seed uint64) {
 		close(done)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
-	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
-	for sleep(ctx, time.Duration(500+rng.IntN(1500))*time.Millisecond) {
+	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill,
+		faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
+	for sleep(ctx, time.Duration(300+rng.IntN(700))*time.Millisecond) {
 		n.inject(ctx, rng, kinds[rng.IntN(len(kinds))])
 	}
 	<-done
@@ -101,14 +103,14 @@ func (n *nemesis) run(ctx context.Context, seed uint64) {
 func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 	switch kind {
 	case faultRoleKill:
-		r := n.roles[rng.IntN(len(n.roles))]
+		r := n.nextRole(rng)
 		n.logf("nemesis: %s: %s", kind, r.name)
 		r.kill()
-		sleep(context.Background(), time.Duration(500+rng.IntN(2500))*time.Millisecond)
+		sleep(context.Background(), time.Duration(300+rng.IntN(1200))*time.Millisecond)
 		if err := r.start(); err != nil {
 			n.fail("restart %s: %v", r.name, err)
 		}
-		n.count(kind, r.kind)
+		n.count(kind, "SIGKILL "+r.kind)
 	case faultRolePause:
 		r := n.roles[rng.IntN(len(n.roles))]
 		d := time.Duration(12000+rng.IntN(6000)) * time.Millisecond
@@ -121,7 +123,7 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 		if err := r.signal(syscall.SIGCONT); err != nil {
 			n.fail("SIGCONT %s: %v", r.name, err)
 		}
-		n.count(kind, r.kind)
+		n.count(kind, "SIGSTOP "+r.kind)
 	case faultBrokerKill, faultBrokerBounce, faultBrokerPause:
 		node, why := n.pickBroker(ctx, rng)
 		n.logf("nemesis: %s: node %d (%s)", kind, node, why)
@@ -148,7 +150,7 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 			return
 		}
 		n.logf("nemesis: node %d is back", node)
-		n.count(kind, "")
+		n.count(kind, fmt.Sprintf("broker %d", node))
 	case faultClickHouse:
 		n.logf("nemesis: %s", kind)
 		if err := n.chKill(); err != nil {
@@ -188,6 +190,33 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 		n.providers[name].AddRule(rule)
 		n.count(kind, "provider "+name)
 	}
+}
+
+// nextRole chooses the role to kill: the role kinds in turn, in an order
+// shuffled every round (each kind as often as the others), an instance of
+// the kind at random.
+func (n *nemesis) nextRole(rng *rand.Rand) *role {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.round) == 0 {
+		seen := map[string]bool{}
+		for _, r := range n.roles {
+			if !seen[r.kind] {
+				seen[r.kind] = true
+				n.round = append(n.round, r.kind)
+			}
+		}
+		rng.Shuffle(len(n.round), func(i, j int) { n.round[i], n.round[j] = n.round[j], n.round[i] })
+	}
+	kind := n.round[0]
+	n.round = n.round[1:]
+	var of []*role
+	for _, r := range n.roles {
+		if r.kind == kind {
+			of = append(of, r)
+		}
+	}
+	return of[rng.IntN(len(of))]
 }
 
 // pickBroker chooses a node: half the time the leader of a herald.seen or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -35,12 +36,7 @@ type role struct {
 }
 
 func newRole(dir, bin, name, kind string, args ...string) (*role, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	return &role{name: name, kind: kind, bin: bin, args: args, ops: fmt.Sprintf("http://127.0.0.1:%d", port),
-		logPath: filepath.Join(dir, name+".log")}, nil
+	return &role{name: name, kind: kind, bin: bin, args: args, logPath: filepath.Join(dir, name+".log")}, nil
 }
 
 // start launches the process (appending to its log).
@@ -51,6 +47,14 @@ func (r *role) start() error {
 	if err != nil {
 		return err
 	}
+	// A fresh ops port at every start, below the ephemeral range (a port
+	// freed by freePort can be taken by an outgoing connection at once).
+	port, err := listenPort()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	r.ops = fmt.Sprintf("http://127.0.0.1:%d", port)
 	r.starts++
 	fmt.Fprintf(f, "=== chaos: start %d at %s\n", r.starts, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(r.bin, append(append([]string(nil), r.args...), "--metrics-addr", strings.TrimPrefix(r.ops, "http://"))...)
@@ -135,8 +139,11 @@ func (r *role) exited() bool {
 
 // ready tells whether /readyz answers 200.
 func (r *role) ready() bool {
+	r.mu.Lock()
+	ops := r.ops
+	r.mu.Unlock()
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(r.ops + "/readyz")
+	resp, err := c.Get(ops + "/readyz")
 	if err != nil {
 		return false
 	}
@@ -171,6 +178,20 @@ func tail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// listenPort picks a free port in [20000, 32000), below Linux's
+// ephemeral range (32768-60999), for a process to listen on.
+func listenPort() (int, error) {
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			ln.Close()
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port in [20000, 32000)")
 }
 
 func freePort() (int, error) {
