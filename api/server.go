@@ -481,10 +481,7 @@ func (s *Server) liveDecisionsClient(ctx context.Context, cl *kgo.Client, base [
 	if s.cfg.QuotaPerWindow > 0 {
 		listed = append(listed, s.decisionsT)
 	}
-	ends, err := adm.ListEndOffsets(ctx, listed...)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := s.listEndOffsets(ctx, adm, listed...)
 	if err != nil {
 		return nil, fmt.Errorf("api: list end offsets of %s: %w (run herald topics create)", strings.Join(listed, ", "), err)
 	}

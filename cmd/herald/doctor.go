@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heraldhq/herald/internal/txnhold"
 	"io"
 	"os"
 	"strconv"
@@ -110,7 +111,7 @@ func runDoctor(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	if *abort && txnErr == nil {
-		hung, _ := hanging(txns, now, *hangingAfter, maxTimeout)
+		hung, _ := txnhold.Hanging(txns, now, *hangingAfter, maxTimeout)
 		aborted, err := abortHanging(ctx, adm, &kf, hung, *yes, stdout)
 		if err != nil {
 			return err
@@ -193,10 +194,8 @@ func configMap(cs []kadm.Config) map[string]string {
 	return m
 }
 
-// openTransactions finds the herald partitions whose last stable offset is
-// below the high watermark, the producers holding them (DescribeProducers,
-// KIP-664) and, where a coordinator lists one, each producer's transaction
-// (ListTransactions, DescribeTransactions).
+// openTransactions finds the herald partitions held by an open
+// transaction (internal/txnhold), on the catalog's topics that exist.
 func openTransactions(ctx context.Context, adm *kadm.Client, cat *topics.Catalog, v clusterView) ([]openTxn, error) {
 	var names []string
 	for _, n := range cat.Names() {
@@ -204,84 +203,7 @@ func openTransactions(ctx context.Context, adm *kadm.Client, cat *topics.Catalog
 			names = append(names, n)
 		}
 	}
-	if len(names) == 0 {
-		return nil, nil
-	}
-	hwm, err := adm.ListEndOffsets(ctx, names...)
-	if err != nil {
-		return nil, fmt.Errorf("high watermarks: %w", err)
-	}
-	lso, err := adm.ListCommittedOffsets(ctx, names...)
-	if err != nil {
-		return nil, fmt.Errorf("last stable offsets: %w", err)
-	}
-	stuck := kadm.TopicsSet{}
-	lsoOf := map[string]map[int32][2]int64{}
-	lso.Each(func(o kadm.ListedOffset) {
-		h, ok := hwm.Lookup(o.Topic, o.Partition)
-		if o.Err != nil || !ok || h.Err != nil || o.Offset >= h.Offset {
-			return
-		}
-		addPartition(stuck, o.Topic, o.Partition)
-		if lsoOf[o.Topic] == nil {
-			lsoOf[o.Topic] = map[int32][2]int64{}
-		}
-		lsoOf[o.Topic][o.Partition] = [2]int64{o.Offset, h.Offset}
-	})
-	if len(stuck) == 0 {
-		return nil, nil
-	}
-	described, err := adm.DescribeProducers(ctx, stuck)
-	if err != nil {
-		return nil, fmt.Errorf("describe producers: %w", err)
-	}
-	var txns []openTxn
-	var pids []int64
-	described.EachProducer(func(p kadm.DescribedProducer) {
-		if p.CurrentTxnStartOffset < 0 {
-			return
-		}
-		off := lsoOf[p.Topic][p.Partition]
-		txns = append(txns, openTxn{topic: p.Topic, partition: p.Partition, lso: off[0], hwm: off[1],
-			producerID: p.ProducerID, producerEpoch: p.ProducerEpoch, coordinatorEpoch: p.CoordinatorEpoch,
-			lastWrite: time.UnixMilli(p.LastTimestamp), startOffset: p.CurrentTxnStartOffset})
-		pids = append(pids, p.ProducerID)
-	})
-	if len(txns) == 0 {
-		return nil, nil
-	}
-	listed, err := adm.ListTransactions(ctx, pids, nil)
-	if err != nil {
-		return nil, fmt.Errorf("list transactions: %w", err)
-	}
-	byPID := map[int64]string{}
-	listed.Each(func(l kadm.ListedTransaction) { byPID[l.ProducerID] = l.TxnID })
-	var ids []string
-	for _, id := range byPID {
-		ids = append(ids, id)
-	}
-	var desc kadm.DescribedTransactions
-	if len(ids) > 0 {
-		if desc, err = adm.DescribeTransactions(ctx, ids...); err != nil {
-			return nil, fmt.Errorf("describe transactions: %w", err)
-		}
-	}
-	for i := range txns {
-		t := &txns[i]
-		id, ok := byPID[t.producerID]
-		if !ok {
-			continue
-		}
-		d, err := desc.On(id, nil)
-		if err != nil || d.Err != nil {
-			continue
-		}
-		t.txnID, t.state = id, d.State
-		t.started, t.timeout = time.UnixMilli(d.StartTimestamp), time.Duration(d.TimeoutMillis)*time.Millisecond
-		_, holds := d.Topics[t.topic][t.partition]
-		t.coordinatorKnows = d.State == "Ongoing" && d.ProducerID == t.producerID && holds
-	}
-	return txns, nil
+	return txnhold.Find(ctx, adm, names)
 }
 
 // stageLags is the lag of every consumer group that committed offsets on a
@@ -425,8 +347,8 @@ func abortHanging(ctx context.Context, adm *kadm.Client, kf *kafkaFlags, hung []
 			}
 		}
 		var err error
-		if t.coordinatorKnows {
-			err = fenceTxn(ctx, kf, t.txnID)
+		if t.CoordinatorKnows {
+			err = fenceTxn(ctx, kf, t.TxnID)
 		} else {
 			err = writeAbortMarker(ctx, adm, t)
 		}
@@ -437,7 +359,7 @@ func abortHanging(ctx context.Context, adm *kadm.Client, kf *kafkaFlags, hung []
 			return aborted, fmt.Errorf("doctor: abort %s: %w", t, err)
 		}
 		aborted++
-		fmt.Fprintf(stdout, "aborted the transaction of %s: its last stable offset moved past %d\n", t, t.lso)
+		fmt.Fprintf(stdout, "aborted the transaction of %s: its last stable offset moved past %d\n", t, t.LSO)
 	}
 	return aborted, nil
 }
@@ -458,9 +380,9 @@ func fenceTxn(ctx context.Context, kf *kafkaFlags, txnID string) error {
 // partition.
 func writeAbortMarker(ctx context.Context, adm *kadm.Client, t openTxn) error {
 	set := kadm.TopicsSet{}
-	addPartition(set, t.topic, t.partition)
-	resp, err := adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{ProducerID: t.producerID, ProducerEpoch: t.producerEpoch,
-		CoordinatorEpoch: t.coordinatorEpoch, Topics: set})
+	addPartition(set, t.Topic, t.Partition)
+	resp, err := adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{ProducerID: t.ProducerID, ProducerEpoch: t.ProducerEpoch,
+		CoordinatorEpoch: t.CoordinatorEpoch, Topics: set})
 	if err != nil {
 		return err
 	}
@@ -479,7 +401,7 @@ func awaitReleased(ctx context.Context, adm *kadm.Client, t openTxn) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	set := kadm.TopicsSet{}
-	addPartition(set, t.topic, t.partition)
+	addPartition(set, t.Topic, t.Partition)
 	for {
 		d, err := adm.DescribeProducers(ctx, set)
 		if err != nil && !errors.Is(err, kerr.NotLeaderForPartition) {
@@ -487,7 +409,7 @@ func awaitReleased(ctx context.Context, adm *kadm.Client, t openTxn) error {
 		}
 		held := false
 		d.EachProducer(func(p kadm.DescribedProducer) {
-			held = held || p.ProducerID == t.producerID && p.CurrentTxnStartOffset == t.startOffset
+			held = held || p.ProducerID == t.ProducerID && p.CurrentTxnStartOffset == t.StartOffset
 		})
 		if err == nil && !held {
 			return nil

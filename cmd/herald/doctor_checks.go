@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/heraldhq/herald/internal/txnhold"
 	"slices"
 	"sort"
 	"strconv"
@@ -295,91 +296,28 @@ func checkConfigDrift(v clusterView) finding {
 
 // openTxn is a transaction open on a herald partition: its last stable
 // offset is below its high watermark because of it.
-type openTxn struct {
-	topic     string
-	partition int32
-	lso, hwm  int64
-	// Of the producer, as the partition's leader describes it.
-	producerID       int64
-	producerEpoch    int16
-	coordinatorEpoch int32
-	lastWrite        time.Time
-	startOffset      int64
-	// Of the transaction, as its coordinator describes it; txnID is empty
-	// when no coordinator lists a transaction of the producer, or it does
-	// not hold this partition (coordinatorKnows false).
-	txnID            string
-	state            string
-	started          time.Time
-	timeout          time.Duration
-	coordinatorKnows bool
-}
-
-// hangingLimit is how long t may stay open before it counts as hanging:
-// hangingAfter when set, else its own timeout when its coordinator knows
-// it, else maxTimeout (the brokers' transaction.max.timeout.ms, the longest
-// any transaction may run).
-func (t openTxn) hangingLimit(hangingAfter, maxTimeout time.Duration) time.Duration {
-	if hangingAfter > 0 {
-		return hangingAfter
-	} else if t.coordinatorKnows && t.timeout > 0 {
-		return t.timeout
-	}
-	return maxTimeout
-}
-
-// age is how long t has been open: since its coordinator says it started,
-// else since the producer's last write to the partition.
-func (t openTxn) age(now time.Time) time.Duration {
-	if t.coordinatorKnows && !t.started.IsZero() {
-		return now.Sub(t.started)
-	}
-	return now.Sub(t.lastWrite)
-}
-
-func (t openTxn) String() string {
-	who := fmt.Sprintf("producer %d epoch %d", t.producerID, t.producerEpoch)
-	if t.txnID != "" {
-		who += fmt.Sprintf(" (transactional id %s, %s)", t.txnID, t.state)
-	} else {
-		who += " (no coordinator lists it)"
-	}
-	return fmt.Sprintf("%s/%d held by %s", t.topic, t.partition, who)
-}
-
-// hanging splits the open transactions into those past their limit and
-// the others.
-func hanging(txns []openTxn, now time.Time, hangingAfter, maxTimeout time.Duration) (hung, open []openTxn) {
-	for _, t := range txns {
-		if t.age(now) > t.hangingLimit(hangingAfter, maxTimeout) {
-			hung = append(hung, t)
-		} else {
-			open = append(open, t)
-		}
-	}
-	return hung, open
-}
+type openTxn = txnhold.Open
 
 // checkHanging reports herald partitions whose last stable offset is held
 // below the high watermark by a transaction open past its limit (KIP-664:
 // read_committed readers stall there and the log cleaner cannot pass it).
 func checkHanging(txns []openTxn, now time.Time, hangingAfter, maxTimeout time.Duration) finding {
-	hung, open := hanging(txns, now, hangingAfter, maxTimeout)
+	hung, open := txnhold.Hanging(txns, now, hangingAfter, maxTimeout)
 	var issues []issue
 	for _, t := range hung {
 		issues = append(issues, issue{levelFail, fmt.Sprintf("%s, open %v, past its limit %v: the last stable offset is stuck at %d below %d, so read_committed readers and compaction wait; abort it: herald doctor --abort-hanging",
-			t, t.age(now).Round(time.Second), t.hangingLimit(hangingAfter, maxTimeout), t.lso, t.hwm)})
+			t, t.Age(now).Round(time.Second), t.HangingLimit(hangingAfter, maxTimeout), t.LSO, t.HWM)})
 	}
 	okMsg := "every herald partition's last stable offset is at its high watermark"
 	if len(open) > 0 {
 		oldest := open[0]
 		for _, t := range open[1:] {
-			if t.age(now) > oldest.age(now) {
+			if t.Age(now) > oldest.Age(now) {
 				oldest = t
 			}
 		}
 		okMsg = fmt.Sprintf("%d transaction(s) open, none past its limit (the oldest, %s, open %v of %v)", len(open), oldest,
-			oldest.age(now).Round(time.Second), oldest.hangingLimit(hangingAfter, maxTimeout))
+			oldest.Age(now).Round(time.Second), oldest.HangingLimit(hangingAfter, maxTimeout))
 	}
 	return summarize("hanging transactions", okMsg, issues)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/heraldhq/herald/internal/txnhold"
 	"strings"
 	"testing"
 	"time"
@@ -90,11 +91,11 @@ func TestEachDoctorCheckOfTheClusterView(t *testing.T) {
 
 func TestATransactionIsHangingOncePastItsLimit(t *testing.T) {
 	now := time.UnixMilli(1_800_000_000_000)
-	known := openTxn{topic: "herald.seen", partition: 3, txnID: "dedupe-0", state: "Ongoing", coordinatorKnows: true,
-		started: now.Add(-30 * time.Second), timeout: 10 * time.Second, lastWrite: now.Add(-time.Second)}
-	unknown := openTxn{topic: "herald.seen", partition: 4, lastWrite: now.Add(-20 * time.Minute)}
+	known := openTxn{Topic: "herald.seen", Partition: 3, TxnID: "dedupe-0", State: "Ongoing", CoordinatorKnows: true,
+		Started: now.Add(-30 * time.Second), Timeout: 10 * time.Second, LastWrite: now.Add(-time.Second)}
+	unknown := openTxn{Topic: "herald.seen", Partition: 4, LastWrite: now.Add(-20 * time.Minute)}
 	young := known
-	young.started = now.Add(-5 * time.Second)
+	young.Started = now.Add(-5 * time.Second)
 	cases := []struct {
 		name         string
 		txn          openTxn
@@ -109,7 +110,7 @@ func TestATransactionIsHangingOncePastItsLimit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			hung, open := hanging([]openTxn{tc.txn}, now, tc.hangingAfter, 15*time.Minute)
+			hung, open := txnhold.Hanging([]openTxn{tc.txn}, now, tc.hangingAfter, 15*time.Minute)
 			if (len(hung) == 1) != tc.hanging || len(hung)+len(open) != 1 {
 				t.Fatalf("hanging %d, open %d; want hanging %v", len(hung), len(open), tc.hanging)
 			}

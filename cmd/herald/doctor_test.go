@@ -201,7 +201,7 @@ func TestAnAbortMarkerReleasesAPartitionHeldByAnOpenTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	txns, err := openTransactions(ctx, adm, cat, view)
-	if err != nil || len(txns) != 1 || txns[0].topic != prefix+"accepted" || txns[0].partition != 0 {
+	if err != nil || len(txns) != 1 || txns[0].Topic != prefix+"accepted" || txns[0].Partition != 0 {
 		t.Fatalf("open transactions %+v, %v; want one on %saccepted/0", txns, err, prefix)
 	}
 	if err := writeAbortMarker(ctx, adm, txns[0]); err != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -72,12 +73,29 @@ func (t *Tracker) Saw(rec *kgo.Record) bool {
 // gets every data record, and ready is called once, when the consumer has
 // read every partition up to its last stable offset as of the call (at
 // once for empty topics). lag, when not nil, reports how far behind each
-// partition the consumer is, at each fetch with records. It returns an
-// error only when it cannot list the offsets.
+// partition the consumer is, at each fetch with records. Listing the last
+// stable offsets is tried again, with a backoff up to 5 s and a warning,
+// until it succeeds or ctx ends: a broker bounce or a leader election
+// fails it for a while (a copy that gave up made its process exit, found
+// by the nemesis suite, scripts/chaos), and the copy stays not ready
+// meanwhile. It returns when ctx ends or the client closes, always nil
+// (the error result is kept for its callers).
 func Follow(ctx context.Context, cl *kgo.Client, topics []string, log *slog.Logger, lag *metrics.Lag, apply func(*kgo.Record), ready func()) error {
-	track, err := New(ctx, cl, topics...)
-	if err != nil {
-		return err
+	var track *Tracker
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		var err error
+		if track, err = New(ctx, cl, topics...); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Warn("cannot list the last stable offsets to catch up to; trying again", "topics", topics, "err", err, "backoff", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
 	}
 	done := track.Done()
 	if done {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/catchup"
 	"github.com/heraldhq/herald/internal/metrics"
@@ -138,5 +142,69 @@ func TestFollowReportsHowFarBehindItIs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFollowRidesOutAFailedListingOfTheLastStableOffsets: the listing of
+// the last stable offsets a copy catches up to fails during a broker
+// bounce or a leader election. Follow used to return that error, and the
+// webhook sink exited with it (the nemesis suite, scripts/chaos, found
+// it); it must list them again and become ready.
+func TestFollowRidesOutAFailedListingOfTheLastStableOffsets(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "copy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	w := testenv.Client(t, c.ListenAddrs(), kgo.DefaultProduceTopic("copy"))
+	if err := w.ProduceSync(context.Background(), &kgo.Record{Key: []byte("k"), Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// The first two read_committed listings of the latest offsets fail
+	// (the consumer's own listings of the earliest offsets pass).
+	var failed atomic.Int32
+	c.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ListOffsetsRequest)
+		if req.IsolationLevel != 1 || len(req.Topics) == 0 || len(req.Topics[0].Partitions) == 0 ||
+			req.Topics[0].Partitions[0].Timestamp != -1 || failed.Load() >= 2 {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.UnknownServerError.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	r := testenv.Client(t, c.ListenAddrs(), kgo.ConsumeTopics("copy"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	var applied atomic.Int32
+	errc := make(chan error, 1)
+	go func() {
+		errc <- catchup.Follow(ctx, r, []string{"copy"}, slog.New(slog.DiscardHandler), nil,
+			func(*kgo.Record) { applied.Add(1) }, func() { close(ready) })
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		t.Fatalf("Follow returned %v before the copy was ready (%d listings failed)", err, failed.Load())
+	}
+	if failed.Load() != 2 || applied.Load() != 1 {
+		t.Errorf("%d listings failed, %d records applied; want 2 and 1", failed.Load(), applied.Load())
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Follow returned %v after ctx ended; want nil", err)
 	}
 }

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/heraldhq/herald/sinks/emulate"
+	"github.com/heraldhq/herald/topics"
+)
+
+// Fault kinds.
+const (
+	faultRoleKill     = "SIGKILL and restart of a role"
+	faultRolePause    = "SIGSTOP of a role past its session and transaction timeouts"
+	faultBrokerKill   = "hard bounce (SIGKILL) of a broker"
+	faultBrokerBounce = "clean bounce (SIGTERM) of a broker"
+	faultBrokerPause  = "SIGSTOP of a broker past the request timeout"
+	faultClickHouse   = "SIGKILL of the ClickHouse server"
+	faultReset        = "provider: reset after the request was read"
+	faultProvider5xx  = "provider: 5xx"
+	fault429          = "provider: 429 with Retry-After"
+	faultSlow         = "provider: answer slower than the call timeout"
+)
+
+// scripted is an emulator whose answers the nemesis scripts.
+type scripted interface{ AddRule(emulate.Rule) }
+
+// nemesis injects one fault at a time, chosen from the seed, and logs
+// each with its time. One at a time keeps at most one broker down (two of
+// the three would lose the KRaft quorum).
+type nemesis struct {
+	roles     []*role
+	cl        *cluster
+	adm       *kadm.Client
+	cat       *topics.Catalog
+	chKill    func() error // SIGKILL and restart the ClickHouse server
+	providers map[string]scripted
+	brokers   bool // broker faults enabled
+	// brokerGap spaces broker faults: a JVM restart costs most of a core
+	// for tens of seconds on this machine.
+	brokerGap time.Duration
+	logf      func(format string, args ...any)
+
+	mu     sync.Mutex
+	round  []string // role kinds still to kill this round
+	counts map[string]int
+	byRole map[string]int
+	failed []string
+}
+
+func (n *nemesis) count(kind, target string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.counts[kind]++
+	if target != "" {
+		n.byRole[target]++
+	}
+}
+
+func (n *nemesis) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	n.logf("nemesis: %s", msg)
+	n.mu.Lock()
+	n.failed = append(n.failed, msg)
+	n.mu.Unlock()
+}
+
+// run injects faults until ctx ends: broker faults one at a time, spaced
+// by brokerGap (never two brokers down: two of the three would lose the
+// KRaft quorum), and, meanwhile, the other faults one at a time, each
+// stream with its own generator from the seed.
+func (n *nemesis) run(ctx context.Context, seed uint64) {
+	done := make(chan struct{})
+	if n.brokers {
+		go func() {
+			defer close(done)
+			rng := rand.New(rand.NewPCG(seed, 0xb0b))
+			kinds := []string{faultBrokerKill, faultBrokerBounce, faultBrokerPause}
+			for sleep(ctx, n.brokerGap/2+time.Duration(rng.Int64N(int64(n.brokerGap/2)))) {
+				n.inject(ctx, rng, kinds[rng.IntN(len(kinds))])
+			}
+		}()
+	} else {
+		close(done)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xfa17))
+	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill,
+		faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
+	for sleep(ctx, time.Duration(300+rng.IntN(700))*time.Millisecond) {
+		n.inject(ctx, rng, kinds[rng.IntN(len(kinds))])
+	}
+	<-done
+}
+
+func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
+	switch kind {
+	case faultRoleKill:
+		r := n.nextRole(rng)
+		n.logf("nemesis: %s: %s", kind, r.name)
+		r.kill()
+		sleep(context.Background(), time.Duration(300+rng.IntN(1200))*time.Millisecond)
+		if err := r.start(); err != nil {
+			n.fail("restart %s: %v", r.name, err)
+		}
+		n.count(kind, "SIGKILL "+r.kind)
+	case faultRolePause:
+		r := n.roles[rng.IntN(len(n.roles))]
+		d := time.Duration(12000+rng.IntN(6000)) * time.Millisecond
+		n.logf("nemesis: %s: %s for %v", kind, r.name, d)
+		if err := r.signal(syscall.SIGSTOP); err != nil {
+			n.fail("SIGSTOP %s: %v", r.name, err)
+			return
+		}
+		sleep(context.Background(), d)
+		if err := r.signal(syscall.SIGCONT); err != nil {
+			n.fail("SIGCONT %s: %v", r.name, err)
+		}
+		n.count(kind, "SIGSTOP "+r.kind)
+	case faultBrokerKill, faultBrokerBounce, faultBrokerPause:
+		node, why := n.pickBroker(ctx, rng)
+		n.logf("nemesis: %s: node %d (%s)", kind, node, why)
+		id := strconv.Itoa(node)
+		var err error
+		switch kind {
+		case faultBrokerKill:
+			if err = n.cl.run("kill", id); err == nil {
+				sleep(context.Background(), 3*time.Second)
+				err = n.cl.run("start", id)
+			}
+		case faultBrokerBounce:
+			if err = n.cl.run("stop", id); err == nil {
+				err = n.cl.run("start", id)
+			}
+		case faultBrokerPause:
+			if err = n.cl.run("pause", id); err == nil {
+				sleep(context.Background(), time.Duration(35000+rng.IntN(10000))*time.Millisecond)
+				err = n.cl.run("resume", id)
+			}
+		}
+		if err != nil {
+			n.fail("%s node %d: %v", kind, node, err)
+			return
+		}
+		n.logf("nemesis: node %d is back", node)
+		n.count(kind, fmt.Sprintf("broker %d", node))
+	case faultClickHouse:
+		n.logf("nemesis: %s", kind)
+		if err := n.chKill(); err != nil {
+			n.fail("ClickHouse restart: %v", err)
+			return
+		}
+		n.count(kind, "")
+	case faultReset, faultProvider5xx, fault429, faultSlow:
+		names := make([]string, 0, len(n.providers))
+		for name := range n.providers {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		name := names[rng.IntN(len(names))]
+		times := 3 + rng.IntN(10)
+		rule := emulate.Rule{Times: times}
+		switch kind {
+		case faultReset:
+			rule.Reset = true
+		case faultProvider5xx:
+			rule.Status = 503
+			if name == "apns" {
+				rule.Reason = "ServiceUnavailable"
+			}
+		case fault429:
+			rule.Status, rule.RetryAfter = 429, 2*time.Second
+			if name == "apns" {
+				rule.Reason = "TooManyRequests"
+			}
+		case faultSlow:
+			// Past the sinks' --call-timeout.
+			rule.Status, rule.Delay = 200, callTimeout+2*time.Second
+			times = 1 + rng.IntN(3)
+			rule.Times = times
+		}
+		n.logf("nemesis: %s: the next %d calls to %s", kind, times, name)
+		n.providers[name].AddRule(rule)
+		n.count(kind, "provider "+name)
+	}
+}
+
+// nextRole chooses the role to kill: the role kinds in turn, in an order
+// shuffled every round (each kind as often as the others), an instance of
+// the kind at random.
+func (n *nemesis) nextRole(rng *rand.Rand) *role {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.round) == 0 {
+		seen := map[string]bool{}
+		for _, r := range n.roles {
+			if !seen[r.kind] {
+				seen[r.kind] = true
+				n.round = append(n.round, r.kind)
+			}
+		}
+		rng.Shuffle(len(n.round), func(i, j int) { n.round[i], n.round[j] = n.round[j], n.round[i] })
+	}
+	kind := n.round[0]
+	n.round = n.round[1:]
+	var of []*role
+	for _, r := range n.roles {
+		if r.kind == kind {
+			of = append(of, r)
+		}
+	}
+	return of[rng.IntN(len(of))]
+}
+
+// pickBroker chooses a node: half the time the leader of a herald.seen or
+// herald.accepted partition, else any.
+func (n *nemesis) pickBroker(ctx context.Context, rng *rand.Rand) (int, string) {
+	if rng.IntN(2) == 0 && n.adm != nil {
+		short := []string{topics.Seen, topics.Accepted}[rng.IntN(2)]
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		md, err := n.adm.Metadata(c, n.cat.Name(short))
+		if err == nil {
+			for _, t := range md.Topics {
+				ps := t.Partitions.Sorted()
+				if len(ps) > 0 {
+					p := ps[rng.IntN(len(ps))]
+					if p.Leader >= 1 && p.Leader <= 3 {
+						return int(p.Leader), fmt.Sprintf("leader of %s/%d", t.Topic, p.Partition)
+					}
+				}
+			}
+		}
+	}
+	return 1 + rng.IntN(3), "at random"
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
