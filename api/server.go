@@ -60,7 +60,9 @@ type Config struct {
 	IdempotencyWait time.Duration
 	// Lookback is how far back the read model starts reading requests and
 	// decisions (24 h by default), MaxTracked how many notifications it
-	// keeps (100 000 by default; the oldest go first).
+	// keeps (100 000 by default; the oldest go first). With the audit
+	// configured there is no read model: MaxTracked bounds the cache of the
+	// instance's own sends (20 000 by default).
 	Lookback   time.Duration
 	MaxTracked int
 	// QuotaPerWindow limits each tenant to that many accepted
@@ -130,6 +132,11 @@ func (c *Config) defaults() error {
 	setDefault(&c.MaxWait, 30*time.Second)
 	setDefault(&c.IdempotencyWait, 10*time.Second)
 	setDefault(&c.Lookback, 24*time.Hour)
+	if c.historyFromAudit() {
+		// Only the instance's own sends, for the second or so before the
+		// audit holds them (history.go): a smaller default.
+		setDefault(&c.MaxTracked, 20_000)
+	}
 	setDefault(&c.MaxTracked, 100_000)
 	setDefault(&c.QuotaWindow, time.Minute)
 	setDefault(&c.TransactionTimeout, 10*time.Second)
