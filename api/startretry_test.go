@@ -3,17 +3,16 @@ package api
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/embedded"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -40,29 +39,7 @@ func TestStartRidesOutAFailedListingOfTheRepliesEndOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 	replies := cat.Name(topics.Replies)
-	var failed atomic.Int32
-	c.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kreq.(*kmsg.ListOffsetsRequest)
-		if len(req.Topics) == 0 || req.Topics[0].Topic != replies || len(req.Topics[0].Partitions) == 0 ||
-			req.Topics[0].Partitions[0].Timestamp != -1 || failed.Load() >= 2 {
-			return nil, nil, false
-		}
-		failed.Add(1)
-		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.UnknownServerError.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	failed := testenv.FailLatestOffsetListings(c, 2, func(req *kmsg.ListOffsetsRequest) bool { return req.Topics[0].Topic == replies })
 	srv, err := New(Config{Brokers: c.ListenAddrs(), Catalog: cat, Keys: testKeys(), InstanceID: "restart",
 		Logger: slog.New(slog.DiscardHandler), ClientOpts: embedded.ClientOpts()})
 	if err != nil {

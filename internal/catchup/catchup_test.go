@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -162,29 +161,7 @@ func TestFollowRidesOutAFailedListingOfTheLastStableOffsets(t *testing.T) {
 	}
 	// The first two read_committed listings of the latest offsets fail
 	// (the consumer's own listings of the earliest offsets pass).
-	var failed atomic.Int32
-	c.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req := kreq.(*kmsg.ListOffsetsRequest)
-		if req.IsolationLevel != 1 || len(req.Topics) == 0 || len(req.Topics[0].Partitions) == 0 ||
-			req.Topics[0].Partitions[0].Timestamp != -1 || failed.Load() >= 2 {
-			return nil, nil, false
-		}
-		failed.Add(1)
-		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.UnknownServerError.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	failed := testenv.FailLatestOffsetListings(c, 2, func(req *kmsg.ListOffsetsRequest) bool { return req.IsolationLevel == 1 })
 	r := testenv.Client(t, c.ListenAddrs(), kgo.ConsumeTopics("copy"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

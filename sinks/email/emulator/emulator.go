@@ -20,18 +20,11 @@ package emulator
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	mrand "math/rand/v2"
 	"mime"
 	"mime/multipart"
@@ -162,7 +155,7 @@ func Start(o Options) (*Emulator, error) {
 	s.AllowInsecureAuth = true
 	s.ErrorLog = slogLogger{o.Logger}
 	if o.TLS || o.ImplicitTLS {
-		cert, pemBytes, err := selfSigned(o.CertHosts)
+		cert, pemBytes, err := emulate.SelfSigned("herald smtp emulator", o.CertHosts)
 		if err != nil {
 			return nil, fmt.Errorf("smtp emulator: certificate: %w", err)
 		}
@@ -472,43 +465,6 @@ type slogLogger struct{ l *slog.Logger }
 
 func (s slogLogger) Printf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s slogLogger) Println(v ...any)               { s.l.Debug(fmt.Sprint(v...)) }
-
-// selfSigned makes a certificate for 127.0.0.1, ::1, localhost and hosts.
-func selfSigned(hosts []string) (tls.Certificate, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "herald smtp emulator"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true, BasicConstraintsValid: true,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-		DNSNames:    []string{"localhost"},
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else if h != "" {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
-	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
-	return cert, certPEM, err
-}
 
 // Shutdown stops accepting and waits for sessions until ctx.
 func (e *Emulator) Shutdown(ctx context.Context) error {
