@@ -365,6 +365,23 @@ func TestTheAPIOnTheRealBroker(t *testing.T) {
 		if ex := decode[sdk.Explanation](t, p.call(t, "POST", "/v1/explain", keyA, body)); !ex.WouldReplay {
 			t.Fatalf("right after the send was answered: %+v, want wouldReplay", ex)
 		}
+		// The explains are records on herald.requests too: the read model
+		// skips them, so the notification shows the one request it had.
+		id := decode[sdk.Explanation](t, p.call(t, "POST", "/v1/explain", keyA, body)).Notifications[0].ID
+		p.eventually(t, "the read model holds the send's decision", func() bool {
+			rec, ok := p.record(t, id, keyA)
+			return ok && rec.Status != sdk.StatusPending
+		})
+		rec, _ := p.record(t, id, keyA)
+		requested := 0
+		for _, e := range rec.Timeline {
+			if e.Kind == sdk.EventRequested {
+				requested++
+			}
+		}
+		if requested != 1 {
+			t.Fatalf("the timeline shows %d requests, want the one send (not its explains): %+v", requested, rec.Timeline)
+		}
 		other := strings.Replace(body, `"ex-1"`, `"ex-2"`, 1)
 		if ex := decode[sdk.Explanation](t, p.call(t, "POST", "/v1/explain", keyA, other)); !ex.WouldDeduplicate || ex.WouldReplay {
 			t.Fatalf("another idempotency key, same dedupe key: %+v, want wouldDeduplicate", ex)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/analytics/audit"
 	"github.com/heraldhq/herald/internal/metrics"
+	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
 )
@@ -583,6 +584,9 @@ func pollEach(ctx context.Context, cl *kgo.Client, lag *metrics.Lag, log *slog.L
 // model until ctx ends.
 func (t *tracker) consume(ctx context.Context, cl *kgo.Client, tp trackerTopics, lag *metrics.Lag, log *slog.Logger) {
 	pollEach(ctx, cl, lag, log, "read model", func(r *kgo.Record) {
+		if reply.IsExplain(r) {
+			return // a dry run the stages answered, not a request
+		}
 		var err error
 		switch r.Topic {
 		case tp.requests:

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldhq/herald/internal/reply"
+
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -130,6 +132,9 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
 			return nil, err
 		}
 		err = eachRecord(ctx, o.Brokers, o.ClientOpts, o.Logger, requests, p.partition, p.readFrom, p.end, func(rec *kgo.Record) error {
+			if reply.IsExplain(rec) {
+				return nil // a dry run the stages answered, not a send
+			}
 			var r schemas.Request
 			if schemas.Decode(rec.Value, &r) != nil {
 				if rec.Offset >= p.compareAt {
