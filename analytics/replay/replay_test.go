@@ -49,7 +49,8 @@ func TestReplayOnAPipelineRun(t *testing.T) {
 	opts := func(from replay.From) replay.Options {
 		return replay.Options{Brokers: f.Brokers, Catalog: f.Catalog, ClickHouse: f.Conn, Database: f.DB, Policy: fixture.Policy, From: from}
 	}
-	requests := int64(len(f.Requests) + f.Undecodable)
+	// Progress counts the topic's offsets, explains included.
+	requests := int64(len(f.Requests) + f.Undecodable + f.Explains)
 	var dup, other schemas.Decision
 	for _, d := range f.Decisions {
 		switch {
