@@ -69,7 +69,9 @@ func python(m *model, header string) ([]byte, error) {
 			}
 		}
 		for _, f := range d.fields {
-			s, err := pyType(f.t, false)
+			// The functional syntax evaluates its field types when the
+			// module loads: a type declared further down is quoted.
+			s, err := pyType(f.t, !classSyntax)
 			if err != nil {
 				return nil, fmt.Errorf("%s.%s: %w", d.name, f.name, err)
 			}

@@ -32,7 +32,7 @@ DeadLetter = TypedDict(
         #: The command's expiry: a redrive skips it after that.
         "expiresAt": NotRequired[str],
         "source": NotRequired[str],
-        "redrives": NotRequired[list[DeadLetterRedriveMarker]],
+        "redrives": NotRequired[list["DeadLetterRedriveMarker"]],
     },
 )
 
