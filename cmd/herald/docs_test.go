@@ -14,19 +14,22 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
-// docBlock is one ```sh block of a Markdown file: shell commands a reader
-// runs against herald dev.
+// docBlock is one fenced block of a Markdown file.
 type docBlock struct {
 	file string
-	line int // of the opening fence
+	line int    // of the opening fence
+	lang string // the fence's info string: "" for ``` alone
 	text string
 }
 
-// shBlocks returns the ```sh blocks of the Markdown files. Other blocks
-// (``` alone, ```yaml, …) are shown, not run: the docs fence commands that
-// must not run against herald dev (scripts/test, production addresses)
-// without "sh".
-func shBlocks(t *testing.T, files []string) []docBlock {
+// shellLangs are the info strings of a block that shows shell commands:
+// ``` alone included, since a reader takes a bare block of commands for
+// commands. The docs check runs every such block. Any other info string
+// (text, yaml, json, sql, …) shows text, not commands to run.
+var shellLangs = map[string]bool{"": true, "sh": true, "bash": true, "shell": true, "console": true}
+
+// fencedBlocks returns every fenced block of the Markdown files.
+func fencedBlocks(t *testing.T, files []string) []docBlock {
 	t.Helper()
 	var out []docBlock
 	for _, f := range files {
@@ -36,10 +39,11 @@ func shBlocks(t *testing.T, files []string) []docBlock {
 		}
 		var cur *docBlock
 		for i, l := range strings.Split(string(raw), "\n") {
+			trimmed := strings.TrimSpace(l)
 			switch {
-			case cur == nil && strings.TrimSpace(l) == "```sh":
-				cur = &docBlock{file: f, line: i + 1}
-			case cur != nil && strings.TrimSpace(l) == "```":
+			case cur == nil && strings.HasPrefix(trimmed, "```"):
+				cur = &docBlock{file: f, line: i + 1, lang: strings.TrimSpace(strings.TrimPrefix(trimmed, "```"))}
+			case cur != nil && trimmed == "```":
 				out = append(out, *cur)
 				cur = nil
 			case cur != nil:
@@ -47,25 +51,42 @@ func shBlocks(t *testing.T, files []string) []docBlock {
 			}
 		}
 		if cur != nil {
-			t.Fatalf("%s:%d: a ```sh block is not closed", f, cur.line)
+			t.Fatalf("%s:%d: a fenced block is not closed", f, cur.line)
 		}
 	}
 	return out
 }
 
-func TestShBlocksAreTheFencedShellCommandsOnly(t *testing.T) {
+// shellBlocks are the blocks of fencedBlocks that show shell commands.
+func shellBlocks(t *testing.T, files []string) []docBlock {
+	t.Helper()
+	var out []docBlock
+	for _, b := range fencedBlocks(t, files) {
+		if shellLangs[b.lang] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func TestShellBlocksAreEveryBlockThatShowsCommands(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "a.md")
-	doc := "text\n```sh\ncurl -s localhost:8080/livez\necho two\n```\n```\nscripts/test\n```\n```yaml\nbrokers: [x]\n```\n"
+	doc := "text\n```sh\ncurl -s localhost:8080/livez\necho two\n```\n```\nscripts/test\n```\n```bash\nls\n```\n" +
+		"```yaml\nbrokers: [x]\n```\n```text\nclickhouse client\n```\n"
 	if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := shBlocks(t, []string{f})
-	if len(got) != 1 || got[0].line != 2 || got[0].text != "curl -s localhost:8080/livez\necho two\n" {
-		t.Fatalf("blocks %+v, want the one ```sh block at line 2", got)
+	var got []string
+	for _, b := range shellBlocks(t, []string{f}) {
+		got = append(got, fmt.Sprintf("%d %q %q", b.line, b.lang, b.text))
+	}
+	want := []string{`2 "sh" "curl -s localhost:8080/livez\necho two\n"`, `6 "" "scripts/test\n"`, `9 "bash" "ls\n"`}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("blocks %v, want %v: ```sh, ``` alone and ```bash are run, ```yaml and ```text are not", got, want)
 	}
 }
 
-// docFiles are the Markdown files whose ```sh blocks the docs check runs.
+// docFiles are the Markdown files whose shell blocks the docs check runs.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob("../../docs/*.md")
@@ -75,11 +96,112 @@ func docFiles(t *testing.T) []string {
 	return append([]string{"../../README.md"}, files...)
 }
 
-// TestEveryShellCommandInTheDocsRunsAgainstHeraldDev runs every ```sh
-// block of README.md and docs/*.md, in order, against a herald dev of its
-// own (free ports instead of herald dev's defaults, which the blocks name,
-// and the test's binary for .cache/bin/herald), so the docs cannot rot: a
-// command that fails, or a curl answered 4xx or 5xx, fails the test.
+// docRule rewrites the commands of a shell block into the ones the docs
+// check runs, and says why. Every rule (the rules of one why together)
+// must rewrite some block of the docs: a rule nothing needs is removed.
+type docRule struct {
+	why  string
+	re   *regexp.Regexp
+	repl string // for re.ReplaceAllString
+}
+
+// devAddrs are the addresses and files of the docs check's own herald dev.
+type devAddrs struct {
+	kafka, http, chTCP, chHTTP int
+	bin                        string // the test's herald
+	config                     string // a --config file naming the addresses above
+	// scripts/dev's herald dev: ports and state of its own.
+	scriptsDev string // its flags
+	scriptsDir string // its state
+}
+
+// docRules are the rewrites of the docs check, in the order applied:
+//
+//   - herald dev's default ports (8080, 19092, 19000, 18123) are the
+//     check's herald dev's, on free ports;
+//   - the documented production placeholders kafka-1:9092 (Kafka) and
+//     clickhouse:9000 (ClickHouse) are herald dev's too, and
+//     /etc/herald/herald.yaml is a configuration file naming them;
+//   - .cache/bin/herald is the test's herald build (so is herald: it is
+//     first on PATH);
+//   - scripts/dev (herald dev in the foreground until Ctrl-C) runs on free
+//     ports and a state of its own, until it prints "herald dev is up",
+//     then gets SIGINT (Ctrl-C) and must exit 0;
+//   - scripts/test is what runs this check: bash parses it (bash -n);
+//   - go test over ./... runs ./identity: the whole suite is scripts/test's;
+//   - scripts/mutation/mutation (minutes to hours) is a dry run
+//     (HERALD_MUTATION_DRY_RUN=1: gremlins runs, the gate builds, the
+//     packages exist, the commands are printed);
+//   - go run ./scripts/chaos (minutes, a 3-node cluster) parses its flags
+//     and prints its help (-h after them).
+func docRules(a devAddrs) []docRule {
+	return []docRule{
+		{"herald dev's default ports are the check's herald dev's",
+			regexp.MustCompile(`:8080\b`), fmt.Sprintf(":%d", a.http)},
+		{"herald dev's default ports are the check's herald dev's",
+			regexp.MustCompile(`:19092\b`), fmt.Sprintf(":%d", a.kafka)},
+		{"herald dev's default ports are the check's herald dev's",
+			regexp.MustCompile(`:19000\b`), fmt.Sprintf(":%d", a.chTCP)},
+		{"herald dev's default ports are the check's herald dev's",
+			regexp.MustCompile(`:18123\b`), fmt.Sprintf(":%d", a.chHTTP)},
+		{"the production placeholder kafka-1:9092 is herald dev's Kafka",
+			regexp.MustCompile(`\bkafka-1:9092\b`), fmt.Sprintf("127.0.0.1:%d", a.kafka)},
+		{"the production placeholder clickhouse:9000 is herald dev's ClickHouse",
+			regexp.MustCompile(`\bclickhouse:9000\b`), fmt.Sprintf("127.0.0.1:%d", a.chTCP)},
+		{"/etc/herald/herald.yaml names herald dev's addresses",
+			regexp.MustCompile(`/etc/herald/herald\.yaml\b`), a.config},
+		{".cache/bin/herald is the test's herald",
+			regexp.MustCompile(`(?m)(^|[\s(])\.cache/bin/herald\b`), "${1}" + a.bin},
+		{"scripts/dev starts on ports of its own and is interrupted once it is up",
+			regexp.MustCompile(`(?m)^scripts/dev\b`), "HERALD_STATE_DIR=" + a.scriptsDir + " start_and_stop scripts/dev " + a.scriptsDev},
+		{"scripts/test runs this check: bash parses it",
+			regexp.MustCompile(`(?m)^scripts/test\b[^#\n]*`), "bash -n scripts/test "},
+		{"go test over ./... runs ./identity: the whole suite is scripts/test's",
+			regexp.MustCompile(`(?m)^(go test\b[^#\n]*?)\./\.\.\.`), "${1}./identity"},
+		{"scripts/mutation/mutation is a dry run",
+			regexp.MustCompile(`(?m)^scripts/mutation/mutation\b`), "HERALD_MUTATION_DRY_RUN=1 scripts/mutation/mutation"},
+		{"go run ./scripts/chaos parses its flags and prints its help",
+			regexp.MustCompile(`(?m)^(go run \./scripts/chaos\b[^#\n]*?)(\s*#.*)?$`), "${1} -h${2}"},
+	}
+}
+
+// docPrelude starts every block's script: it stops at the first failure,
+// and makes a curl answered 4xx or 5xx one (-s stays quiet otherwise).
+// start_and_stop runs a command that serves until Ctrl-C (scripts/dev):
+// once it printed "is up" it gets SIGINT, as its process group would from
+// Ctrl-C, and its exit status is start_and_stop's (it fails, with the
+// command's output, if the command ends before).
+const docPrelude = `set -euo pipefail
+curl() { command curl --fail-with-body --max-time 30 "$@"; }
+start_and_stop() {
+	local log pid n=0
+	log=$(mktemp)
+	set -m
+	"$@" >"$log" 2>&1 &
+	pid=$!
+	set +m
+	until grep -q ' is up: ' "$log"; do
+		if ! kill -0 "$pid" 2>/dev/null || [ "$n" -ge 900 ]; then
+			kill -INT -- -"$pid" 2>/dev/null || true
+			wait "$pid" || true
+			cat "$log"
+			return 1
+		fi
+		n=$((n + 1))
+		sleep 1
+	done
+	grep ' is up: ' "$log"
+	kill -INT -- -"$pid"
+	wait "$pid"
+}
+`
+
+// TestEveryShellCommandInTheDocsRunsAgainstHeraldDev runs every shell
+// block of README.md and docs/*.md (every ``` block but those fenced as
+// text, yaml or another language: shellLangs), in order, against a herald
+// dev of its own, each rewritten by docRules, so the docs cannot rot: a
+// command that fails, or a curl answered 4xx or 5xx, fails the test, and
+// a shell block added to the docs is run with the others.
 func TestEveryShellCommandInTheDocsRunsAgainstHeraldDev(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts herald dev with the chDB server; runs in the full suite")
@@ -87,36 +209,44 @@ func TestEveryShellCommandInTheDocsRunsAgainstHeraldDev(t *testing.T) {
 	if _, err := chdb.FindLib(); err != nil {
 		t.Fatalf("chDB engine missing (scripts/install installs it): %v", err)
 	}
-	blocks := shBlocks(t, docFiles(t))
-	if len(blocks) < 4 {
-		t.Fatalf("%d ```sh blocks in the docs; the README's five minutes alone have 4", len(blocks))
+	blocks := shellBlocks(t, docFiles(t))
+	if len(blocks) < 6 {
+		t.Fatalf("%d shell blocks in the docs; the README alone has 6", len(blocks))
 	}
 	bin := testenv.Herald(t)
-	kafkaPort, httpPort, chTCP, chHTTP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	dev := startDev(t, bin, t.TempDir(), kafkaPort, httpPort, chTCP, chHTTP)
-	ports := strings.NewReplacer(":8080", fmt.Sprintf(":%d", httpPort), ":19000", fmt.Sprintf(":%d", chTCP),
-		":18123", fmt.Sprintf(":%d", chHTTP), ":19092", fmt.Sprintf(":%d", kafkaPort))
-	port := regexp.MustCompile(`:(8080|19000|18123|19092)\b`)
+	a := devAddrs{kafka: testenv.FreePort(t), http: testenv.FreePort(t), chTCP: testenv.FreePort(t), chHTTP: testenv.FreePort(t), bin: bin,
+		config: filepath.Join(t.TempDir(), "herald.yaml"), scriptsDir: t.TempDir()}
+	a.scriptsDev = fmt.Sprintf("--http-addr 127.0.0.1:%d --kafka-port %d --clickhouse-tcp-port %d --clickhouse-http-port %d",
+		testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t))
+	if err := os.WriteFile(a.config, fmt.Appendf(nil, "brokers: [127.0.0.1:%d]\nclickhouse-addr: 127.0.0.1:%d\n", a.kafka, a.chTCP), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev := startDev(t, bin, t.TempDir(), a.kafka, a.http, a.chTCP, a.chHTTP)
+	rules := docRules(a)
+	used := map[string]bool{}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// curl answered 4xx or 5xx is a failure; -s stays quiet otherwise.
-	const prelude = "set -euo pipefail\ncurl() { command curl --fail-with-body --max-time 30 \"$@\"; }\n"
 	for _, b := range blocks {
+		script := b.text
+		for _, r := range rules {
+			if r.re.MatchString(script) {
+				used[r.why] = true
+				script = r.re.ReplaceAllString(script, r.repl)
+			}
+		}
 		name := fmt.Sprintf("%s:%d", strings.TrimPrefix(b.file, "../../"), b.line)
 		t.Run(name+" runs", func(t *testing.T) {
-			script := port.ReplaceAllStringFunc(b.text, ports.Replace)
-			script = strings.ReplaceAll(script, ".cache/bin/herald", bin)
 			// A guard, not a timed assertion: what a block reads (the audit
 			// in ClickHouse, a delivery's outcome) may land a moment after
 			// the block before it wrote; every block is safe to run again
 			// (idempotency keys, PUTs, reads).
 			var out []byte
 			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-				cmd := exec.Command("bash", "-c", prelude+script)
+				cmd := exec.Command("bash", "-c", docPrelude+script)
 				cmd.Dir = root
-				cmd.Env = append(os.Environ(), "COLUMNS=100")
+				cmd.Env = append(os.Environ(), "COLUMNS=100", "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 				if out, err = cmd.CombinedOutput(); err == nil {
 					return
 				}
@@ -126,5 +256,10 @@ func TestEveryShellCommandInTheDocsRunsAgainstHeraldDev(t *testing.T) {
 				}
 			}
 		})
+	}
+	for _, r := range rules {
+		if !used[r.why] {
+			t.Errorf("the rule %q (%s) rewrote no block: remove it", r.why, r.re)
+		}
 	}
 }
