@@ -165,6 +165,43 @@ func docRules(a devAddrs) []docRule {
 	}
 }
 
+// rewrite applies rules to a block's text, in order, and reports which
+// rules (by why) rewrote something.
+func rewrite(rules []docRule, text string, used map[string]bool) string {
+	for _, r := range rules {
+		if r.re.MatchString(text) {
+			used[r.why] = true
+			text = r.re.ReplaceAllString(text, r.repl)
+		}
+	}
+	return text
+}
+
+func TestDocRulesRewriteWhatTheCheckCannotRunAsShown(t *testing.T) {
+	a := devAddrs{kafka: 1001, http: 1002, chTCP: 1003, chHTTP: 1004, bin: "/b/herald", config: "/c/herald.yaml", scriptsDev: "--http-addr 127.0.0.1:1005", scriptsDir: "/s"}
+	for _, c := range []struct{ name, shown, run string }{
+		{"herald dev's ports are the check's", "curl -s localhost:8080/x http://127.0.0.1:18123/ --clickhouse-addr 127.0.0.1:19000 --brokers 127.0.0.1:19092",
+			"curl -s localhost:1002/x http://127.0.0.1:1004/ --clickhouse-addr 127.0.0.1:1003 --brokers 127.0.0.1:1001"},
+		{"a port that merely starts like one of herald dev's is left alone", "curl -s localhost:80801/", "curl -s localhost:80801/"},
+		{"the production placeholders are herald dev's", "herald replay --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --config /etc/herald/herald.yaml",
+			"herald replay --brokers 127.0.0.1:1001 --clickhouse-addr 127.0.0.1:1003 --config /c/herald.yaml"},
+		{".cache/bin/herald is the test's build", ".cache/bin/herald audit timeline\n(.cache/bin/herald id)", "/b/herald audit timeline\n(/b/herald id)"},
+		{"scripts/dev starts on its own ports and is interrupted", "scripts/dev     # run herald", "HERALD_STATE_DIR=/s start_and_stop scripts/dev --http-addr 127.0.0.1:1005     # run herald"},
+		{"scripts/test is parsed, not run", "scripts/test    # the whole suite", "bash -n scripts/test # the whole suite"},
+		{"go test over ./... runs one package", "go test -short ./...", "go test -short ./identity"},
+		{"a mutation run is a dry run", "scripts/mutation/mutation ./internal/stage", "HERALD_MUTATION_DRY_RUN=1 scripts/mutation/mutation ./internal/stage"},
+		{"the chaos suite parses its flags, then prints its help", "go run ./scripts/chaos --duration 90s --seed 1     # about 4 min",
+			"go run ./scripts/chaos --duration 90s --seed 1 -h     # about 4 min"},
+		{"the chaos suite without a comment gets -h too", "go run ./scripts/chaos --seed 8", "go run ./scripts/chaos --seed 8 -h"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := rewrite(docRules(a), c.shown, map[string]bool{}); got != c.run {
+				t.Fatalf("%q runs as %q, want %q", c.shown, got, c.run)
+			}
+		})
+	}
+}
+
 // docPrelude starts every block's script: it stops at the first failure,
 // and makes a curl answered 4xx or 5xx one (-s stays quiet otherwise).
 // start_and_stop runs a command that serves until Ctrl-C (scripts/dev):
@@ -195,6 +232,27 @@ start_and_stop() {
 	wait "$pid"
 }
 `
+
+func TestStartAndStopInterruptsACommandOnceItIsUp(t *testing.T) {
+	for _, c := range []struct {
+		name, cmd string
+		ok        bool
+	}{
+		{"a command that shuts down cleanly on Ctrl-C passes",
+			`sh -c 'trap "exit 0" INT; echo "x is up: now"; while :; do sleep 0.1; done'`, true},
+		{"a command that fails on Ctrl-C fails",
+			`sh -c 'trap "exit 3" INT; echo "x is up: now"; while :; do sleep 0.1; done'`, false},
+		{"a command that ends before it is up fails",
+			`sh -c 'echo starting; exit 0'`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := exec.Command("bash", "-c", docPrelude+"start_and_stop "+c.cmd).CombinedOutput()
+			if (err == nil) != c.ok {
+				t.Fatalf("start_and_stop %s: %v, want success %v\n%s", c.cmd, err, c.ok, out)
+			}
+		})
+	}
+}
 
 // TestEveryShellCommandInTheDocsRunsAgainstHeraldDev runs every shell
 // block of README.md and docs/*.md (every ``` block but those fenced as
@@ -229,13 +287,7 @@ func TestEveryShellCommandInTheDocsRunsAgainstHeraldDev(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range blocks {
-		script := b.text
-		for _, r := range rules {
-			if r.re.MatchString(script) {
-				used[r.why] = true
-				script = r.re.ReplaceAllString(script, r.repl)
-			}
-		}
+		script := rewrite(rules, b.text, used)
 		name := fmt.Sprintf("%s:%d", strings.TrimPrefix(b.file, "../../"), b.line)
 		t.Run(name+" runs", func(t *testing.T) {
 			// A guard, not a timed assertion: what a block reads (the audit
