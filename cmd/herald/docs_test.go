@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/testenv"
 )
@@ -309,6 +313,44 @@ func TestEveryShellCommandInTheDocsRunsAgainstHeraldDev(t *testing.T) {
 			}
 		})
 	}
+	// The README's step 4 is a browser's: herald dev's dashboard opens
+	// with the development key filled in, and its first data request
+	// (answered 200: herald dev accepts no other key) loads the page.
+	t.Run("README.md: herald dev's dashboard opens with the development key and loads with it, in Chromium", func(t *testing.T) {
+		origin := fmt.Sprintf("http://127.0.0.1:%d", a.http)
+		b := testenv.Chromium(t, origin)
+		ctx, cancel := context.WithTimeout(b.Ctx, 3*time.Minute)
+		defer cancel()
+		if err := chromedp.Do(ctx, chromedp.Navigate(origin+"/dashboard")); err != nil {
+			t.Fatal(err)
+		}
+		state, err := chromedp.Run(ctx, chromedp.Poll[string](`["loaded", "problem", "needs-key"].includes(document.body.dataset.state) && document.body.dataset.state`,
+			chromedp.WithPollingTimeout(time.Minute)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("api-key").value`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+			const r = performance.getEntriesByType("resource").find((e) => new URL(e.name).pathname.startsWith("/v1/dashboard/"));
+			return r ? new URL(r.name).pathname + " " + r.responseStatus : "none";
+		})()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != api.DevAPIKey {
+			t.Errorf("the key field holds %q, want the development key %q", key, api.DevAPIKey)
+		}
+		if !strings.HasPrefix(first, "/v1/dashboard/") || !strings.HasSuffix(first, " 200") {
+			t.Errorf("the first data request: %q, want one to /v1/dashboard/ answered 200", first)
+		}
+		if state != "loaded" {
+			problem, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("problem").textContent`))
+			t.Errorf("the page's state is %q (%s), want loaded", state, problem)
+		}
+	})
 	for _, r := range rules {
 		if !used[r.why] {
 			t.Errorf("the rule %q (%s) rewrote no block: remove it", r.why, r.re)
