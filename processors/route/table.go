@@ -42,9 +42,9 @@ type Table struct {
 	// known); segs its segments, RecipientKey(tenant, name) → segment.
 	segmentsT string
 	segs      map[string]schemas.Segment
-	cl               *kgo.Client
-	adm              *kadm.Client
-	log              *slog.Logger
+	cl        *kgo.Client
+	adm       *kadm.Client
+	log       *slog.Logger
 
 	mu      sync.Mutex
 	changed *sync.Cond
