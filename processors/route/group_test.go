@@ -251,6 +251,11 @@ func TestTheTableResolvesGroupsFromDevicesAndSegments(t *testing.T) {
 	device("acme", "t3", "a", false, "", "vip")
 	device("acme", "t4", "a", true, "unregistered", "vip")
 	device("other", "t9", "a", true, "", "vip")
+	device("acme/x", "t8", "a", true, "", "vip") // a tenant whose escaped name extends acme's
+	device("acme", "t5", "a", true, "", "vip")
+	put("devices", schemas.DeviceKey("acme", "t5", "a"), nil) // deleted: t5 has no device left
+	device("acme", "t6", "old", false, "")
+	device("acme", "t6", "new", true, "") // one enabled device is enough for all
 	put("segments", schemas.RecipientKey("acme", "beta"), &schemas.Segment{Tenant: "acme", Name: "beta", Members: []string{"s2", "s1"}})
 	put("segments", schemas.RecipientKey("acme", "gone"), &schemas.Segment{Tenant: "acme", Name: "gone", Members: []string{"x"}})
 	put("segments", schemas.RecipientKey("acme", "gone"), nil)
@@ -260,7 +265,8 @@ func TestTheTableResolvesGroupsFromDevicesAndSegments(t *testing.T) {
 		users []string
 		known bool
 	}{
-		{"all is every user of the tenant with an enabled, unretired device", Group{Kind: GroupAll}, []string{"t1", "t2"}, true},
+		{"all is every user of the tenant with an enabled, unretired device", Group{Kind: GroupAll}, []string{"t1", "t2", "t6"}, true},
+		{"a tag counts only the devices left after a delete", Group{Kind: GroupTag, Name: "vip"}, []string{"t1", "t2"}, true},
 		{"a tag is those of them with such a device carrying it", Group{Kind: GroupTag, Name: "beta"}, []string{"t1"}, true},
 		{"a segment is its members", Group{Kind: GroupSegment, Name: "beta"}, []string{"s1", "s2"}, true},
 		{"a deleted segment is unknown", Group{Kind: GroupSegment, Name: "gone"}, nil, false},
