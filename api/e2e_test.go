@@ -813,6 +813,18 @@ func TestGroupTargetsAreOneNotificationTheRouteStageFansOutOnTheRealBroker(t *te
 		members(t, send(t, keyA, `{"kind":"segment","segment":"beta-testers"}`, ""), []string{"s1", "s2"})
 	})
 
+	t.Run("explain of a group names the members the route stage would reach", func(t *testing.T) {
+		a := p.call(t, "POST", "/v1/explain", keyA, `{"type":"news","target":{"kind":"tag","tag":"vip"},"title":"t","body":"b"}`)
+		if a.status != 200 {
+			t.Fatalf("explain: %d %s", a.status, a.body)
+		}
+		e := decode[sdk.Explanation](t, a).Notifications
+		if len(e) != 1 || e[0].Recipient != "@tag:vip" || e[0].RouteOutcome != "routed" ||
+			!strings.Contains(e[0].RouteDetail, "fanned out to 2 recipients: t1 ("+routestage.FanOutID("ta", "news", "t1", e[0].ID)+") t2 (") {
+			t.Fatalf("explained %+v", e)
+		}
+	})
+
 	skipped := func(t *testing.T, target, reason string) {
 		t.Helper()
 		res := send(t, keyA, target, "")

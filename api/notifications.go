@@ -500,7 +500,7 @@ func explainFrom(rq schemas.Request, d schemas.Decision, rd *schemas.Decision) s
 	if rd == nil {
 		return e
 	}
-	e.RouteOutcome = rd.Outcome
+	e.RouteOutcome, e.RouteDetail = rd.Outcome, rd.Detail
 	e.WouldRateLimit = rd.Outcome == schemas.DecisionRateLimited
 	e.WouldDigest = rd.Outcome == schemas.DecisionDigested
 	for _, dl := range rd.Deliveries {
