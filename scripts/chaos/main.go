@@ -212,19 +212,8 @@ func run(ctx context.Context, c config) (bool, error) {
 	prefix := fmt.Sprintf("chaos%d-%d.", c.seed, time.Now().Unix()%100000)
 	cat := topics.New(topics.Options{Prefix: prefix, Partitions: int32(c.partitions), Replication: 3})
 	kafkaArgs := []string{"--brokers", c.clusterBrokers, "--topic-prefix", prefix, "--partitions", fmt.Sprint(c.partitions), "--replication", "3"}
-	// Again while it fails (it is idempotent): on a cluster just started,
-	// its check of the new topics' configs can ask a broker that does not
-	// know them yet (UNKNOWN_TOPIC_OR_PARTITION; RELIABILITY.md).
-	for try := 1; ; try++ {
-		out, err := exec.CommandContext(ctx, c.bin, append([]string{"topics", "create"}, kafkaArgs...)...).CombinedOutput()
-		if err == nil {
-			break
-		}
-		if try == 5 {
-			return false, fmt.Errorf("topics create: %v\n%s", err, out)
-		}
-		logf("topics create failed (%v); again in 3 s", err)
-		sleep(ctx, 3*time.Second)
+	if out, err := exec.CommandContext(ctx, c.bin, append([]string{"topics", "create"}, kafkaArgs...)...).CombinedOutput(); err != nil {
+		return false, fmt.Errorf("topics create: %v\n%s", err, out)
 	}
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
