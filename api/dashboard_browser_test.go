@@ -8,19 +8,23 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heraldhq/herald/analytics/dashboard"
 	"github.com/heraldhq/herald/analytics/dashboard/dashboardtest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
-// renderedChart is what Chart.js drew on one canvas: its labels, and per
-// dataset its label, data and how many elements it placed at finite
-// coordinates on the canvas.
+// renderedChart is what Chart.js drew on one canvas: its type, its
+// labels, and per dataset its label, data and how many of its values (the
+// non-null ones: an hour without data has nothing to draw) it drew as a
+// visible bar.
 type renderedChart struct {
+	Type     string   `json:"type"`
 	Labels   []string `json:"labels"`
 	Datasets []struct {
 		Label string     `json:"label"`
@@ -31,20 +35,29 @@ type renderedChart struct {
 	Height int `json:"height"`
 }
 
-// readCharts asks the page's Chart.js for every chart it drew.
+// readCharts asks the page's Chart.js for every chart it drew. A value
+// counts as drawn when its element is a bar at finite coordinates at least
+// 2 px wide and 2 px tall: a line's point (no width, no height) or a bar
+// of 0 px is not something a reader sees. Null values (hours without
+// data) are not counted, whatever Chart.js placed for them.
 const readCharts = `(() => {
 	const out = {};
+	const visible = (e) => !!e && !e.skip && [e.x, e.y, e.width, e.height].every(Number.isFinite) && e.width >= 2 && e.height >= 2;
 	for (const canvas of document.querySelectorAll("canvas")) {
 		const c = Chart.getChart(canvas);
 		if (!c) continue;
 		out[canvas.id] = {
+			type: c.config.type,
 			labels: c.data.labels.map(String),
 			width: canvas.width, height: canvas.height,
-			datasets: c.data.datasets.map((d, i) => ({
-				label: d.label,
-				data: d.data,
-				drawn: c.getDatasetMeta(i).data.filter((e) => Number.isFinite(e.x) && Number.isFinite(e.y) && !e.skip).length,
-			})),
+			datasets: c.data.datasets.map((d, i) => {
+				const els = c.getDatasetMeta(i).data;
+				return {
+					label: d.label,
+					data: d.data,
+					drawn: d.data.filter((v, j) => v !== null && v !== undefined && visible(els[j])).length,
+				};
+			}),
 		};
 	}
 	return JSON.stringify(out);
@@ -92,12 +105,37 @@ func TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium(t *testing.T) {
 					}
 				}
 				if d.Drawn != nonNull || nonNull == 0 {
-					t.Errorf("%s/%s: %d of %d values placed on the canvas", id, d.Label, d.Drawn, nonNull)
+					t.Errorf("%s/%s: %d of its %d values drawn as a visible bar", id, d.Label, d.Drawn, nonNull)
 				}
 			}
 		}
 	})
-	t.Run("the hit rate chart has one line per acme type with its hourly rates", func(t *testing.T) {
+	t.Run("a type with decisions in one hour only is drawn as one visible bar", func(t *testing.T) {
+		c := charts["chart-hit-rate"]
+		if c.Type != "bar" {
+			t.Errorf("the hit rate chart is a %q chart, want bar", c.Type)
+		}
+		found := false
+		for _, d := range c.Datasets {
+			if d.Label != "order.shipped" {
+				continue
+			}
+			found = true
+			hours := 0
+			for _, v := range d.Data {
+				if v != nil {
+					hours++
+				}
+			}
+			if hours != 1 || d.Drawn != 1 {
+				t.Errorf("order.shipped: %d hour(s) with data, %d drawn as a visible bar; want 1 and 1", hours, d.Drawn)
+			}
+		}
+		if !found {
+			t.Errorf("no order.shipped series in %+v", c.Datasets)
+		}
+	})
+	t.Run("the hit rate chart has one series of bars per acme type with its hourly rates", func(t *testing.T) {
 		c := charts["chart-hit-rate"]
 		type hm struct{ hits, misses int }
 		want := map[string]map[string]*hm{}
@@ -246,6 +284,40 @@ func TestTheDashboardDrawsItsChartsAndOpensATimelineInChromium(t *testing.T) {
 			t.Fatalf("verdict %q, %v; want it to say herald holds nothing for this id", verdict, err)
 		}
 	})
+	t.Run("the timeline's status moves from accepted to routed to delivered as the audit records each step", func(t *testing.T) {
+		const id, req, delivery = "acme-n-moving", "req-moving", "acme-moving-d0"
+		at := rows.Base.Add(-30 * time.Minute)
+		steps := []struct {
+			record string
+			args   []any
+			want   string
+		}{
+			{"INSERT INTO `" + db.Name + "`.decisions (kafka_topic, kafka_partition, kafka_offset, at, decision_id, stage, outcome, request_id, tenant, type, recipient, notification_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+				[]any{"herald.decisions", int32(1), int64(1), at, "dec-moving-1", "dedupe", "accepted", req, "acme", "invoice.paid", "u_1", id}, "accepted"},
+			{"INSERT INTO `" + db.Name + "`.decisions (kafka_topic, kafka_partition, kafka_offset, at, decision_id, stage, outcome, request_id, tenant, type, recipient, notification_id, delivery_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+				[]any{"herald.decisions", int32(1), int64(2), at.Add(time.Second), "dec-moving-2", "route", "accepted", req, "acme", "invoice.paid", "u_1", id, []string{delivery}}, "routed"},
+			{"INSERT INTO `" + db.Name + "`.outcomes (kafka_topic, kafka_partition, kafka_offset, at, delivery_id, notification_id, tenant, type, recipient, device_id, channel, status, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+				[]any{"herald.outcomes", int32(1), int64(3), at.Add(2 * time.Second), delivery, id, "acme", "invoice.paid", "u_1", "dev-" + delivery, "apns", "delivered", uint16(1)}, "delivered"},
+		}
+		var seen []string
+		for _, st := range steps {
+			if err := db.Conn.Exec(context.Background(), st.record, st.args...); err != nil {
+				t.Fatal(err)
+			}
+			state, err := search(ctx, id)
+			if err != nil || state != "loaded" {
+				t.Fatalf("after the %s step: timeline state %q, %v", st.want, state, err)
+			}
+			shown, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[document.getElementById("timeline").dataset.status, document.getElementById("verdict").textContent]`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen = append(seen, shown[0])
+			if shown[0] != st.want || !strings.HasPrefix(shown[1], "Status: "+st.want+". ") {
+				t.Fatalf("statuses shown %v; the timeline shows %q (%q), want %q", seen, shown[0], shown[1], st.want)
+			}
+		}
+	})
 	t.Run("the page opens on the last 24 hours", func(t *testing.T) {
 		hours, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("window").value`))
 		if err != nil || hours != "24" {
@@ -268,6 +340,92 @@ func TestTheDashboardPageShowsTheProblemWhenClickHouseIsNotConfigured(t *testing
 	if err != nil || !strings.Contains(text, "Dashboard not configured") || !strings.Contains(text, "--clickhouse-addr") {
 		t.Fatalf("problem shown %q, %v", text, err)
 	}
+}
+
+// TestTheDashboardOnHeraldDevLoadsWithTheDevelopmentKeyInChromium serves
+// the page as herald dev does (its key set, the development key filled in)
+// and opens it in headless Chromium without typing anything: the key field
+// holds the development key, and the page's first data request carries it
+// and is answered 200, so the page loads.
+func TestTheDashboardOnHeraldDevLoadsWithTheDevelopmentKeyInChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("headless Chromium and ClickHouse: not under -short")
+	}
+	db := dashboardtest.Populate(t)
+	s := unstarted(t, func(c *Config) {
+		c.Keys = DevKeys()
+		c.DashboardDevKey = DevAPIKey
+		c.Dashboard = &dashboard.Source{Conn: db.Conn, Database: db.Name}
+	})
+	type request struct {
+		path, auth string
+		status     int
+	}
+	var mu sync.Mutex
+	var requests []request
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/dashboard/") {
+			s.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		s.ServeHTTP(rec, r)
+		mu.Lock()
+		requests = append(requests, request{r.URL.Path, r.Header.Get("Authorization"), rec.status})
+		mu.Unlock()
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	b := testenv.Chromium(t, srv.URL)
+	ctx, cancel := context.WithTimeout(b.Ctx, 3*time.Minute)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/dashboard")); err != nil {
+		t.Fatal(err)
+	}
+	state, err := chromedp.Run(ctx, chromedp.Poll[string](`["loaded", "problem", "needs-key"].includes(document.body.dataset.state) && document.body.dataset.state`,
+		chromedp.WithPollingTimeout(time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("api-key").value`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if key != DevAPIKey {
+		t.Errorf("the key field holds %q, want the development key %q", key, DevAPIKey)
+	}
+	if len(requests) == 0 {
+		t.Fatalf("the page made no data request (state %q)", state)
+	}
+	if first := requests[0]; first.auth != "Bearer "+DevAPIKey || first.status != http.StatusOK {
+		t.Errorf("the first data request, %s, carried %q and was answered %d; want the development key and 200", first.path, first.auth, first.status)
+	}
+	if state != "loaded" {
+		problem, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("problem").textContent`))
+		t.Errorf("the page's state is %q (%s), want loaded", state, problem)
+	}
+}
+
+// statusRecorder remembers the status a handler answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
 }
 
 // openDashboard opens srv's dashboard in headless Chromium, gives it tenant

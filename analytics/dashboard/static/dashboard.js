@@ -74,8 +74,10 @@
   }
 
   function drawHitRate(answer) {
-    // Every hour of the window, so the axis is time; an hour without
-    // decisions has no rate, and the line spans it.
+    // Every hour of the window, so the axis is time; one bar per type and
+    // hour with decisions, none in an hour without them. Bars, not lines:
+    // a type seen in one hour of the window is one bar a reader sees, not
+    // a dot at the edge of an empty chart.
     const hours = [];
     if (answer.series.length > 0) {
       for (let t = Date.parse(answer.since); t < Date.parse(answer.until); t += 3600 * 1000) {
@@ -89,14 +91,14 @@
         data: hours.map((h) => (at.has(h) ? Math.round(at.get(h).hitRate * 10000) / 100 : null)),
         borderColor: colors[i % colors.length],
         backgroundColor: colors[i % colors.length],
-        spanGaps: true,
-        // A series of one or two hours has no line to speak of: its points
-        // are drawn large enough to read.
-        pointRadius: s.points.length <= 2 ? 6 : 3,
+        // An hour without this type's decisions takes no room in its group,
+        // and a 0 % hour is a bar too (3 px), not nothing.
+        skipNull: true,
+        minBarLength: 3,
       };
     });
     draw("chart-hit-rate", {
-      type: "line",
+      type: "bar",
       data: { labels: hours.map(hourLabel), datasets },
       options: {
         scales: { y: { min: 0, max: 100, title: { display: true, text: "hit rate %" } } },
@@ -131,7 +133,7 @@
       label: k,
       data: channels.map((c) => {
         const r = rows.find((x) => x.channel === c && x[field] === k);
-        return r ? r[count] : 0;
+        return r ? r[count] : null;
       }),
       backgroundColor: resultColors[k] || colors[i % colors.length],
     }));
@@ -320,6 +322,7 @@
     $("verdict-reasons").replaceChildren();
     $("verdict").textContent = "";
     $("verdict").className = "";
+    delete section.dataset.status;
     try {
       const tl = await get("/v1/dashboard/notifications/" + encodeURIComponent(id) + "/timeline");
       for (const e of tl.events) {
@@ -336,6 +339,7 @@
         li.append(t, k, x);
         events.appendChild(li);
       }
+      section.dataset.status = tl.status || "";
       $("verdict").textContent = (tl.status ? "Status: " + tl.status + ". " : "") + tl.verdict.sentence;
       $("verdict").className = tl.verdict.answer;
       for (const r of tl.verdict.reasons) {
