@@ -124,32 +124,44 @@
 // start. The replica lags the stages by the time it takes to read a
 // committed change. Until the replica has read every partition up to where
 // it stood at Start, explain, the device, preference and segment endpoints
-// and sends to device, tag, segment or all targets answer 503 (so do they
-// if a topic is missing: herald.segments is new, and `herald topics
-// create` adds it before an upgraded API starts). Device, preference and
+// and sends to device targets answer 503 (so do they if a topic is
+// missing: herald.segments is new, and `herald topics create` adds it
+// before an upgraded API starts; the route stage reads it too, for
+// segment targets). Device, preference and
 // segment writes are applied to the replica when they commit, so a caller
 // reads its own writes on the instance that made them.
 //
 // # Targets
 //
 // A send names its recipients (recipients[], recipientId) or a target.
-// Target kind user is one user; device is one device's user, and the
-// request record carries the device in targetDevice. The others are
-// resolved when the send arrives, from the replica, to one notification
-// per user, exactly as if the users had been listed in recipients[]: all
-// is every user of the tenant with at least one enabled device; tag is
-// every user with an enabled device carrying the tag (devices are tagged
-// when registered); segment is the members of a segment the tenant set
-// with PUT /v1/segments/{name} (a named set of users, which replaces the
-// members; GET and DELETE read and remove it). The resolution is
-// eventually consistent: a device or segment changed on another instance a
-// moment ago may not count yet, and a retry with the same idempotency key
-// is resolved again (members added since get new notifications; the scope
-// stays per recipient). A target that reaches no one is a 422 naming target
-// (nothing to send); one that reaches more than MaxRecipients users is a
-// 422 too, as for recipients[]. Targets resolve within the caller's tenant
-// only: another tenant's segment or device is "no such" (422), and its
-// segment endpoints answer 404.
+// Target kind user is one user; device is one device's user (resolved from
+// the replica), and the request record carries the device in
+// targetDevice. Tag, segment and all targets are resolved where the
+// registry lives, the route stage (processors/route, group.go): the send
+// is ONE notification addressed to the group, its recipient
+// "@tag:<tag>", "@segment:<name>" or "@all" (routestage.GroupRecipient),
+// its id, dedupe key and idempotency key scoped to the group; the dedupe
+// stage decides it like any other, and the route stage, which holds every
+// device and segment, resolves the members as they are when it routes it
+// and writes one notification per member back to herald.accepted, in the
+// transaction of the group's decision (exactly once). all is every user of
+// the tenant with an enabled device; tag every user with an enabled device
+// carrying the tag (devices are tagged when registered); segment the
+// members of a segment the tenant set with PUT /v1/segments/{name} (a
+// named set of users, which replaces the members; GET and DELETE read and
+// remove it). The answer (202) therefore names the group notification,
+// not its members: their ids are derived (routestage.FanOutID) and listed
+// in the group notification's timeline (the route decision's detail,
+// "fanned out to N recipients: u1 (<id>) …") and in explain's
+// routeDetail. A group that reaches no one, and a segment that does not
+// exist, are accepted and then skipped by the route stage as no_target; a
+// group larger than its fan-out limit (10,000 by default) as rejected;
+// with WaitForRoute and Prefer: wait, skipped[] shows it. A retry with the
+// same idempotency or dedupe key is a replay or duplicate of the group
+// notification: members are resolved once, never again. User ids of the
+// reserved forms are refused (422) in recipients[], recipientId and
+// target.userId. Segments resolve within the caller's tenant only:
+// another tenant's segment endpoints answer 404.
 //
 // # Tenants and keys
 //

@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/dedupe"
+	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sdk"
 	"github.com/heraldhq/herald/topics"
@@ -707,8 +708,14 @@ func recipientsOf(res sdk.SendResult) []string {
 	return out
 }
 
-func TestTargetsResolveFromTheReplicaOnTheRealBroker(t *testing.T) {
-	p := startPipelineWith(t, false, func(c *Config) { c.MaxRecipients = 3 })
+// TestGroupTargetsAreOneNotificationTheRouteStageFansOutOnTheRealBroker:
+// a tag, segment or all target is accepted and decided by the dedupe stage
+// as one notification addressed to the group, and the route stage, which
+// holds the registry, writes one notification per member (processors/route
+// group.go).
+func TestGroupTargetsAreOneNotificationTheRouteStageFansOutOnTheRealBroker(t *testing.T) {
+	p := startPipeline(t, func(c *Config) { c.WaitForRoute = true })
+	p.startRoute(t, routestage.Policy{MaxFanOut: 3}, time.Second)
 	devices := []struct{ key, path, body string }{
 		{keyA, "/v1/users/t1/devices/phone", `{"platform":"ios","token":"a","tags":["vip","beta"]}`},
 		{keyA, "/v1/users/t2/devices/phone", `{"platform":"android","token":"b","tags":["vip"]}`},
@@ -721,23 +728,48 @@ func TestTargetsResolveFromTheReplicaOnTheRealBroker(t *testing.T) {
 			t.Fatalf("register %s: %d %s", d.path, a.status, a.body)
 		}
 	}
-	send := func(key, target string) answer {
-		return p.call(t, "POST", "/v1/notifications", key, `{"type":"news","target":`+target+`,"title":"t","body":"b"}`)
+	for _, sg := range []struct{ key, name, body string }{
+		{keyA, "beta-testers", `{"members":["s1","s2"]}`},
+		{keyA, "big", `{"members":["b1","b2","b3","b4"]}`},
+		{keyA, "empty", `{"members":[]}`},
+		{keyB, "beta-testers", `{"members":["x1"]}`},
+	} {
+		if a := p.call(t, "PUT", "/v1/segments/"+sg.name, sg.key, sg.body); a.status != 200 {
+			t.Fatalf("put segment %s: %d %s", sg.name, a.status, a.body)
+		}
 	}
-	sentTo := func(t *testing.T, key, target string) []string {
+	// send answers a group send, waiting for the dedupe and route stages.
+	send := func(t *testing.T, key, target, extra string) sdk.SendResult {
 		t.Helper()
-		a := send(key, target)
+		a := p.call(t, "POST", "/v1/notifications", key, `{"type":"news","target":`+target+`,"title":"t","body":"b"`+extra+`}`, "Prefer", "wait=60")
 		if a.status != 202 {
 			t.Fatalf("send to %s: %d %s", target, a.status, a.body)
 		}
-		return recipientsOf(decode[sdk.SendResult](t, a))
+		return decode[sdk.SendResult](t, a)
 	}
-	refused := func(t *testing.T, key, target, field string) {
+	// members lists the recipients of the route decisions about the
+	// members' notifications of a group notification, once there are want.
+	members := func(t *testing.T, res sdk.SendResult, want []string) {
 		t.Helper()
-		a := send(key, target)
-		prob := decode[sdk.Problem](t, a)
-		if a.status != 422 || !slices.ContainsFunc(prob.Errors, func(e sdk.FieldError) bool { return e.Field == field }) {
-			t.Fatalf("send to %s: %d %s, want a 422 naming %s", target, a.status, a.body, field)
+		group := res.Notifications[0]
+		var got []string
+		p.eventually(t, "the route stage decides the members' notifications", func() bool {
+			got = nil
+			for _, r := range testenv.ReadCommitted(t, p.brokers, p.cat.Name(topics.Decisions)) {
+				var d schemas.Decision
+				if schemas.Decode(r.Value, &d) != nil || d.Stage != "route" || d.RequestID != res.RequestID || d.NotificationID == group.ID {
+					continue
+				}
+				if d.NotificationID != routestage.FanOutID(d.Tenant, "news", d.Recipient, group.ID) {
+					t.Fatalf("member %s's notification %s is not the fan-out id", d.Recipient, d.NotificationID)
+				}
+				got = append(got, d.Recipient)
+			}
+			slices.Sort(got)
+			return len(got) >= len(want)
+		})
+		if !slices.Equal(got, want) {
+			t.Fatalf("the group reached %v, want %v", got, want)
 		}
 	}
 
@@ -748,135 +780,84 @@ func TestTargetsResolveFromTheReplicaOnTheRealBroker(t *testing.T) {
 		}
 	})
 
-	t.Run("all reaches every user of the tenant with an enabled device, one notification each", func(t *testing.T) {
-		a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"news","target":{"kind":"all"},"title":"t","body":"b","dedupeKey":"news-1"}`)
-		if a.status != 202 {
-			t.Fatalf("%d %s", a.status, a.body)
+	t.Run("all is one notification, fanned out by the route stage to every user with an enabled device", func(t *testing.T) {
+		res := send(t, keyA, `{"kind":"all"}`, `,"dedupeKey":"news-1"`)
+		want, _, _ := sdk.DeriveID("ta", "news", "@all", nil, "news-1", "")
+		if len(res.Notifications) != 1 || res.Notifications[0].ID != want || res.Notifications[0].Recipient != "@all" || res.Notifications[0].Status != "accepted" {
+			t.Fatalf("answer %+v, want the one notification %s addressed to @all, accepted", res.Notifications, want)
 		}
-		res := decode[sdk.SendResult](t, a)
-		if got := recipientsOf(res); !slices.Equal(got, []string{"t1", "t2", "t4"}) {
-			t.Fatalf("sent to %v, want t1, t2 and t4", got)
+		if len(res.Deliveries) != 0 || len(res.Skipped) != 0 {
+			t.Fatalf("deliveries %+v, skipped %+v: the members' deliveries are not the group's", res.Deliveries, res.Skipped)
 		}
-		for _, n := range res.Notifications {
-			if want, _, _ := sdk.DeriveID("ta", "news", n.Recipient, nil, "news-1", ""); n.ID != want {
-				t.Fatalf("notification %+v, want the id of a send to recipients[] (%s)", n, want)
+		members(t, res, []string{"t1", "t2", "t4"})
+		t.Run("its timeline names the members and their notifications", func(t *testing.T) {
+			p.eventually(t, "the timeline holds the fan-out decision", func() bool {
+				a := p.call(t, "GET", "/v1/notifications/"+want, keyA, "")
+				return a.status == 200 && strings.Contains(string(a.body), "fanned out to 3 recipients: t1 ("+routestage.FanOutID("ta", "news", "t1", want)+")")
+			})
+		})
+		t.Run("a repeat of the send is a duplicate of the group notification, not a second fan-out", func(t *testing.T) {
+			again := send(t, keyA, `{"kind":"all"}`, `,"dedupeKey":"news-1"`)
+			if again.Notifications[0].ID != want || again.Notifications[0].Status != "duplicate" {
+				t.Fatalf("repeat answered %+v, want a duplicate of %s", again.Notifications, want)
 			}
-		}
-		p.eventually(t, "the call's three requests are committed", func() bool {
-			n := 0
-			for _, r := range testenv.ReadCommitted(t, p.brokers, p.cat.Name(topics.Requests)) {
-				var rq schemas.Request
-				if err := schemas.Decode(r.Value, &rq); err == nil && rq.RequestID == res.RequestID {
-					n++
-				}
-			}
-			return n == 3
 		})
 	})
 
 	t.Run("a tag reaches the users with an enabled device carrying it", func(t *testing.T) {
-		if got := sentTo(t, keyA, `{"kind":"tag","tag":"vip"}`); !slices.Equal(got, []string{"t1", "t2"}) {
-			t.Fatalf("sent to %v, want t1 and t2 (t3's device is disabled)", got)
-		}
-		if got := sentTo(t, keyA, `{"kind":"tag","tag":"beta"}`); !slices.Equal(got, []string{"t1"}) {
-			t.Fatalf("sent to %v, want t1", got)
-		}
-	})
-
-	t.Run("a tag nobody carries is a 422 naming the target", func(t *testing.T) {
-		refused(t, keyA, `{"kind":"tag","tag":"nobody"}`, "target")
+		members(t, send(t, keyA, `{"kind":"tag","tag":"vip"}`, ""), []string{"t1", "t2"})
+		members(t, send(t, keyA, `{"kind":"tag","tag":"beta"}`, ""), []string{"t1"})
 	})
 
 	t.Run("a segment reaches its members", func(t *testing.T) {
-		a := p.call(t, "PUT", "/v1/segments/beta-testers", keyA, `{"members":["s1","s2"]}`)
-		sg := decode[sdk.Segment](t, a)
-		if a.status != 200 || sg.Name != "beta-testers" || !slices.Equal(sg.Members, []string{"s1", "s2"}) || sg.UpdatedAt == 0 {
-			t.Fatalf("put: %d %s", a.status, a.body)
+		members(t, send(t, keyA, `{"kind":"segment","segment":"beta-testers"}`, ""), []string{"s1", "s2"})
+	})
+
+	t.Run("explain of a group names the members the route stage would reach", func(t *testing.T) {
+		a := p.call(t, "POST", "/v1/explain", keyA, `{"type":"news","target":{"kind":"tag","tag":"vip"},"title":"t","body":"b"}`)
+		if a.status != 200 {
+			t.Fatalf("explain: %d %s", a.status, a.body)
 		}
-		if got := decode[sdk.Segment](t, p.call(t, "GET", "/v1/segments/beta-testers", keyA, "")); !slices.Equal(got.Members, sg.Members) {
-			t.Fatalf("get: %+v", got)
-		}
-		if got := sentTo(t, keyA, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"s1", "s2"}) {
-			t.Fatalf("sent to %v, want s1 and s2", got)
+		e := decode[sdk.Explanation](t, a).Notifications
+		if len(e) != 1 || e[0].Recipient != "@tag:vip" || e[0].RouteOutcome != "routed" ||
+			!strings.Contains(e[0].RouteDetail, "fanned out to 2 recipients: t1 ("+routestage.FanOutID("ta", "news", "t1", e[0].ID)+") t2 (") {
+			t.Fatalf("explained %+v", e)
 		}
 	})
 
-	t.Run("a target reaching more users than the recipient limit is a 422", func(t *testing.T) {
-		if a := p.call(t, "PUT", "/v1/segments/big", keyA, `{"members":["b1","b2","b3","b4"]}`); a.status != 200 {
-			t.Fatalf("put: %d %s", a.status, a.body)
+	skipped := func(t *testing.T, target, reason string) {
+		t.Helper()
+		res := send(t, keyA, target, "")
+		if res.Notifications[0].Status != "accepted" || len(res.Skipped) != 1 || res.Skipped[0].Reason != reason {
+			t.Fatalf("send to %s answered %+v, skipped %+v; want accepted, then skipped by the route stage as %s", target, res.Notifications, res.Skipped, reason)
 		}
-		refused(t, keyA, `{"kind":"segment","segment":"big"}`, "target")
+	}
+	t.Run("a group that reaches no one is accepted and skipped as no_target by the route stage", func(t *testing.T) {
+		skipped(t, `{"kind":"tag","tag":"nobody"}`, "no_target")
+		skipped(t, `{"kind":"segment","segment":"empty"}`, "no_target")
+		skipped(t, `{"kind":"segment","segment":"no-such"}`, "no_target")
+	})
+	t.Run("a group larger than the route stage's fan-out limit is rejected whole", func(t *testing.T) {
+		skipped(t, `{"kind":"segment","segment":"big"}`, "rejected")
 	})
 
-	t.Run("an empty segment is a 422 naming the target", func(t *testing.T) {
-		if a := p.call(t, "PUT", "/v1/segments/empty", keyA, `{"members":[]}`); a.status != 200 {
-			t.Fatalf("put: %d %s", a.status, a.body)
-		}
-		refused(t, keyA, `{"kind":"segment","segment":"empty"}`, "target")
-	})
-
-	t.Run("tenants cannot see, change or target each other's segments and devices", func(t *testing.T) {
-		for _, c := range []struct{ method, path string }{
-			{"GET", "/v1/segments/beta-testers"},
-			{"DELETE", "/v1/segments/beta-testers"},
-		} {
-			if a := p.call(t, c.method, c.path, keyB, ""); a.status != 404 {
-				t.Fatalf("another tenant's %s %s: %d, want 404", c.method, c.path, a.status)
-			}
-		}
-		refused(t, keyB, `{"kind":"segment","segment":"beta-testers"}`, "target.segment")
-		if a := p.call(t, "PUT", "/v1/segments/beta-testers", keyB, `{"members":["x1"]}`); a.status != 200 {
-			t.Fatalf("tenant b's own segment: %d %s", a.status, a.body)
-		}
-		if got := sentTo(t, keyB, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"x1"}) {
-			t.Fatalf("tenant b's segment sent to %v, want x1", got)
-		}
-		if got := sentTo(t, keyA, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"s1", "s2"}) {
-			t.Fatalf("tenant a's segment sent to %v after b's put, want s1 and s2", got)
-		}
-		if got := sentTo(t, keyB, `{"kind":"all"}`); !slices.Equal(got, []string{"t9"}) {
-			t.Fatalf("tenant b's all sent to %v, want t9 only", got)
-		}
-		if got := sentTo(t, keyB, `{"kind":"tag","tag":"vip"}`); !slices.Equal(got, []string{"t9"}) {
-			t.Fatalf("tenant b's tag sent to %v, want t9 only", got)
+	t.Run("a tenant's groups reach its own users only", func(t *testing.T) {
+		members(t, send(t, keyB, `{"kind":"segment","segment":"beta-testers"}`, ""), []string{"x1"})
+		members(t, send(t, keyB, `{"kind":"all"}`, ""), []string{"t9"})
+		members(t, send(t, keyB, `{"kind":"tag","tag":"vip"}`, ""), []string{"t9"})
+		if a := p.call(t, "GET", "/v1/segments/beta-testers", keyB, ""); a.status != 200 || !slices.Equal(decode[sdk.Segment](t, a).Members, []string{"x1"}) {
+			t.Fatalf("tenant b's segment: %d %s", a.status, a.body)
 		}
 	})
 
-	t.Run("a fresh replica reads segments and device tags from their topics", func(t *testing.T) {
-		srv, err := New(Config{Brokers: p.brokers, Catalog: p.cat, Keys: testKeys(), InstanceID: "fresh", Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Close()
-		hs := httptest.NewServer(srv)
-		defer hs.Close()
-		fresh := &pipeline{brokers: p.brokers, cat: p.cat, srv: srv, url: hs.URL}
-		// The writes above are committed, but a commit marker may reach its
-		// partition just after the commit returns: wait, do not assume.
-		p.eventually(t, "the fresh replica reads the segment", func() bool {
-			a := fresh.call(t, "GET", "/v1/segments/beta-testers", keyA, "")
-			return a.status == 200 && slices.Equal(decode[sdk.Segment](t, a).Members, []string{"s1", "s2"})
-		})
-		p.eventually(t, "the fresh replica resolves the tag", func() bool {
-			a := fresh.call(t, "POST", "/v1/notifications", keyA, `{"type":"news","target":{"kind":"tag","tag":"vip"},"title":"t","body":"b"}`)
-			return a.status == 202 && slices.Equal(recipientsOf(decode[sdk.SendResult](t, a)), []string{"t1", "t2"})
-		})
-	})
-
-	t.Run("a deleted segment is gone", func(t *testing.T) {
+	t.Run("a deleted segment reaches no one", func(t *testing.T) {
 		if a := p.call(t, "DELETE", "/v1/segments/beta-testers", keyA, ""); a.status != 204 {
 			t.Fatalf("delete: %d %s", a.status, a.body)
 		}
 		if a := p.call(t, "GET", "/v1/segments/beta-testers", keyA, ""); a.status != 404 {
 			t.Fatalf("after delete: %d, want 404", a.status)
 		}
-		refused(t, keyA, `{"kind":"segment","segment":"beta-testers"}`, "target.segment")
-		if got := sentTo(t, keyB, `{"kind":"segment","segment":"beta-testers"}`); !slices.Equal(got, []string{"x1"}) {
-			t.Fatalf("tenant b's segment after a's delete sent to %v, want x1", got)
-		}
+		skipped(t, `{"kind":"segment","segment":"beta-testers"}`, "no_target")
 	})
 }
 

@@ -3,13 +3,19 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/analytics/auditwriter"
 	"github.com/heraldhq/herald/analytics/dashboard"
 	"github.com/heraldhq/herald/internal/testenv"
+	routestage "github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/sdk"
 )
 
@@ -111,4 +117,83 @@ func TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince(t *test
 			t.Fatalf("status %d, want 404", w.Code)
 		}
 	})
+}
+
+// TestANotificationTheCacheEvictedIsReadFromTheAuditOnTheRealBroker shows
+// the mechanism behind "after 1,000,000 newer sends, still 200 with its
+// full timeline" on the whole pipeline (API, dedupe and route stages,
+// audit writer, real broker and ClickHouse): the instance's cache of its
+// own sends holds only MaxTracked of them, and once newer sends have
+// evicted a notification, GET /v1/notifications/{id} answers it from the
+// audit with every event. The million itself is BENCHMARKS.md's [K]
+// command (scripts/bench-api --preload), and
+// TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince
+// reads one back from behind a million audit rows.
+func TestANotificationTheCacheEvictedIsReadFromTheAuditOnTheRealBroker(t *testing.T) {
+	conn, _, db := testenv.AuditDB(t)
+	const cached = 4
+	p := startPipeline(t, func(c *Config) {
+		c.WaitForRoute = true
+		c.Dashboard = &dashboard.Source{Conn: conn, Database: db}
+		c.MaxTracked = cached
+	})
+	p.startRoute(t, routestage.Policy{}, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := auditwriter.Run(ctx, auditwriter.Options{Brokers: p.brokers, Catalog: p.cat, ClickHouse: conn, Database: db,
+			FlushInterval: 100 * time.Millisecond, Logger: p.cfg.Logger})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("audit writer: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	if a := p.call(t, "PUT", "/v1/users/h0/devices/phone", keyA, `{"platform":"ios","token":"a"}`); a.status != 201 {
+		t.Fatalf("register: %d %s", a.status, a.body)
+	}
+
+	send := func(t *testing.T, recipients string) sdk.SendResult {
+		t.Helper()
+		a := p.call(t, "POST", "/v1/notifications", keyA, `{"type":"order.shipped","recipients":[`+recipients+`],"title":"t","body":"b"}`, "Prefer", "wait=60")
+		if a.status != 202 {
+			t.Fatalf("send: %d %s", a.status, a.body)
+		}
+		return decode[sdk.SendResult](t, a)
+	}
+	first := send(t, `"h0"`)
+	id := first.Notifications[0].ID
+	if len(first.Deliveries) != 2 {
+		t.Fatalf("first send answered deliveries %+v, want the phone and the feed", first.Deliveries)
+	}
+	if _, ok := p.srv.tr.record("ta", id); !ok {
+		t.Fatal("the cache does not hold the instance's own send")
+	}
+	var newer []string
+	for i := 1; i <= 10*cached; i++ {
+		newer = append(newer, fmt.Sprintf(`"h%d"`, i))
+	}
+	send(t, strings.Join(newer, ","))
+	if _, ok := p.srv.tr.record("ta", id); ok {
+		t.Fatalf("the cache of %d still holds the first of %d sends", cached, len(newer)+1)
+	}
+
+	var rec sdk.NotificationRecord
+	p.eventually(t, "the audit holds the first notification's request and both stages' decisions", func() bool {
+		a := p.call(t, "GET", "/v1/notifications/"+id, keyA, "")
+		if a.status != 200 {
+			return false
+		}
+		rec = decode[sdk.NotificationRecord](t, a)
+		return len(rec.Timeline) >= 3
+	})
+	var kinds []string
+	for _, e := range rec.Timeline {
+		kinds = append(kinds, e.Kind+"/"+e.Stage+"/"+e.Outcome)
+	}
+	if rec.RequestID != first.RequestID || rec.Recipient != "h0" || rec.Title != "t" ||
+		!slices.Contains(kinds, "requested//") || !slices.Contains(kinds, "decision/dedupe/accepted") || !slices.Contains(kinds, "decision/route/routed") {
+		t.Fatalf("record %+v, timeline %v; want the first send's request and its dedupe and route decisions", rec, kinds)
+	}
 }

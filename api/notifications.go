@@ -92,10 +92,14 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 			f.fail("recipients", fmt.Sprintf("at most %d recipients in one send", s.cfg.MaxRecipients))
 		default:
 			f.distinctIDs("recipients", list)
+			for i, id := range list {
+				reservedRecipient(f, fmt.Sprintf("recipients[%d]", i), id)
+			}
 		}
 		recipients = list
 	}
 	if id := f.text("recipientId", false, maxIDLen); id != "" {
+		reservedRecipient(f, "recipientId", id)
 		recipients = []string{id}
 	}
 	var kind, targetDevice, targetUser, targetTag, targetSegment string
@@ -104,10 +108,12 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 			switch kind = t.text("kind", true, 16); kind {
 			case sdk.TargetUser:
 				targetUser = t.text("userId", true, maxIDLen)
+				reservedRecipient(t, "userId", targetUser)
 				recipients = []string{targetUser}
 			case sdk.TargetDevice:
 				targetDevice = t.text("deviceId", true, maxIDLen)
 				targetUser = t.text("userId", false, maxIDLen)
+				reservedRecipient(t, "userId", targetUser)
 			case sdk.TargetTag:
 				targetTag = t.text("tag", true, maxIDLen)
 			case sdk.TargetSegment:
@@ -206,13 +212,24 @@ func (s *Server) parseSend(body []byte, r *http.Request, p principal) (*send, *p
 		recipients = []string{owner}
 	}
 	switch kind {
-	case sdk.TargetTag, sdk.TargetSegment, sdk.TargetAll:
-		var prob *problem
-		if recipients, prob = s.resolveTarget(p.tenant, kind, targetTag, targetSegment); prob != nil {
-			return nil, prob
-		}
+	case sdk.TargetTag:
+		recipients = []string{routestage.GroupRecipient(routestage.Group{Kind: routestage.GroupTag, Name: targetTag})}
+	case sdk.TargetSegment:
+		recipients = []string{routestage.GroupRecipient(routestage.Group{Kind: routestage.GroupSegment, Name: targetSegment})}
+	case sdk.TargetAll:
+		recipients = []string{routestage.GroupRecipient(routestage.Group{Kind: routestage.GroupAll})}
 	}
 	return &send{n: n, recipients: recipients, targetDevice: targetDevice}, nil
+}
+
+// reservedRecipient refuses, as a user id, the form a group target's
+// recipient takes (routestage.GroupRecipient: "@all", "@tag:…",
+// "@segment:…"): the route stage would fan such a notification out to the
+// group.
+func reservedRecipient(f *fields, field, id string) {
+	if routestage.IsGroupRecipient(id) {
+		f.fail(field, "is reserved for group targets (@all, @tag:…, @segment:…); send to a group with target")
+	}
 }
 
 // deviceOwner is the user a device target reaches: userId's device, or,
@@ -239,39 +256,6 @@ func (s *Server) deviceOwner(tenant, user, device string) (string, *problem) {
 
 // targetKinds are the kinds of target a send may name.
 var targetKinds = []string{sdk.TargetUser, sdk.TargetDevice, sdk.TargetTag, sdk.TargetSegment, sdk.TargetAll}
-
-// resolveTarget turns a tag, segment or all target into its recipients,
-// from the replica as it stands (eventually consistent): all is every user
-// of the tenant with an enabled device, tag those of them with an enabled
-// device carrying the tag, segment the segment's members. Nothing to send
-// and more than MaxRecipients are 422s naming target, as for recipients.
-func (s *Server) resolveTarget(tenant, kind, tag, segment string) ([]string, *problem) {
-	if !s.rep.ready.Load() {
-		return nil, unavailable("the device and segment index is still loading; retry shortly", 1)
-	}
-	var users []string
-	switch kind {
-	case sdk.TargetAll:
-		users = s.rep.usersWithDevices(tenant, "")
-	case sdk.TargetTag:
-		users = s.rep.usersWithDevices(tenant, tag)
-	case sdk.TargetSegment:
-		sg, ok := s.rep.segment(tenant, segment)
-		if !ok {
-			return nil, invalid("no such segment", sdk.FieldError{Field: "target.segment", Message: "no such segment"})
-		}
-		users = sg.Members
-	}
-	switch {
-	case len(users) == 0:
-		return nil, invalid("the target reaches no one: nothing to send",
-			sdk.FieldError{Field: "target", Message: "resolves to no recipients (nothing to send)"})
-	case len(users) > s.cfg.MaxRecipients:
-		return nil, invalid(fmt.Sprintf("the target reaches %d recipients; at most %d in one send", len(users), s.cfg.MaxRecipients),
-			sdk.FieldError{Field: "target", Message: fmt.Sprintf("resolves to %d recipients; at most %d in one send", len(users), s.cfg.MaxRecipients)})
-	}
-	return slices.Clone(users), nil
-}
 
 // readSend reads and validates a send body, answering the problem when
 // there is one.
@@ -481,7 +465,9 @@ func (s *Server) answerSend(w http.ResponseWriter, reqs []schemas.Request, reque
 		switch rd.Outcome {
 		case schemas.DecisionRateLimited, schemas.DecisionDigested, schemas.DecisionOptedOut:
 			res.Skipped = append(res.Skipped, sdk.Skipped{NotificationID: st.ID, Recipient: st.Recipient, Reason: rd.Outcome})
-		case schemas.DecisionNoTarget:
+		case schemas.DecisionNoTarget, schemas.DecisionRejected:
+			// no_target without the fallback; a group that reaches no one,
+			// or more members than the route stage fans out to.
 			if len(rd.Deliveries) == 0 {
 				res.Skipped = append(res.Skipped, sdk.Skipped{NotificationID: st.ID, Recipient: st.Recipient, Reason: rd.Outcome})
 			}
@@ -514,7 +500,7 @@ func explainFrom(rq schemas.Request, d schemas.Decision, rd *schemas.Decision) s
 	if rd == nil {
 		return e
 	}
-	e.RouteOutcome = rd.Outcome
+	e.RouteOutcome, e.RouteDetail = rd.Outcome, rd.Detail
 	e.WouldRateLimit = rd.Outcome == schemas.DecisionRateLimited
 	e.WouldDigest = rd.Outcome == schemas.DecisionDigested
 	for _, dl := range rd.Deliveries {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,7 +20,8 @@ import (
 
 // replica is the API's read-only copy of compacted topics, consumed
 // read_committed from their start: devices, preferences and segments (for
-// their endpoints and for resolving device, tag, segment and all targets),
+// their endpoints and for resolving a device target's user; tag, segment
+// and all targets are resolved by the route stage),
 // the feed, the webhook endpoints and, only with
 // a quota, the dedupe stage's seen-set (herald.seen; seenT empty without
 // one: explain asks the dedupe stage itself, see explainByStage). It is
@@ -94,30 +94,6 @@ func (r *replica) userDevices(tenant, user string) []schemas.Device {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].DeviceID < out[j].DeviceID })
 	return out
-}
-
-// usersWithDevices returns, sorted, every user of a tenant with at least
-// one enabled device, carrying tag when tag is not empty (targets all and
-// tag). It scans every device: fine for the replica's sizes today; an index
-// by tenant and tag is the next step when it is not.
-func (r *replica) usersWithDevices(tenant, tag string) []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	prefix := url.PathEscape(tenant) + "/"
-	var users []string
-	for k, ds := range r.devices {
-		if !strings.HasPrefix(k, prefix) {
-			continue
-		}
-		for _, d := range ds {
-			if d.Enabled && d.Tenant == tenant && (tag == "" || slices.Contains(d.Tags, tag)) {
-				users = append(users, d.Recipient)
-				break
-			}
-		}
-	}
-	sort.Strings(users)
-	return users
 }
 
 func (r *replica) segment(tenant, name string) (schemas.Segment, bool) {

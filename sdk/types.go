@@ -222,7 +222,11 @@ type ExplainedNotification struct {
 	// its decision (routed, rate_limited, digested, deferred, opted_out,
 	// no_target), when deferred pushes would go (ms), and the channels and
 	// devices it would reach.
-	RouteOutcome   string            `json:"routeOutcome,omitempty"`
+	RouteOutcome string `json:"routeOutcome,omitempty"`
+	// RouteDetail is the route stage's decision in words; for a tag,
+	// segment or all target, the members it would reach and their
+	// notification ids.
+	RouteDetail    string            `json:"routeDetail,omitempty"`
 	WouldRateLimit bool              `json:"wouldRateLimit"`
 	WouldDigest    bool              `json:"wouldDigest"`
 	WouldDefer     bool              `json:"wouldDefer"`

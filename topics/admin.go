@@ -150,17 +150,14 @@ func (c *Catalog) Verify(ctx context.Context, adm *kadm.Client) ([]Drift, error)
 		}
 	}
 	if len(present) > 0 {
-		configs, err := adm.DescribeTopicConfigs(ctx, present...)
+		configs, err := describeConfigs(ctx, adm, present)
 		if err != nil {
-			return nil, fmt.Errorf("topics: describe configs: %w", err)
+			return nil, err
 		}
 		for _, t := range ts {
-			rc, err := configs.On(t.Name, nil)
-			if err != nil {
+			rc, ok := configs[t.Name]
+			if !ok {
 				continue // missing topic, reported above
-			}
-			if rc.Err != nil {
-				return nil, fmt.Errorf("topics: describe configs of %s: %w", t.Name, rc.Err)
 			}
 			got := map[string]string{}
 			for _, cfg := range rc.Configs {
@@ -182,6 +179,55 @@ func (c *Catalog) Verify(ctx context.Context, adm *kadm.Client) ([]Drift, error)
 		return drift[i].Field < drift[j].Field
 	})
 	return drift, nil
+}
+
+// unknownPatience bounds how long describeConfigs asks again about a
+// topic the metadata lists but the broker asked does not know yet.
+const unknownPatience = 15 * time.Second
+
+// describeConfigs describes the named topics' configs, which the
+// metadata lists. A broker learns of a topic just created a moment after
+// the metadata answer that listed it (on a cluster just started, seconds
+// after): it answers UNKNOWN_TOPIC_OR_PARTITION. Those topics are asked
+// about again, every 200 ms for up to unknownPatience (or until ctx
+// ends); any other error, or a topic still unknown then, is returned
+// naming the topic.
+func describeConfigs(ctx context.Context, adm *kadm.Client, names []string) (map[string]kadm.ResourceConfig, error) {
+	out := make(map[string]kadm.ResourceConfig, len(names))
+	deadline := time.Now().Add(unknownPatience)
+	for {
+		configs, err := adm.DescribeTopicConfigs(ctx, names...)
+		if err != nil {
+			return nil, fmt.Errorf("topics: describe configs: %w", err)
+		}
+		var unknown []string
+		for _, name := range names {
+			rc, err := configs.On(name, nil)
+			switch {
+			case err != nil:
+				unknown = append(unknown, name) // not in the answer
+			case errors.Is(rc.Err, kerr.UnknownTopicOrPartition):
+				unknown = append(unknown, name)
+			case rc.Err != nil:
+				return nil, fmt.Errorf("topics: describe configs of %s: %w", name, rc.Err)
+			default:
+				out[name] = rc
+			}
+		}
+		if len(unknown) == 0 {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("topics: describe configs of %s: %w (for %v after the metadata listed it)",
+				strings.Join(unknown, ", "), kerr.UnknownTopicOrPartition, unknownPatience)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("topics: describe configs of %s: %w (%w)", strings.Join(unknown, ", "), kerr.UnknownTopicOrPartition, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		names = unknown
+	}
 }
 
 // FixConfigs sets every drifted config back to the catalog's value with

@@ -2,16 +2,20 @@ package topics_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/topics"
@@ -307,4 +311,68 @@ func TestAwaitReadyWaitsForEveryTopicWithAllItsPartitions(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A broker learns of a topic just created a moment after the metadata
+// answer that listed it: on a cluster just started, `herald topics create`
+// created every topic and then failed its drift check with
+// UNKNOWN_TOPIC_OR_PARTITION (found by scripts/chaos). kfake plays that
+// broker: its first answers to DescribeConfigs say every topic is unknown.
+func TestVerifyAsksAgainWhileABrokerDoesNotKnowATopicTheMetadataListed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		unknown   int // DescribeConfigs answers that say unknown
+		wantError bool
+	}{
+		{name: "three answers that say unknown are followed by a check that finds no drift", unknown: 3},
+		{name: "a topic still unknown when the context ends is an error naming it", unknown: 1 << 30, wantError: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			adm := admin(t, c.ListenAddrs())
+			cat := createdCatalog(t, adm)
+			var asked atomic.Int64
+			c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				if asked.Add(1) > int64(tc.unknown) {
+					return nil, nil, false
+				}
+				req := kreq.(*kmsg.DescribeConfigsRequest)
+				resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+				for _, r := range req.Resources {
+					rr := kmsg.NewDescribeConfigsResponseResource()
+					rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+					rr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+					resp.Resources = append(resp.Resources, rr)
+				}
+				return resp, nil, true
+			})
+			ctx := context.Background()
+			if tc.wantError {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Second)
+				defer cancel()
+			}
+			drift, err := cat.Verify(ctx, adm)
+			if tc.wantError {
+				if err == nil || !errors.Is(err, kerr.UnknownTopicOrPartition) || !strings.Contains(err.Error(), cat.Name(topics.Seen)) {
+					t.Fatalf("Verify = %v, %v; want UNKNOWN_TOPIC_OR_PARTITION naming %s", drift, err, cat.Name(topics.Seen))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			if len(drift) != 0 {
+				t.Fatalf("drift = %v, want none", drift)
+			}
+			if n := asked.Load(); n != 4 {
+				t.Fatalf("DescribeConfigs asked %d times, want 4 (three unknown, then known)", n)
+			}
+		})
+	}
 }

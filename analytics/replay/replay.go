@@ -240,24 +240,44 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{From: o.From, Partitions: len(plans)}
-	var total, done int64
+	m := newMeter(o.Progress, plans)
 	for _, p := range plans {
-		total += p.end - p.readFrom
-	}
-	progress := func(offsetsDone int64) {
-		if o.Progress != nil {
-			o.Progress(done+offsetsDone, total)
-		}
-	}
-	progress(0)
-	for _, p := range plans {
-		if err := replayPartition(ctx, o, requests, p, rep, progress); err != nil {
+		if err := replayPartition(ctx, o, requests, p, rep, m.at); err != nil {
 			return rep, err
 		}
-		done += p.end - p.readFrom
-		progress(0)
+		m.finished(p)
 	}
 	return rep, nil
+}
+
+// meter reports a run's progress over its partition plans: the offsets of
+// the plans finished plus those done in the current one, of the total.
+type meter struct {
+	report      func(done, total int64) // nil: nothing to report
+	done, total int64
+}
+
+// newMeter reports 0 done of the plans' offsets.
+func newMeter(report func(done, total int64), plans []partitionPlan) *meter {
+	m := &meter{report: report}
+	for _, p := range plans {
+		m.total += p.end - p.readFrom
+	}
+	m.at(0)
+	return m
+}
+
+// at reports offsetsDone in the current plan.
+func (m *meter) at(offsetsDone int64) {
+	if m.report != nil {
+		m.report(m.done+offsetsDone, m.total)
+	}
+}
+
+// finished counts plan p as done.
+func (m *meter) finished(p partitionPlan) {
+	m.done += p.end - p.readFrom
+	m.at(0)
 }
 
 func longestWindow(p dedupe.Policy) time.Duration {

@@ -115,16 +115,7 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	var total, done int64
-	for _, p := range plans {
-		total += p.end - p.readFrom
-	}
-	progress := func(offsetsDone int64) {
-		if o.Progress != nil {
-			o.Progress(done+offsetsDone, total)
-		}
-	}
-	progress(0)
+	m := newMeter(o.Progress, plans)
 	var reqs []whatif.Request
 	for _, p := range plans {
 		recorded, err := recordedOutcomes(ctx, o, requests, p)
@@ -145,12 +136,11 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
 			reqs = append(reqs, whatif.Request{Partition: rec.Partition, Offset: rec.Offset, At: rec.Timestamp.UnixMilli(), Request: r,
 				Warmup: rec.Offset < p.compareAt, Recorded: recorded[rec.Offset]})
 			return nil
-		}, progress)
+		}, m.at)
 		if err != nil {
 			return nil, err
 		}
-		done += p.end - p.readFrom
-		progress(0)
+		m.finished(p)
 	}
 	rep.Report = *whatif.Run(whatif.Input{Then: o.Then, Now: o.Now, Requests: reqs, Directory: dir, Samples: o.Samples})
 	return rep, nil

@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -451,25 +450,6 @@ func TestKafkaSASLAndTLSFromTheConfigFile(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for the log handler's writes while
-// the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestARolesLogsShowNoSecret starts `herald dedupe` and `herald sink
 // --channel webpush` (which reads the VAPID private key) from a
 // configuration file holding every kind of secret, against a cluster
@@ -505,7 +485,7 @@ func TestARolesLogsShowNoSecret(t *testing.T) {
 		"instance-id: secrets-0",
 	}, "\n"))
 
-	var logs lockedBuffer
+	var logs testenv.LockedBuffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer slog.SetDefault(prev)

@@ -53,19 +53,27 @@ func awaitDoctor(t *testing.T, brokers []string, prefix, stdin string, code int,
 	}
 }
 
+// doctorCatalog creates a herald catalog under a new prefix (2
+// partitions, replication 1) on the real broker, deleted when t ends.
+func doctorCatalog(t *testing.T) (brokers []string, prefix string, cat *topics.Catalog, adm *kadm.Client, ctx context.Context) {
+	t.Helper()
+	brokers = testenv.Kafka(t)
+	prefix = fmt.Sprintf("d%08x.herald.", rand.Uint32())
+	cat = topics.New(topics.Options{Prefix: prefix, Partitions: 2, Replication: 1})
+	adm = kadm.NewClient(testenv.Client(t, brokers))
+	testenv.DeleteCatalogOnCleanup(t, adm, cat)
+	ctx = testenv.Guarded(t)
+	if _, err := cat.Create(ctx, adm); err != nil {
+		t.Fatal(err)
+	}
+	return brokers, prefix, cat, adm, ctx
+}
+
 // TestDoctorOnTheRealBroker: a catalog as herald topics creates it is ok on
 // every check of the topics; a topic misconfigured by hand is a FAIL that
 // names it and says what to do.
 func TestDoctorOnTheRealBroker(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	prefix := fmt.Sprintf("d%08x.herald.", rand.Uint32())
-	cat := topics.New(topics.Options{Prefix: prefix, Partitions: 2, Replication: 1})
-	adm := kadm.NewClient(testenv.Client(t, brokers))
-	testenv.DeleteCatalogOnCleanup(t, adm, cat)
-	ctx := testenv.Guarded(t)
-	if _, err := cat.Create(ctx, adm); err != nil {
-		t.Fatal(err)
-	}
+	brokers, prefix, cat, adm, ctx := doctorCatalog(t)
 	set := func(topic, key, value string) {
 		t.Helper()
 		if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: key, Value: &value}}, topic); err != nil {
@@ -124,15 +132,7 @@ func TestDoctorOnTheRealBroker(t *testing.T) {
 // --hanging-after it is a FAIL; --abort-hanging asks, and aborts it only
 // on a yes, after which the last stable offset reaches the high watermark.
 func TestDoctorFindsAndAbortsAHangingTransaction(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	prefix := fmt.Sprintf("d%08x.herald.", rand.Uint32())
-	cat := topics.New(topics.Options{Prefix: prefix, Partitions: 2, Replication: 1})
-	adm := kadm.NewClient(testenv.Client(t, brokers))
-	testenv.DeleteCatalogOnCleanup(t, adm, cat)
-	ctx := testenv.Guarded(t)
-	if _, err := cat.Create(ctx, adm); err != nil {
-		t.Fatal(err)
-	}
+	brokers, prefix, _, adm, ctx := doctorCatalog(t)
 	txnID := "abandoned-" + prefix
 	p := testenv.Client(t, brokers, kgo.TransactionalID(txnID), kgo.TransactionTimeout(time.Minute),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -179,15 +179,7 @@ func TestDoctorFindsAndAbortsAHangingTransaction(t *testing.T) {
 // transaction the coordinator does know (none can be made unknown on a
 // healthy broker): the marker releases the partition all the same.
 func TestAnAbortMarkerReleasesAPartitionHeldByAnOpenTransaction(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	prefix := fmt.Sprintf("d%08x.herald.", rand.Uint32())
-	cat := topics.New(topics.Options{Prefix: prefix, Partitions: 2, Replication: 1})
-	adm := kadm.NewClient(testenv.Client(t, brokers))
-	testenv.DeleteCatalogOnCleanup(t, adm, cat)
-	ctx := testenv.Guarded(t)
-	if _, err := cat.Create(ctx, adm); err != nil {
-		t.Fatal(err)
-	}
+	brokers, prefix, cat, adm, ctx := doctorCatalog(t)
 	p := testenv.Client(t, brokers, kgo.TransactionalID("marker-"+prefix), kgo.TransactionTimeout(time.Minute),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err := p.BeginTransaction(); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -104,13 +103,8 @@ func (e *emailFlags) provider() (*email.Provider, error) {
 	}
 	c.Default, c.Templates = t.Default, t.Types
 	if e.caFile != "" {
-		pem, err := os.ReadFile(e.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: --email-ca-file: %v", errUsage, err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --email-ca-file %s holds no PEM certificate", errUsage, e.caFile)
+		if c.RootCAs, err = readCAFile("email-ca-file", e.caFile); err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 	}
 	return email.New(c)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -158,13 +157,9 @@ func (a *apnsFlags) provider() (*apns.Provider, error) {
 		CertFile: a.certFile, CertPassword: a.certPassword, Priority: a.priority, PushType: a.pushType,
 	}
 	if a.caFile != "" {
-		pem, err := os.ReadFile(a.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: --apns-ca-file: %v", errUsage, err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --apns-ca-file %s holds no PEM certificate", errUsage, a.caFile)
+		var err error
+		if cfg.RootCAs, err = readCAFile("apns-ca-file", a.caFile); err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 	}
 	return apns.New(cfg)

@@ -43,16 +43,11 @@ func (t *tlsFlags) config() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.serverName}
 	var errs []error
 	if t.caFile != "" {
-		pem, err := os.ReadFile(t.caFile)
-		switch {
-		case err != nil:
-			errs = append(errs, badField(t.prefix+"-tls-ca-file", "cannot be read: %v", err))
-		default:
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				errs = append(errs, badField(t.prefix+"-tls-ca-file", "%s holds no PEM certificate", t.caFile))
-			}
+		pool, err := readCAFile(t.prefix+"-tls-ca-file", t.caFile)
+		if err != nil {
+			errs = append(errs, err)
 		}
+		cfg.RootCAs = pool
 	}
 	switch {
 	case t.certFile == "" && t.keyFile == "":
@@ -88,4 +83,18 @@ func (t *tlsFlags) describe() string {
 		s += ", client certificate " + t.certFile
 	}
 	return s
+}
+
+// readCAFile reads the PEM certificates of the CA file a flag names; its
+// error names the flag (badField).
+func readCAFile(flag, path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, badField(flag, "cannot be read: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, badField(flag, "%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }

@@ -44,7 +44,7 @@ func StartMailpit(t testing.TB, args ...string) Mailpit {
 	m := Mailpit{SMTP: fmt.Sprintf("127.0.0.1:%d", FreePort(t))}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 	m.API = "http://" + httpAddr
-	var out lockedBuffer
+	var out LockedBuffer
 	cmd := exec.Command(bin, append([]string{"--smtp", m.SMTP, "--listen", httpAddr,
 		"--database", filepath.Join(t.TempDir(), "mailpit.db"), "--disable-version-check", "--smtp-disable-rdns", "--quiet"}, args...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -75,19 +75,20 @@ func StartMailpit(t testing.TB, args ...string) Mailpit {
 	}
 }
 
-// lockedBuffer is a process's output, read while it runs.
-type lockedBuffer struct {
+// LockedBuffer collects a process's output or a logger's lines, safe to
+// read while they are written.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()

@@ -5,7 +5,11 @@
 // deferred deliveries) is the compacted changelog herald.route, and it reads
 // the recipient's devices and preferences from the compacted topics
 // herald.devices and herald.preferences, all co-partitioned with
-// herald.accepted.
+// herald.accepted. A notification addressed to a group (a tag, a segment
+// or every user: "@tag:vip", "@segment:beta", "@all") is resolved here,
+// where the registry lives, into one notification per member, written back
+// to herald.accepted in the transaction of the group's decision (see
+// group.go: the fan-out step and why it is exactly once).
 //
 // Semantics, in this fixed order for each accepted notification (dedupe has
 // already dropped duplicates and replays, so they never reach any of this
@@ -129,6 +133,9 @@ type Policy struct {
 	QuietEmail map[string]bool
 	// Fallback channel by type, used when no push device is reachable.
 	Fallback map[string]string
+	// MaxFanOut bounds the members a group notification reaches
+	// (DefaultMaxFanOut when zero; see group.go).
+	MaxFanOut int
 }
 
 // Source locates the record being decided.
@@ -152,6 +159,9 @@ type Result struct {
 	State     []Change
 	// Commands to emit now, in a stable order.
 	Commands []schemas.DeliveryCommand
+	// Accepted are a group notification's members' notifications, written
+	// back to herald.accepted keyed by recipient (FanOut).
+	Accepted []schemas.Accepted
 }
 
 // Lookup returns the state under key, if any. The task fires every timer

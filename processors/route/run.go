@@ -49,7 +49,7 @@ func New(o Options) (*Stage, error) {
 	}
 	o = o.withDefaults()
 	t := TopicsOf(o.Catalog)
-	table, err := NewTable(t.Devices, t.Preferences, o.Logger, append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
+	table, err := NewGroupTable(t.Devices, t.Preferences, t.Segments, o.Logger, append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 
@@ -37,9 +38,13 @@ type Directory interface {
 // with a notification may or may not be.
 type Table struct {
 	devicesT, prefsT string
-	cl               *kgo.Client
-	adm              *kadm.Client
-	log              *slog.Logger
+	// segmentsT is herald.segments (empty: not read, no segment is
+	// known); segs its segments, RecipientKey(tenant, name) → segment.
+	segmentsT string
+	segs      map[string]schemas.Segment
+	cl        *kgo.Client
+	adm       *kadm.Client
+	log       *slog.Logger
 
 	mu      sync.Mutex
 	changed *sync.Cond
@@ -52,8 +57,18 @@ type Table struct {
 // NewTable builds a table reading the two topics with a client of opts
 // (seed brokers and any workarounds); Run reads them.
 func NewTable(devices, prefs string, log *slog.Logger, opts ...kgo.Opt) (*Table, error) {
+	return NewGroupTable(devices, prefs, "", log, opts...)
+}
+
+// NewGroupTable is NewTable that also reads herald.segments (segments, when
+// not empty), so that it resolves group targets (Groups).
+func NewGroupTable(devices, prefs, segments string, log *slog.Logger, opts ...kgo.Opt) (*Table, error) {
+	read := []string{devices, prefs}
+	if segments != "" {
+		read = append(read, segments)
+	}
 	opts = append([]kgo.Opt{
-		kgo.ConsumeTopics(devices, prefs),
+		kgo.ConsumeTopics(read...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
@@ -65,9 +80,10 @@ func NewTable(devices, prefs string, log *slog.Logger, opts ...kgo.Opt) (*Table,
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &Table{devicesT: devices, prefsT: prefs, cl: cl, adm: kadm.NewClient(cl), log: log,
+	t := &Table{devicesT: devices, prefsT: prefs, segmentsT: segments, cl: cl, adm: kadm.NewClient(cl), log: log,
 		devices: map[string]map[string]schemas.Device{}, prefs: map[string]schemas.Preferences{},
-		next: map[string]map[int32]int64{devices: {}, prefs: {}}}
+		segs: map[string]schemas.Segment{},
+		next: map[string]map[int32]int64{devices: {}, prefs: {}, segments: {}}}
 	t.changed = sync.NewCond(&t.mu)
 	return t, nil
 }
@@ -141,8 +157,48 @@ func (t *Table) apply(r *kgo.Record) {
 			return
 		}
 		t.prefs[key] = p
+	case t.segmentsT:
+		if r.Value == nil {
+			delete(t.segs, key)
+			return
+		}
+		var sg schemas.Segment
+		if err := schemas.Decode(r.Value, &sg); err != nil {
+			t.log.Warn("route table: skip undecodable segment", "key", key, "err", err)
+			return
+		}
+		t.segs[key] = sg
 	}
 }
+
+// Members implements Groups (group.go): all and tag scan every device.
+func (t *Table) Members(tenant string, g Group) ([]string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var users []string
+	switch g.Kind {
+	case GroupSegment:
+		sg, ok := t.segs[schemas.RecipientKey(tenant, g.Name)]
+		if !ok {
+			return nil, false
+		}
+		users = slices.Clone(sg.Members)
+	case GroupAll, GroupTag:
+		for _, ds := range t.devices {
+			for _, d := range ds {
+				if d.Tenant == tenant && d.Enabled && d.RetiredReason == "" && (g.Kind == GroupAll || slices.Contains(d.Tags, g.Name)) {
+					users = append(users, d.Recipient)
+					break
+				}
+			}
+		}
+	}
+	slices.Sort(users)
+	return slices.Compact(users), true
+}
+
+// SyncGroups implements Groups: SyncAll, segments included.
+func (t *Table) SyncGroups(ctx context.Context) error { return t.sync(ctx, nil) }
 
 // Recipient implements Directory: the devices sorted by id.
 func (t *Table) Recipient(tenant, recipient string) Recipient {
@@ -168,7 +224,11 @@ func (t *Table) Sync(ctx context.Context, p int32) error { return t.sync(ctx, &p
 func (t *Table) SyncAll(ctx context.Context) error { return t.sync(ctx, nil) }
 
 func (t *Table) sync(ctx context.Context, p *int32) error {
-	ends, err := t.adm.ListCommittedOffsets(ctx, t.devicesT, t.prefsT)
+	listed := []string{t.devicesT, t.prefsT}
+	if t.segmentsT != "" && p == nil {
+		listed = append(listed, t.segmentsT)
+	}
+	ends, err := t.adm.ListCommittedOffsets(ctx, listed...)
 	if err != nil {
 		return fmt.Errorf("route: table: list end offsets: %w", err)
 	}

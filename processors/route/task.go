@@ -18,6 +18,8 @@ import (
 // Topics names the topics the stage reads and writes.
 type Topics struct {
 	Accepted, Decisions, Route, Devices, Preferences string
+	// Segments is herald.segments, which group targets read (group.go).
+	Segments string
 	// Deliveries by channel.
 	Deliveries map[string]string
 	// Replies is where the answers to waiting callers go (internal/reply),
@@ -34,6 +36,7 @@ func TopicsOf(c *topics.Catalog) Topics {
 		Route:       c.Name(topics.Route),
 		Devices:     c.Name(topics.Devices),
 		Preferences: c.Name(topics.Preferences),
+		Segments:    c.Name(topics.Segments),
 		Deliveries:  map[string]string{},
 		Replies:     c.Name(topics.Replies),
 		// Every catalog topic has the catalog's partitions.
@@ -46,10 +49,11 @@ func TopicsOf(c *topics.Catalog) Topics {
 }
 
 // outputs are the topics the stage writes besides its changelog: the
-// decisions, every channel's deliveries, in topics.Channels' order, and
-// the replies.
+// decisions, every channel's deliveries, in topics.Channels' order, the
+// replies, and herald.accepted itself (a group notification's members,
+// group.go).
 func (t Topics) outputs() []string {
-	out := []string{t.Decisions}
+	out := []string{t.Decisions, t.Accepted}
 	for _, ch := range topics.Channels {
 		out = append(out, t.Deliveries[ch])
 	}
@@ -80,6 +84,9 @@ type Task struct {
 	timers  timerQueue
 	popped  []timer // popped in this transaction, re-queued on abort
 	synced  bool    // dir synced in this transaction
+	// groupsSynced: every partition of dir synced in this transaction
+	// (before a group is resolved, group.go).
+	groupsSynced bool
 
 	streamTime, pendingStreamTime int64
 
@@ -156,14 +163,24 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		}
 		t.synced = true
 	}
+	g, isGroup := ParseGroup(n.Recipient)
+	var res Result
+	if isGroup {
+		var err error
+		if res, err = t.fanOut(n, g, at, src); err != nil {
+			return err
+		}
+	}
 	if reply.IsExplain(r) {
-		return t.explain(r, n, at, src, out)
+		return t.explain(r, n, at, src, res, isGroup, out)
 	}
 	t.pendingStreamTime = max(t.pendingStreamTime, at)
 	if err := t.fire(t.pendingStreamTime, out); err != nil {
 		return err
 	}
-	res := t.policy.Decide(n, at, src, t.lookup, t.dir.Recipient(n.Tenant, n.Recipient))
+	if !isGroup {
+		res = t.policy.Decide(n, at, src, t.lookup, t.dir.Recipient(n.Tenant, n.Recipient))
+	}
 	// Answer a waiting caller (internal/reply); timers fired above do not.
 	if p, ok := reply.Partition(r, t.topics.ReplyPartitions); ok && t.topics.Replies != "" {
 		t.replyTo = p
@@ -179,7 +196,10 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 // or timer, and the stream time does not move. Timers due by then would
 // have fired before the decision: an entry due at or before it is read as
 // gone. An explain that names no reply partition is dropped.
-func (t *Task) explain(r *kgo.Record, n schemas.Accepted, at int64, src Source, out *stage.Out) error {
+//
+// A group notification's explain answers its fan-out decision (res, the
+// members it would reach), without writing their notifications.
+func (t *Task) explain(r *kgo.Record, n schemas.Accepted, at int64, src Source, res Result, isGroup bool, out *stage.Out) error {
 	p, ok := reply.Partition(r, t.topics.ReplyPartitions)
 	if !ok || t.topics.Replies == "" {
 		return nil
@@ -188,7 +208,9 @@ func (t *Task) explain(r *kgo.Record, n schemas.Accepted, at int64, src Source, 
 		e, ok := t.lookup(key)
 		return e, ok && e.DueAt > at
 	}
-	res := t.policy.Decide(n, at, src, lookup, t.dir.Recipient(n.Tenant, n.Recipient))
+	if !isGroup {
+		res = t.policy.Decide(n, at, src, lookup, t.dir.Recipient(n.Tenant, n.Recipient))
+	}
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
 		if d.Channel != "" {
@@ -203,6 +225,28 @@ func (t *Task) explain(r *kgo.Record, n schemas.Accepted, at int64, src Source, 
 		out.Emit(rec)
 	}
 	return nil
+}
+
+// fanOut resolves group g over the directory, synced on every partition
+// first (once per transaction), and returns the fan-out decision
+// (group.go). A directory that resolves no groups (Groups not
+// implemented) knows no members: the group reaches no one.
+func (t *Task) fanOut(n schemas.Accepted, g Group, at int64, src Source) (Result, error) {
+	gs, ok := t.dir.(Groups)
+	if !ok {
+		return t.policy.FanOut(n, g, at, src, nil, g.Kind != GroupSegment), nil
+	}
+	if !t.groupsSynced {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := gs.SyncGroups(ctx)
+		cancel()
+		if err != nil {
+			return Result{}, stage.Transient(fmt.Errorf("route: partition %d: group %s: %w", t.partition, GroupRecipient(g), err))
+		}
+		t.groupsSynced = true
+	}
+	members, known := gs.Members(n.Tenant, g)
+	return t.policy.FanOut(n, g, at, src, members, known), nil
 }
 
 // Tick implements stage.Task: timers due on the task's clock fire.
@@ -270,6 +314,15 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 		out.Emit(r)
 		t.pending[c.Key] = c.Entry
 	}
+	for i := range res.Accepted {
+		c := &res.Accepted[i]
+		c.Schema = t.RecordFormat.AcceptedSchema()
+		r, err := record(t.topics.Accepted, schemas.RecipientKey(c.Tenant, c.Recipient), c, at)
+		if err != nil {
+			return err
+		}
+		out.Emit(r)
+	}
 	for i := range res.Commands {
 		c := &res.Commands[i]
 		topic, ok := t.topics.Deliveries[c.Channel]
@@ -297,7 +350,7 @@ func (t *Task) Commit() {
 	clear(t.pending)
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
-	t.synced = false
+	t.synced, t.groupsSynced = false, false
 	t.decisions.Commit()
 }
 
@@ -309,7 +362,7 @@ func (t *Task) Abort() {
 	}
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
-	t.synced = false
+	t.synced, t.groupsSynced = false, false
 	t.decisions.Abort()
 }
 

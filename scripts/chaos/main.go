@@ -104,6 +104,8 @@ type config struct {
 	brokerGap      time.Duration
 	drainPatience  time.Duration
 	clusterBrokers string
+	clusterBase    int
+	proxied        string
 }
 
 func main() {
@@ -120,6 +122,8 @@ func main() {
 	flag.DurationVar(&c.brokerGap, "broker-gap", 45*time.Second, "least time between two broker faults (a JVM restart costs most of a core)")
 	flag.DurationVar(&c.drainPatience, "drain", 5*time.Minute, "how long the pipeline may take to drain after the faults")
 	flag.StringVar(&c.clusterBrokers, "brokers", "127.0.0.1:39201,127.0.0.1:39202,127.0.0.1:39203", "the cluster's brokers")
+	flag.IntVar(&c.clusterBase, "cluster-base-port", 39200, "the cluster's HERALD_KAFKA_CLUSTER_BASE_PORT (its VIA listeners are found from it)")
+	flag.StringVar(&c.proxied, "proxied", "dedupe-1,route-1,sink-apns-1", "roles (at most three) whose broker connections go through toxiproxy, for latency and cut faults (empty: none)")
 	flag.Parse()
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano() % 1_000_000)
@@ -212,19 +216,8 @@ func run(ctx context.Context, c config) (bool, error) {
 	prefix := fmt.Sprintf("chaos%d-%d.", c.seed, time.Now().Unix()%100000)
 	cat := topics.New(topics.Options{Prefix: prefix, Partitions: int32(c.partitions), Replication: 3})
 	kafkaArgs := []string{"--brokers", c.clusterBrokers, "--topic-prefix", prefix, "--partitions", fmt.Sprint(c.partitions), "--replication", "3"}
-	// Again while it fails (it is idempotent): on a cluster just started,
-	// its check of the new topics' configs can ask a broker that does not
-	// know them yet (UNKNOWN_TOPIC_OR_PARTITION; RELIABILITY.md).
-	for try := 1; ; try++ {
-		out, err := exec.CommandContext(ctx, c.bin, append([]string{"topics", "create"}, kafkaArgs...)...).CombinedOutput()
-		if err == nil {
-			break
-		}
-		if try == 5 {
-			return false, fmt.Errorf("topics create: %v\n%s", err, out)
-		}
-		logf("topics create failed (%v); again in 3 s", err)
-		sleep(ctx, 3*time.Second)
+	if out, err := exec.CommandContext(ctx, c.bin, append([]string{"topics", "create"}, kafkaArgs...)...).CombinedOutput(); err != nil {
+		return false, fmt.Errorf("topics create: %v\n%s", err, out)
 	}
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -330,10 +323,25 @@ func run(ctx context.Context, c config) (bool, error) {
 			"--webpush-vapid-public-key", vapidPublic, "--webpush-vapid-private-key", vapidPrivate, "--webpush-subscriber", "mailto:chaos@herald.invalid"}, sinkArgs...)},
 		{"sink-webhook", "sink webhook", append([]string{"sink", "--channel", "webhook", "--instance-id", "webhook-" + id, "--webhook-allow-private"}, sinkArgs...)},
 	}
+	var proxiedNames []string
+	if c.proxied != "" {
+		proxiedNames = strings.Split(c.proxied, ",")
+	}
+	proxies, stopProxies, err := startProxies(c.clusterBase, proxiedNames)
+	if err != nil {
+		return false, err
+	}
+	cleanups = append(cleanups, stopProxies)
 	var roles []*role
 	byName := map[string]*role{}
 	for _, s := range specs {
-		r, err := newRole(c.dir, c.bin, s.name, s.kind, append(s.args, kafkaArgs...)...)
+		args := append(s.args, kafkaArgs...)
+		if p, ok := proxies[s.name]; ok {
+			// A later --brokers wins: the role reaches the cluster only
+			// through its proxies.
+			args = append(args, "--brokers", p.brokers)
+		}
+		r, err := newRole(c.dir, c.bin, s.name, s.kind, args...)
 		if err != nil {
 			return false, err
 		}
@@ -448,7 +456,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	stopLoad := make(chan struct{})
 	loadDone := make(chan struct{})
 	go func() { l.run(ctx, stopLoad); close(loadDone) }()
-	nem := &nemesis{roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill,
+	nem := &nemesis{roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill, proxied: proxies, runID: id,
 		providers: map[string]scripted{"apns": apnsEm, "fcm": fcmEm, "webpush": wpEm, "webhook": whEm}, brokers: c.brokerFaults, brokerGap: c.brokerGap,
 		logf: logf, counts: map[string]int{}, byRole: map[string]int{}}
 	faultCtx, stopFaults := context.WithTimeout(ctx, c.duration)

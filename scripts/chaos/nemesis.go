@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +29,8 @@ const (
 	faultProvider5xx  = "provider: 5xx"
 	fault429          = "provider: 429 with Retry-After"
 	faultSlow         = "provider: answer slower than the call timeout"
+	faultLatency      = "latency above the request timeout between one role and the brokers (toxiproxy)"
+	faultCut          = "a cut between one role and the brokers (toxiproxy: data dropped, then the connections closed)"
 )
 
 // scripted is an emulator whose answers the nemesis scripts.
@@ -43,6 +46,11 @@ type nemesis struct {
 	cat       *topics.Catalog
 	chKill    func() error // SIGKILL and restart the ClickHouse server
 	providers map[string]scripted
+	// proxied are the roles whose broker connections go through
+	// toxiproxy, by name.
+	proxied map[string]*proxied
+	// runID is in every transactional id of the run's roles.
+	runID string
 	brokers   bool // broker faults enabled
 	// brokerGap spaces broker faults: a JVM restart costs most of a core
 	// for tens of seconds on this machine.
@@ -59,7 +67,9 @@ type nemesis struct {
 func (n *nemesis) count(kind, target string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.counts[kind]++
+	if kind != "" {
+		n.counts[kind]++
+	}
 	if target != "" {
 		n.byRole[target]++
 	}
@@ -94,6 +104,9 @@ func (n *nemesis) run(ctx context.Context, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
 	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill,
 		faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
+	if len(n.proxied) > 0 {
+		kinds = append(kinds, faultLatency, faultCut)
+	}
 	for sleep(ctx, time.Duration(300+rng.IntN(700))*time.Millisecond) {
 		n.inject(ctx, rng, kinds[rng.IntN(len(kinds))])
 	}
@@ -151,6 +164,35 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 		}
 		n.logf("nemesis: node %d is back", node)
 		n.count(kind, fmt.Sprintf("broker %d", node))
+	case faultLatency, faultCut:
+		names := make([]string, 0, len(n.proxied))
+		for name := range n.proxied {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		set := n.proxied[names[rng.IntN(len(names))]]
+		d := time.Duration(15000+rng.IntN(10000)) * time.Millisecond
+		var toxic, what string
+		if kind == faultLatency {
+			// Each way: a round trip of 12-20 s, past the clients'
+			// 10 s request timeout and the 10 s transaction timeout.
+			lat := 6000 + rng.IntN(4000)
+			toxic = fmt.Sprintf(`"type":"latency","attributes":{"latency":%d,"jitter":500}`, lat)
+			what = fmt.Sprintf("%d ms each way", lat)
+		} else {
+			toxic = `"type":"timeout","attributes":{"timeout":0}`
+			what = "every byte dropped"
+		}
+		n.logf("nemesis: %s: %s, %s, for %v", kind, set.role, what, d)
+		if err := set.add(toxic); err != nil {
+			set.clear()
+			n.fail("%s %s: %v", kind, set.role, err)
+			return
+		}
+		sleep(context.Background(), d)
+		set.clear()
+		n.logf("nemesis: %s: %s reaches the brokers again", kind, set.role)
+		n.count(kind, "toxiproxy "+set.role)
 	case faultClickHouse:
 		n.logf("nemesis: %s", kind)
 		if err := n.chKill(); err != nil {
@@ -219,13 +261,19 @@ func (n *nemesis) nextRole(rng *rand.Rand) *role {
 	return of[rng.IntN(len(of))]
 }
 
-// pickBroker chooses a node: half the time the leader of a herald.seen or
-// herald.accepted partition, else any.
+// pickBroker chooses a node: a third of the time the leader of a
+// herald.seen or herald.accepted partition, a third the transaction
+// coordinator of a running stage (of a transactional id of the run's
+// roles that the cluster lists), else any.
 func (n *nemesis) pickBroker(ctx context.Context, rng *rand.Rand) (int, string) {
-	if rng.IntN(2) == 0 && n.adm != nil {
+	if n.adm == nil {
+		return 1 + rng.IntN(3), "at random"
+	}
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	switch rng.IntN(3) {
+	case 0:
 		short := []string{topics.Seen, topics.Accepted}[rng.IntN(2)]
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
 		md, err := n.adm.Metadata(c, n.cat.Name(short))
 		if err == nil {
 			for _, t := range md.Topics {
@@ -235,6 +283,25 @@ func (n *nemesis) pickBroker(ctx context.Context, rng *rand.Rand) (int, string) 
 					if p.Leader >= 1 && p.Leader <= 3 {
 						return int(p.Leader), fmt.Sprintf("leader of %s/%d", t.Topic, p.Partition)
 					}
+				}
+			}
+		}
+	case 1:
+		listed, err := n.adm.ListTransactions(c, nil, nil)
+		if err == nil {
+			var ids []string
+			listed.Each(func(l kadm.ListedTransaction) {
+				if strings.Contains(l.TxnID, n.runID) {
+					ids = append(ids, l.TxnID)
+				}
+			})
+			sort.Strings(ids)
+			if len(ids) > 0 {
+				id := ids[rng.IntN(len(ids))]
+				co := n.adm.FindTxnCoordinators(c, id)[id]
+				if co.Err == nil && co.NodeID >= 1 && co.NodeID <= 3 {
+					n.count("", "a broker fault aimed at a transaction coordinator")
+					return int(co.NodeID), "transaction coordinator of " + id
 				}
 			}
 		}

@@ -310,37 +310,34 @@ func TestImplicitTLSIsUsed(t *testing.T) {
 	}
 }
 
-// TestAConnectionSendsAtMostMaxPerConnMessages: with MaxPerConn 2, three
-// sends one after another take two connections.
-func TestAConnectionSendsAtMostMaxPerConnMessages(t *testing.T) {
-	e := startEmulator(t, emulator.Options{})
-	p := newProvider(t, e, email.Config{MaxPerConn: 2})
-	for i := range 3 {
-		cmd := command("ada@example.com")
-		cmd.DeliveryID = identity.DeliveryID(nid, fmt.Sprint("d", i))
-		if res := send(p, cmd, 5*time.Second); res.Class != sinks.Success {
-			t.Fatalf("send %d: %+v", i, res)
-		}
+// TestConnectionReuse: with MaxPerConn 2, three sends one after another
+// take two connections; with an IdleTimeout of a nanosecond, every send
+// dials.
+func TestConnectionReuse(t *testing.T) {
+	rows := []struct {
+		name  string
+		cfg   email.Config
+		sends int
+		conns int
+	}{
+		{"a connection sends at most MaxPerConn messages", email.Config{MaxPerConn: 2}, 3, 2},
+		{"a connection idle past its timeout is not reused", email.Config{IdleTimeout: time.Nanosecond}, 2, 2},
 	}
-	if total, _ := e.Connections(); total != 2 {
-		t.Fatalf("%d connections, want 2", total)
-	}
-}
-
-// TestAConnectionIdlePastItsTimeoutIsNotReused: with an IdleTimeout of a
-// nanosecond, every send dials.
-func TestAConnectionIdlePastItsTimeoutIsNotReused(t *testing.T) {
-	e := startEmulator(t, emulator.Options{})
-	p := newProvider(t, e, email.Config{IdleTimeout: time.Nanosecond})
-	for i := range 2 {
-		cmd := command("ada@example.com")
-		cmd.DeliveryID = identity.DeliveryID(nid, fmt.Sprint("d", i))
-		if res := send(p, cmd, 5*time.Second); res.Class != sinks.Success {
-			t.Fatalf("send %d: %+v", i, res)
-		}
-	}
-	if total, _ := e.Connections(); total != 2 {
-		t.Fatalf("%d connections, want 2", total)
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			e := startEmulator(t, emulator.Options{})
+			p := newProvider(t, e, r.cfg)
+			for i := range r.sends {
+				cmd := command("ada@example.com")
+				cmd.DeliveryID = identity.DeliveryID(nid, fmt.Sprint("d", i))
+				if res := send(p, cmd, 5*time.Second); res.Class != sinks.Success {
+					t.Fatalf("send %d: %+v", i, res)
+				}
+			}
+			if total, _ := e.Connections(); total != r.conns {
+				t.Fatalf("%d connections, want %d", total, r.conns)
+			}
+		})
 	}
 }
 

@@ -96,10 +96,19 @@ export interface RedriveReportSkipped {
  * tenant registered a device with that id (device ids are unique per user; without userId such an
  * id is a 422 naming target.userId; with it, that user's device); kind tag needs tag: every user
  * with an enabled device carrying it; kind segment needs segment: the segment's members; kind all:
- * every user of the tenant with an enabled device. Tag, segment and all are resolved when the send
- * arrives, from the API's replica of devices and segments (eventually consistent), to one
- * notification per user; a target that reaches no one, or more users than the recipient limit, is
- * a 422 naming target. A member another kind uses is a 422.
+ * every user of the tenant with an enabled device. A tag, segment or all target is one
+ * notification addressed to the group (its recipient is @tag:<tag>, @segment:<name> or @all; its
+ * id, dedupe key and idempotency key are the group's), decided by the dedupe stage like any other;
+ * the route stage, which holds the devices and segments, then resolves the group to its members as
+ * they are at that moment and writes one notification per member (their ids are listed in the
+ * group notification's timeline, GET /v1/notifications/{id}, and each has its own timeline). So
+ * the answer names the group notification, not its members; a group that reaches no one, or a
+ * segment that does not exist, is accepted and then skipped by the route stage as no_target (shown
+ * in skipped[] when the send waits for the route stage), and a group of more members than the
+ * route stage fans out to in one notification (10,000 by default) is skipped as rejected. A retry
+ * is a replay or duplicate of the group notification: members are resolved once. A member another
+ * kind uses is a 422; a user id of the reserved form (@all, @tag:…, @segment:…) is a 422
+ * wherever a user is named.
  */
 export interface Target {
   kind: "user" | "device" | "tag" | "segment" | "all";
@@ -145,6 +154,10 @@ export interface SendRequest {
 
 export interface NotificationStatus {
   id: string;
+  /**
+   * The user; for a tag, segment or all target, the group (@tag:<tag>, @segment:<name> or @all),
+   * whose members the route stage resolves (see Target).
+   */
   recipient: string;
   /**
    * pending (not decided yet, or not waited for), or the dedupe stage's outcome: accepted,
@@ -200,6 +213,11 @@ export interface ExplainedNotification {
    * route stage's own decision code on the API's replica of its state, devices and preferences.
    */
   routeOutcome?: "routed" | "rate_limited" | "digested" | "deferred" | "opted_out" | "no_target" | "rejected";
+  /**
+   * The route stage's decision in words; for a tag, segment or all target, the members it would
+   * reach now and their notification ids ("fanned out to 2 recipients: u1 (<id>) u2 (<id>)").
+   */
+  routeDetail?: string;
   wouldRateLimit: boolean;
   wouldDigest: boolean;
   wouldDefer: boolean;

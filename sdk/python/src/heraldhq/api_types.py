@@ -112,11 +112,20 @@ class Target(TypedDict):
     of the tenant registered a device with that id (device ids are unique per user; without
     userId such an id is a 422 naming target.userId; with it, that user's device); kind tag
     needs tag: every user with an enabled device carrying it; kind segment needs segment:
-    the segment's members; kind all: every user of the tenant with an enabled device. Tag,
-    segment and all are resolved when the send arrives, from the API's replica of devices
-    and segments (eventually consistent), to one notification per user; a target that
-    reaches no one, or more users than the recipient limit, is a 422 naming target. A member
-    another kind uses is a 422.
+    the segment's members; kind all: every user of the tenant with an enabled device. A tag,
+    segment or all target is one notification addressed to the group (its recipient is
+    @tag:<tag>, @segment:<name> or @all; its id, dedupe key and idempotency key are the
+    group's), decided by the dedupe stage like any other; the route stage, which holds the
+    devices and segments, then resolves the group to its members as they are at that moment
+    and writes one notification per member (their ids are listed in the group notification's
+    timeline, GET /v1/notifications/{id}, and each has its own timeline). So the answer
+    names the group notification, not its members; a group that reaches no one, or a segment
+    that does not exist, is accepted and then skipped by the route stage as no_target (shown
+    in skipped[] when the send waits for the route stage), and a group of more members than
+    the route stage fans out to in one notification (10,000 by default) is skipped as
+    rejected. A retry is a replay or duplicate of the group notification: members are
+    resolved once. A member another kind uses is a 422; a user id of the reserved form
+    (@all, @tag:…, @segment:…) is a 422 wherever a user is named.
     """
 
     kind: Literal["user", "device", "tag", "segment", "all"]
@@ -156,6 +165,8 @@ class SendRequest(TypedDict):
 
 class NotificationStatus(TypedDict):
     id: str
+    #: The user; for a tag, segment or all target, the group (@tag:<tag>, @segment:<name> or @all),
+    #: whose members the route stage resolves (see Target).
     recipient: str
     #: pending (not decided yet, or not waited for), or the dedupe stage's outcome: accepted,
     #: duplicate, rejected, idempotency_conflict; later stages add theirs.
@@ -205,6 +216,9 @@ class ExplainedNotification(TypedDict):
     #: What the route stage would decide for a notification dedupe would accept, evaluated by the
     #: route stage's own decision code on the API's replica of its state, devices and preferences.
     routeOutcome: NotRequired[Literal["routed", "rate_limited", "digested", "deferred", "opted_out", "no_target", "rejected"]]
+    #: The route stage's decision in words; for a tag, segment or all target, the members it would
+    #: reach now and their notification ids ("fanned out to 2 recipients: u1 (<id>) u2 (<id>)").
+    routeDetail: NotRequired[str]
     wouldRateLimit: bool
     wouldDigest: bool
     wouldDefer: bool
