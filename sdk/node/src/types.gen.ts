@@ -158,7 +158,11 @@ export interface Delivery {
   deliveryId: string;
   deviceId: string;
   channel: "apns" | "fcm" | "webpush" | "feed";
-  status: "queued" | "deferred";
+  /**
+   * queued: sent now; deferred: held until quiet hours end; fallback: a later step of the type's
+   * fallback chain, sent only if its condition holds.
+   */
+  status: "queued" | "deferred" | "fallback";
 }
 
 export interface Skipped {
@@ -207,6 +211,13 @@ export interface ExplainedNotification {
   deferUntil?: number;
   channels?: ("apns" | "fcm" | "webpush" | "feed" | "email")[];
   devices?: ExplainedDevice[];
+  /** The type has a fallback chain whose later steps have a target (fallback). */
+  wouldFallback: boolean;
+  /**
+   * The later steps of the type's fallback chain (channels and devices above are the first step's,
+   * sent now): each is sent by the fallback stage only if its condition holds, at most once.
+   */
+  fallback?: ExplainedFallbackStep[];
 }
 
 export interface Explanation {
@@ -216,6 +227,7 @@ export interface Explanation {
   wouldRateLimit: boolean;
   wouldDigest: boolean;
   wouldDefer: boolean;
+  wouldFallback: boolean;
   /**
    * read-your-writes: the dedupe answer (wouldDeduplicate, wouldReplay, wouldConflict) comes from
    * the dedupe stage, which owns the seen-set, and the route answer (wouldRateLimit, wouldDigest,
@@ -459,6 +471,18 @@ export interface VAPIDPublicKey {
 export interface ExplainedDevice {
   channel: "apns" | "fcm" | "webpush" | "email";
   deviceId: string;
+}
+
+export interface ExplainedFallbackStep {
+  /** The step's number in the chain; the first step (1) is the route stage's fan-out. */
+  step: number;
+  channels: ("apns" | "fcm" | "webpush" | "feed" | "email")[];
+  /**
+   * The step as the chain writes it: its channels and condition, e.g. "email if failed" or "email
+   * after 15m0s unless displayed|opened".
+   */
+  when: string;
+  devices?: ExplainedDevice[];
 }
 
 export interface FeedItem {
