@@ -227,4 +227,14 @@ func TestFallbackChainsOnTheRealBroker(t *testing.T) {
 			t.Fatalf("email commands %+v, want none", mails)
 		}
 	})
+
+	t.Run("the replay of herald.fallback decides every step as the live stage did", func(t *testing.T) {
+		rep, err := fallback.Replay(context.Background(), brokers, cat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Compared != 2 || len(rep.Differences) > 0 {
+			t.Fatalf("compared %d, differences %q; want the two steps, none", rep.Compared, rep.Differences)
+		}
+	})
 }
