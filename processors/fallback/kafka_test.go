@@ -9,7 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/analytics/audit"
+	"github.com/heraldhq/herald/analytics/auditwriter"
+	"github.com/heraldhq/herald/analytics/migrations"
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
@@ -225,6 +230,47 @@ func TestFallbackChainsOnTheRealBroker(t *testing.T) {
 		}
 		if mails := commandsOf(t, brokers, cat, email.Channel, n.NotificationID); len(mails) != 0 {
 			t.Fatalf("email commands %+v, want none", mails)
+		}
+	})
+
+	t.Run("the auditors' timeline shows each step's decision with its reason", func(t *testing.T) {
+		addr, db := testenv.ClickHouseDB(t)
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx := context.Background()
+		if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
+			t.Fatal(err)
+		}
+		all := len(testenv.ReadCommitted(t, brokers, cat.Name(topics.Decisions)))
+		goRun(t, "audit writer", func(ctx context.Context) error {
+			return auditwriter.Run(ctx, auditwriter.Options{Brokers: brokers, Catalog: cat, ClickHouse: conn, Database: db})
+		})
+		await(t, "every decision in ClickHouse", func() bool {
+			var n uint64
+			return conn.QueryRow(ctx, "SELECT count() FROM decisions").Scan(&n) == nil && int(n) >= all
+		})
+		for nid, want := range map[string][]string{
+			identity.DedupeID("acme", "invoice.paid", "u_dead", "k1"): {"route stage: routed", "fallback chain: push > email if failed",
+				"fallback stage: fallback", "step 2 (email if failed) fired: every delivery of step 1 ended undelivered (device_retired)"},
+			identity.DedupeID("acme", "chat.message", "u_seen", "k1"): {"fallback stage: fallback_cancelled",
+				"step 2 (email after 1h0m0s unless displayed|opened) cancelled: displayed receipt of delivery"},
+		} {
+			tl, err := audit.Load(ctx, conn, db, audit.Selector{NotificationID: nid, Tenant: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			if err := tl.Print(&b); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("the timeline of %s lacks %q:\n%s", nid, w, b.String())
+				}
+			}
 		}
 	})
 

@@ -254,8 +254,8 @@ export interface TimelineEvent {
   kind: "requested" | "decision" | "attempt" | "outcome" | "receipt";
   /** The request (requested, decision). */
   requestId?: string;
-  stage?: "dedupe" | "route";
-  outcome?: "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected";
+  stage?: "dedupe" | "route" | "fallback";
+  outcome?: "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected" | "fallback" | "fallback_cancelled";
   detail?: string;
   originalRequestId?: string;
   producer?: string;

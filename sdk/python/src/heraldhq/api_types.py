@@ -253,8 +253,8 @@ class TimelineEvent(TypedDict):
     kind: Literal["requested", "decision", "attempt", "outcome", "receipt"]
     #: The request (requested, decision).
     requestId: NotRequired[str]
-    stage: NotRequired[Literal["dedupe", "route"]]
-    outcome: NotRequired[Literal["accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected"]]
+    stage: NotRequired[Literal["dedupe", "route", "fallback"]]
+    outcome: NotRequired[Literal["accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected", "fallback", "fallback_cancelled"]]
     detail: NotRequired[str]
     originalRequestId: NotRequired[str]
     producer: NotRequired[str]
