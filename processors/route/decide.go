@@ -34,7 +34,14 @@
 //     notification when the feed is wanted. A request's targetDevice narrows
 //     the push channels to that device (the feed item stays). No device on
 //     any wanted device channel is no_target (audited); the type's fallback
-//     channel (the feed) is then used if it was not already.
+//     channel (the feed) is then used if it was not already. A type with a
+//     fallback chain (Policy.Chains) fans out its first step's channels
+//     only; the later steps' commands are resolved now (preferences apply,
+//     quiet hours do not) and written as the chain's plan to
+//     herald.fallback in the decision's transaction, for the fallback
+//     stage (processors/fallback), which sends each step when its
+//     condition holds. The decision lists their deliveries in state
+//     fallback and names the chain at the end of its detail (ChainOf).
 //  5. Quiet hours, in the user's IANA time zone: push commands inside the
 //     window are deferred (kept in the state, decision deferred with the
 //     end) and released at the window's end; the feed item is not
