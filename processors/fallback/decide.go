@@ -142,8 +142,9 @@ func Decide(e schemas.Fallback, now int64) (schemas.Fallback, []Change, int64) {
 			wake = ready
 			break
 		}
+		cmds := slices.Clone(st.Commands)
 		c := settle(st, i, schemas.FallbackFired, ready, firedReason(e, prev, *st, i, ready))
-		c.Commands = slices.Clone(st.Commands)
+		c.Commands = cmds
 		for j := range c.Commands {
 			c.Commands[j].CreatedAt = ready
 		}
@@ -175,8 +176,10 @@ func Cancel(e schemas.Fallback, at int64, reason string) (schemas.Fallback, []Ch
 	return e, changes
 }
 
+// settle ends a step: its commands are no longer kept (the change of a
+// fired step carries them), so a settled entry stays small.
 func settle(st *schemas.FallbackStep, i int, state string, at int64, reason string) Change {
-	st.State, st.At, st.Reason = state, at, reason
+	st.State, st.At, st.Reason, st.Commands = state, at, reason, nil
 	return Change{Step: i, State: state, At: at, Reason: reason}
 }
 

@@ -91,6 +91,9 @@ func TestDecide(t *testing.T) {
 				if st := got.Steps[i+1].State; st != s {
 					t.Fatalf("step %d is %q, want %q (changes %+v)", i+2, st, s, changes)
 				}
+				if s != "" && got.Steps[i+1].Commands != nil {
+					t.Errorf("settled step %d still keeps its commands", i+2)
+				}
 				if s != "" && got.Steps[i+1].At != c.want.at[i] {
 					t.Errorf("step %d changed at %d, want %d", i+2, got.Steps[i+1].At, c.want.at[i])
 				}

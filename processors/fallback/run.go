@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -56,11 +57,16 @@ func New(o Options) (*Stage, error) {
 	t := TopicsOf(o.Catalog)
 	grace := o.TimerGrace.Milliseconds()
 	now := func() int64 { return time.Now().UnixMilli() - grace }
+	if o.Metrics == nil {
+		o.Metrics = metrics.Default
+	}
+	decisions := metrics.NewDecisions(o.Metrics, "fallback")
 	cfg := o.Config("fallback")
 	cfg.Input, cfg.Changelogs, cfg.Outputs = t.Fallback, []string{t.State}, t.outputs()
 	cfg.NewTask = func(p int32) stage.Task {
 		task := NewTask(t, p, now, o.MaxOpen.Milliseconds(), o.Logger)
 		task.RecordFormat = o.RecordFormat
+		task.decisions = decisions.Tally()
 		return task
 	}
 	cfg.Partitioner = o.Catalog.Partitioner()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
@@ -64,6 +65,8 @@ type Task struct {
 
 	// RecordFormat: how decisions are written.
 	RecordFormat schemas.Format
+	// decisions counts the transaction's decisions (nil: not counted).
+	decisions *metrics.Tally
 }
 
 var _ stage.Task = (*Task)(nil)
@@ -205,6 +208,7 @@ func (t *Task) emitChanges(e schemas.Fallback, changes []Change, src *kgo.Record
 			return err
 		}
 		out.Emit(rec)
+		t.decisions.Add(d.Tenant, d.Type, d.Outcome)
 		for i := range c.Commands {
 			cmd := &c.Commands[i]
 			topic, ok := t.topics.Deliveries[cmd.Channel]
@@ -289,6 +293,7 @@ func (t *Task) Commit() {
 	clear(t.pending)
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
+	t.decisions.Commit()
 }
 
 // Abort implements stage.Task.
@@ -299,6 +304,7 @@ func (t *Task) Abort() {
 	}
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
+	t.decisions.Abort()
 }
 
 func header(r *kgo.Record) string {
