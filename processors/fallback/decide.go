@@ -58,6 +58,10 @@
 //     T + grace (the forwarder behind, a broker outage) comes too late: the
 //     step has fired. A replay on stream time alone would cancel it. The
 //     bound is the forwarders' lag; size TimerGrace above it.
+//   - Stream time is the newest record time read: a record stamped ahead
+//     of the others (a producer's or a sink's clock) moves it ahead and
+//     fires the partition's steps due before it early, by at most that
+//     skew.
 //   - Devices and preferences are the route stage's when it decided: an
 //     address registered after that is not in the plan (as deferred
 //     pushes are resolved when deferred).
