@@ -67,6 +67,9 @@ func (r *routeFlags) policy() (route.Policy, error) {
 		if err != nil {
 			return err
 		}
+		if _, both := p.Fallback[typ]; both {
+			return fmt.Errorf("also has --fallback-channels; a chain replaces it: name the feed as a step")
+		}
 		p.Chains[typ] = c
 		return nil
 	})...)
