@@ -503,7 +503,14 @@ func explainFrom(rq schemas.Request, d schemas.Decision, rd *schemas.Decision) s
 	e.RouteOutcome, e.RouteDetail = rd.Outcome, rd.Detail
 	e.WouldRateLimit = rd.Outcome == schemas.DecisionRateLimited
 	e.WouldDigest = rd.Outcome == schemas.DecisionDigested
+	if chain, ok := routestage.ChainOf(rd.Detail); ok {
+		e.Fallback = explainChain(chain, rd.Deliveries)
+		e.WouldFallback = len(e.Fallback) > 0
+	}
 	for _, dl := range rd.Deliveries {
+		if dl.State == schemas.DeliveryFallback {
+			continue // a later step's (e.Fallback)
+		}
 		if dl.State == schemas.DeliveryDeferred {
 			e.WouldDefer = true
 			e.DeferUntil = max(e.DeferUntil, dl.NotBefore)
@@ -516,6 +523,22 @@ func explainFrom(rq schemas.Request, d schemas.Decision, rd *schemas.Decision) s
 		}
 	}
 	return e
+}
+
+// explainChain is the later steps of a route decision's fallback chain,
+// with the devices each would reach (its deliveries in state fallback).
+func explainChain(chain routestage.Chain, ds []schemas.DecisionDelivery) []sdk.ExplainedFallbackStep {
+	var out []sdk.ExplainedFallbackStep
+	for i, st := range chain[1:] {
+		es := sdk.ExplainedFallbackStep{Step: i + 2, Channels: st.Channels, When: st.String()}
+		for _, dl := range ds {
+			if dl.State == schemas.DeliveryFallback && slices.Contains(st.Channels, dl.Channel) && dl.Channel != routestage.FeedChannel {
+				es.Devices = append(es.Devices, sdk.ExplainedDevice{Channel: dl.Channel, DeviceID: dl.DeviceID})
+			}
+		}
+		out = append(out, es)
+	}
+	return out
 }
 
 // explainByStage asks the stages how they would decide reqs: each is
@@ -620,6 +643,7 @@ func (s *Server) postExplain(w http.ResponseWriter, r *http.Request, p principal
 		ex.WouldRateLimit = ex.WouldRateLimit || e.WouldRateLimit
 		ex.WouldDigest = ex.WouldDigest || e.WouldDigest
 		ex.WouldDefer = ex.WouldDefer || e.WouldDefer
+		ex.WouldFallback = ex.WouldFallback || e.WouldFallback
 	}
 	writeJSON(w, http.StatusOK, ex)
 }

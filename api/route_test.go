@@ -20,6 +20,11 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 		Rates:   map[string]routestage.RateLimit{"limited": {Max: 1, WindowMs: 3600_000}},
 		Digests: map[string]routestage.Digest{"batched": {WindowMs: 600_000}},
 	}
+	chain, err := routestage.ParseChain("push > email if failed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy.Chains = map[string]routestage.Chain{"chained": chain}
 	// 03:00 UTC, inside a 22:00–07:00 UTC night, on a day the topics retain.
 	now := time.Now().UTC().Truncate(24 * time.Hour).Add(3 * time.Hour)
 	if now.After(time.Now()) {
@@ -36,6 +41,8 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 		{"/v1/users/r1/devices/phone", `{"platform":"ios","token":"a"}`},
 		{"/v1/users/r1/devices/pixel", `{"platform":"android","token":"b"}`},
 		{"/v1/users/r2/devices/phone", `{"platform":"ios","token":"c"}`},
+		{"/v1/users/r3/devices/phone", `{"platform":"ios","token":"d"}`},
+		{"/v1/users/r3/devices/inbox", `{"email":"r3@example.com"}`},
 	} {
 		if a := p.call(t, "PUT", d.path, keyA, d.body); a.status != 201 {
 			t.Fatalf("register %s: %d %s", d.path, a.status, a.body)
@@ -53,7 +60,20 @@ func TestExplainAnswersForTheRouteStageOnTheRealBroker(t *testing.T) {
 		return decode[sdk.Explanation](t, a).Notifications[0]
 	}
 	p.eventually(t, "the replica holds the devices and preferences", func() bool {
-		return len(explain(t, "news", "r1", "k").Devices) == 2 && explain(t, "news", "r2", "k").WouldDefer
+		return len(explain(t, "news", "r1", "k").Devices) == 2 && explain(t, "news", "r2", "k").WouldDefer &&
+			len(explain(t, "news", "r3", "k").Devices) == 2
+	})
+	t.Run("explain answers wouldFallback with the later steps of the type's chain", func(t *testing.T) {
+		e := explain(t, "chained", "r3", "k")
+		want := []sdk.ExplainedFallbackStep{{Step: 2, Channels: []string{"email"}, When: "email if failed",
+			Devices: []sdk.ExplainedDevice{{Channel: "email", DeviceID: "inbox"}}}}
+		if !e.WouldFallback || fmt.Sprint(e.Fallback) != fmt.Sprint(want) || !slices.Equal(e.Channels, []string{"apns"}) ||
+			len(e.Devices) != 1 || e.Devices[0].DeviceID != "phone" {
+			t.Fatalf("%+v, want the iPhone now and the address if it fails", e)
+		}
+		if e := explain(t, "news", "r3", "k"); e.WouldFallback || len(e.Fallback) != 0 {
+			t.Fatalf("a type without a chain: %+v", e)
+		}
 	})
 
 	t.Run("explain names the channels and devices a notification would reach", func(t *testing.T) {

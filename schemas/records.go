@@ -240,6 +240,14 @@ const (
 	// DecisionRejected marks a request the stage could not read (bad
 	// schema, missing fields); Detail says why. Nothing is sent.
 	DecisionRejected = "rejected"
+	// DecisionFallback (stage fallback): a step of a type's fallback chain
+	// fired, its deliveries emitted; Detail names the step and the reason.
+	DecisionFallback = "fallback"
+	// DecisionFallbackCancelled (stage fallback): a step of a fallback
+	// chain will never fire (a receipt, a delivery of the step before, an
+	// earlier step cancelled, the entry expired); Detail names the step and
+	// the reason.
+	DecisionFallbackCancelled = "fallback_cancelled"
 	// DecisionRedriven (stage deadletters) records an operator's redrive of
 	// a dead letter (herald deadletters redrive): Producer names who,
 	// Detail why and which dead letter, RequestID the redrive.
@@ -254,8 +262,8 @@ type Decision struct {
 	Schema string `json:"schema,nocopy"`
 	// DecisionID is unique per decision: stage, source partition and offset.
 	DecisionID string `json:"decisionId,nocopy"`
-	Stage      string `json:"stage,nocopy" jsonschema:"enum=dedupe,enum=route,enum=sink,enum=deadletters"`
-	Outcome    string `json:"outcome,nocopy" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected,enum=redriven"`
+	Stage      string `json:"stage,nocopy" jsonschema:"enum=dedupe,enum=route,enum=sink,enum=deadletters,enum=fallback"`
+	Outcome    string `json:"outcome,nocopy" jsonschema:"enum=accepted,enum=duplicate,enum=idempotent_replay,enum=idempotency_conflict,enum=rate_limited,enum=digested,enum=opted_out,enum=deferred,enum=routed,enum=no_target,enum=rejected,enum=redriven,enum=fallback,enum=fallback_cancelled"`
 	// Detail explains a rejection or a conflict in words.
 	Detail         string `json:"detail,omitempty,nocopy"`
 	RequestID      string `json:"requestId,nocopy"`
@@ -295,6 +303,9 @@ func (Decision) SchemaName() string { return DecisionV1 }
 const (
 	DeliveryQueued   = "queued"
 	DeliveryDeferred = "deferred"
+	// DeliveryFallback: a later step of the type's fallback chain, sent
+	// only if the step's condition holds (processors/fallback).
+	DeliveryFallback = "fallback"
 )
 
 // DecisionDelivery is one delivery command a route decision emitted (or
@@ -303,7 +314,7 @@ type DecisionDelivery struct {
 	DeliveryID string `json:"deliveryId,nocopy"`
 	Channel    string `json:"channel,nocopy"`
 	DeviceID   string `json:"deviceId,nocopy"`
-	State      string `json:"state,nocopy" jsonschema:"enum=queued,enum=deferred"`
+	State      string `json:"state,nocopy" jsonschema:"enum=queued,enum=deferred,enum=fallback"`
 	// NotBefore is when a deferred delivery goes (ms).
 	NotBefore int64 `json:"notBefore,omitempty"`
 }
@@ -806,6 +817,88 @@ type CompletionDelivery struct {
 	At       int64  `json:"at,omitempty"`
 }
 
+// Fallback step states (FallbackStep.State).
+const (
+	FallbackPending   = ""
+	FallbackFired     = "fired"
+	FallbackCancelled = "cancelled"
+)
+
+// Fallback is one notification's fallback chain (processors/fallback).
+// The route stage writes the plan (Steps, with the commands of every step
+// after the first) to herald.fallback, keyed by notification id, in the
+// transaction of its decision; the fallback stage keeps it, with the
+// outcomes and receipts of its deliveries, on the compacted changelog
+// herald.fallbackstate under the same key, written to the partition of
+// herald.fallback it is read from.
+type Fallback struct {
+	Schema         string `json:"schema"`
+	NotificationID string `json:"notificationId"`
+	// OccurrenceID is the route decision's (see Accepted); empty while the
+	// plan has not been read.
+	OccurrenceID string `json:"occurrenceId,omitempty"`
+	Tenant       string `json:"tenant"`
+	Type         string `json:"type"`
+	Recipient    string `json:"recipient"`
+	// RequestID is the request the notification came from.
+	RequestID string `json:"requestId,omitempty"`
+	// Chain is the type's chain as configured (route.Chain's text).
+	Chain string `json:"chain,omitempty"`
+	// PlannedAt is the route decision's time (ms): step 1 fired then. 0:
+	// the plan has not been read (outcomes and receipts can come first).
+	PlannedAt int64          `json:"plannedAt,omitempty"`
+	Steps     []FallbackStep `json:"steps,omitempty"`
+	// Outcomes and Receipts are the facts read so far.
+	Outcomes []FallbackOutcome `json:"outcomes,omitempty"`
+	Receipts []FallbackReceipt `json:"receipts,omitempty"`
+	// Done: every step fired or cancelled; the entry stays, so a late
+	// record changes nothing, until it expires.
+	Done bool `json:"done,omitempty"`
+	// FirstAt is the record time of the first record read of it (ms).
+	FirstAt int64 `json:"firstAt"`
+}
+
+// SchemaName implements Record.
+func (Fallback) SchemaName() string { return FallbackV1 }
+
+// FallbackStep is one step of a fallback chain.
+type FallbackStep struct {
+	Channels []string `json:"channels"`
+	// AfterMs: the step waits this long after the step before fired.
+	AfterMs int64 `json:"afterMs,omitempty"`
+	// Unless: receipt kinds that cancel the step.
+	Unless []string `json:"unless,omitempty"`
+	// IfFailed: the step fires only once every delivery of the step
+	// before ended without being delivered.
+	IfFailed bool `json:"ifFailed,omitempty"`
+	// Deliveries are the step's delivery ids (the first step's are the
+	// route decision's on its channels).
+	Deliveries []string `json:"deliveries,omitempty"`
+	// Commands are what the step sends when it fires (none for the first
+	// step, which the route stage sent).
+	Commands []DeliveryCommand `json:"commands,omitempty"`
+	// State is FallbackPending, FallbackFired or FallbackCancelled; At
+	// when it changed (ms) and Reason why.
+	State  string `json:"state,omitempty"`
+	At     int64  `json:"at,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// FallbackOutcome is a delivery's final state as a fallback chain reads it.
+type FallbackOutcome struct {
+	DeliveryID string `json:"deliveryId"`
+	Status     string `json:"status"`
+	Reason     string `json:"reason,omitempty"`
+	At         int64  `json:"at"`
+}
+
+// FallbackReceipt is a receipt as a fallback chain reads it.
+type FallbackReceipt struct {
+	DeliveryID string `json:"deliveryId"`
+	Kind       string `json:"kind"`
+	At         int64  `json:"at"`
+}
+
 // Webhook is one endpoint a tenant registered for outbound webhooks, on the
 // compacted topic herald.webhooks, keyed by RecipientKey(Tenant, ID). A
 // tombstone deletes it.
@@ -832,5 +925,5 @@ func (Webhook) SchemaName() string { return WebhookV1 }
 
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}, Webhook{}, Completion{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}, Webhook{}, Completion{}, Fallback{}}
 }

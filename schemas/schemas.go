@@ -40,6 +40,7 @@ const (
 	ReceiptV1         = "herald.receipt/v1"
 	WebhookV1         = "herald.webhook/v1"
 	CompletionV1      = "herald.completion/v1"
+	FallbackV1        = "herald.fallback/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

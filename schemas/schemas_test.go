@@ -68,6 +68,13 @@ func samples() []schemas.Record {
 			Decision: schemas.DecisionRouted, Detail: "quiet hours", DecidedAt: 3, Skipped: []string{"fcm"}, FirstAt: 4,
 			Deliveries: []schemas.CompletionDelivery{{DeliveryID: "d1", Channel: "apns", DeviceID: "phone", Planned: true,
 				Status: schemas.OutcomeFailed, Reason: "permanent: BadDeviceToken", Attempts: 2, At: 5}}},
+		&schemas.Fallback{NotificationID: "52f364d9288c640b306b566e509104bd", OccurrenceID: "0b6f8a2d9c4e1f3a5b7d9e0c2a4f6b8d", Tenant: "acme", Type: "invoice.paid",
+			Recipient: "u1", RequestID: "r1", Chain: "push > email if failed", PlannedAt: 2,
+			Steps: []schemas.FallbackStep{{Channels: []string{"apns"}, Deliveries: []string{"d1"}, State: schemas.FallbackFired, At: 2},
+				{Channels: []string{"email"}, AfterMs: 900000, Unless: []string{"opened"}, IfFailed: true, Deliveries: []string{"d2"},
+					Commands: []schemas.DeliveryCommand{{DeliveryID: "d2", NotificationID: "n1", Channel: "email"}}, State: schemas.FallbackCancelled, At: 3, Reason: "opened"}},
+			Outcomes: []schemas.FallbackOutcome{{DeliveryID: "d1", Status: schemas.OutcomeDelivered, Reason: "ok", At: 3}},
+			Receipts: []schemas.FallbackReceipt{{DeliveryID: "d1", Kind: schemas.ReceiptOpened, At: 3}}, Done: true, FirstAt: 1},
 	}
 }
 

@@ -196,14 +196,17 @@ type Skipped struct {
 // would decide for a send now, from the API's replica of its seen-set
 // (eventually consistent), changing nothing.
 type Explanation struct {
-	WouldDeduplicate bool                    `json:"wouldDeduplicate"`
-	WouldReplay      bool                    `json:"wouldReplay"`
-	WouldConflict    bool                    `json:"wouldConflict"`
-	WouldRateLimit   bool                    `json:"wouldRateLimit"`
-	WouldDigest      bool                    `json:"wouldDigest"`
-	WouldDefer       bool                    `json:"wouldDefer"`
-	Consistency      string                  `json:"consistency"`
-	Notifications    []ExplainedNotification `json:"notifications"`
+	WouldDeduplicate bool `json:"wouldDeduplicate"`
+	WouldReplay      bool `json:"wouldReplay"`
+	WouldConflict    bool `json:"wouldConflict"`
+	WouldRateLimit   bool `json:"wouldRateLimit"`
+	WouldDigest      bool `json:"wouldDigest"`
+	WouldDefer       bool `json:"wouldDefer"`
+	// WouldFallback: a notification's type has a fallback chain whose
+	// later steps have a target (ExplainedNotification.Fallback).
+	WouldFallback bool                    `json:"wouldFallback"`
+	Consistency   string                  `json:"consistency"`
+	Notifications []ExplainedNotification `json:"notifications"`
 }
 
 // ExplainedNotification is one recipient's part of an Explanation.
@@ -233,6 +236,22 @@ type ExplainedNotification struct {
 	DeferUntil     int64             `json:"deferUntil,omitempty"`
 	Channels       []string          `json:"channels,omitempty"`
 	Devices        []ExplainedDevice `json:"devices,omitempty"`
+	// WouldFallback and Fallback: the later steps of the type's fallback
+	// chain, each sent only if its condition holds (Channels and Devices
+	// are the first step's, sent now).
+	WouldFallback bool                    `json:"wouldFallback"`
+	Fallback      []ExplainedFallbackStep `json:"fallback,omitempty"`
+}
+
+// ExplainedFallbackStep is one later step of a fallback chain: its number
+// in the chain (the first step is 1), its channels, its condition as the
+// chain's text writes it ("email if failed", "email after 15m0s unless
+// displayed|opened") and the devices it would reach.
+type ExplainedFallbackStep struct {
+	Step     int               `json:"step"`
+	Channels []string          `json:"channels"`
+	When     string            `json:"when"`
+	Devices  []ExplainedDevice `json:"devices,omitempty"`
 }
 
 // ExplainedDevice is one push an explained notification would make.

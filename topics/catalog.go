@@ -196,6 +196,14 @@ func New(o Options) *Catalog {
 	} else {
 		compacted(CompletionState, completionDoc, nil)
 	}
+	events(Fallback, "what the fallback stage reads (processors/fallback): the route stage's fallback plans, and the outcomes and receipts of notifications of types with a fallback chain, forwarded; key: notification id")
+	// Written in transactions like the seen-set: the same cleanup policy.
+	const fallbackDoc = "the fallback stage's state (each notification's chain, its timers and the outcomes and receipts read), co-partitioned with fallback; key: notification id; tombstone when it expires"
+	if o.SeenCleanupPolicy == "delete" {
+		c.add(FallbackState, fallbackDoc, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(o.SeenRetentionMs, 10)})
+	} else {
+		compacted(FallbackState, fallbackDoc, nil)
+	}
 	compacted("segments", "tenant-defined named sets of users (target kind segment); key: tenant/name", nil)
 	// The feed is written in transactions (the feed sink's, the API's read
 	// marks), so it takes the seen-set's cleanup policy (kfake's defect 3).
@@ -265,6 +273,10 @@ const (
 	// input and changelog (sinks/webhook).
 	Completions     = "completions"
 	CompletionState = "completionstate"
+	// Fallback and FallbackState: the fallback stage's input and changelog
+	// (processors/fallback).
+	Fallback      = "fallback"
+	FallbackState = "fallbackstate"
 )
 
 // Deliveries is the short name of a channel's delivery topic.

@@ -16,7 +16,7 @@ import (
 //   - everything else is hashed by its whole key with Kafka's murmur2, the
 //     default of the Java client, so producers in other languages agree.
 func (c *Catalog) Partitioner() kgo.Partitioner {
-	manual := map[string]bool{c.Name(Seen): true, c.Name(Route): true, c.Name(CompletionState): true, c.Name(Replies): true}
+	manual := map[string]bool{c.Name(Seen): true, c.Name(Route): true, c.Name(CompletionState): true, c.Name(FallbackState): true, c.Name(Replies): true}
 	for _, ch := range SinkChannels {
 		manual[c.Name(SinkState(ch))] = true
 	}

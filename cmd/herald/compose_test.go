@@ -102,7 +102,7 @@ func TestDockerComposeIsTrueToTheCode(t *testing.T) {
 
 // roles are the long-running subcommands: each serves /readyz on
 // --metrics-addr, and its service's healthcheck asks it.
-var roles = map[string]bool{"api": true, "dedupe": true, "route": true, "sink": true, "audit-writer": true}
+var roles = map[string]bool{"api": true, "dedupe": true, "route": true, "fallback": true, "sink": true, "audit-writer": true}
 
 func checkHealthcheck(t *testing.T, test []string, metricsAddr string) {
 	t.Helper()

@@ -28,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/internal/ops"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/processors/dedupe"
+	"github.com/heraldhq/herald/processors/fallback"
 	"github.com/heraldhq/herald/processors/route"
 	"github.com/heraldhq/herald/sdk/web"
 	"github.com/heraldhq/herald/sinks"
@@ -236,6 +237,14 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		return fmt.Errorf("dev: route: %w", err)
 	}
 	goStage("route", routeStage.Run)
+	var fallbackStage *fallback.Stage
+	if len(routePolicy.Chains) > 0 { // --fallback-chains: the later steps
+		if fallbackStage, err = fallback.New(fallback.Options{Instance: devStage, Catalog: cat, Types: chainedTypes(routePolicy.Chains)}); err != nil {
+			ln.Close()
+			return fmt.Errorf("dev: fallback: %w", err)
+		}
+		goStage("fallback", fallbackStage.Run)
+	}
 
 	// The APNs sink, by default against the local emulator.
 	apnsProvider, apnsNote, err := devAPNs(c, log)
@@ -253,6 +262,9 @@ func dev(ctx context.Context, c devConfig, stdout io.Writer) error {
 		}},
 		{Name: "dedupe stage (assigned and restored)", Ready: dedupeStage.Ready},
 		{Name: "route stage (devices and preferences read, assigned and restored)", Ready: routeStage.Ready},
+	}
+	if fallbackStage != nil {
+		checks = append(checks, ops.Check{Name: "fallback stage and its forwarders (assigned and restored)", Ready: fallbackStage.Ready})
 	}
 	goSink := func(channel string, p sinks.Provider) error {
 		r, err := sinks.New(sinks.Options{

@@ -51,7 +51,8 @@ var examples = map[string]string{
 		"herald replay --stage route --config /etc/herald/herald.yaml\n" +
 		"herald replay --config /etc/herald/herald.yaml --what-if --from 7d --what-if-dedupe-window 1m --what-if-rate-limits 'chat.message=5/1h'\n" +
 		"herald replay --config /etc/herald/herald.yaml --what-if --from 2026-11-30 --until 2026-12-01 --what-if-config candidate.yaml --json",
-	"route": "herald route --config /etc/herald/herald.yaml --instance-id route-0 --rate-limits 'chat.message=5/1h' --metrics-addr :9464",
+	"fallback": "herald fallback --config /etc/herald/herald.yaml --instance-id fallback-0 --fallback-chains 'invoice.paid=push > email if failed' --metrics-addr :9464",
+	"route":    "herald route --config /etc/herald/herald.yaml --instance-id route-0 --rate-limits 'chat.message=5/1h' --metrics-addr :9464",
 	"sink": "herald sink --channel apns --config /etc/herald/herald.yaml --apns-key-file /etc/herald/AuthKey.p8 --apns-key-id ABC123 --apns-team-id TEAM42 --apns-topic com.example.app\n" +
 		"herald sink --channel feed --brokers kafka-1:9092 --instance-id feed-0\n" +
 		"HERALD_EMAIL_SMTP_PASSWORD=... herald sink --channel email --config /etc/herald/herald.yaml --email-smtp-host smtp.example.com --email-smtp-username herald --email-from 'Example <notifications@example.com>' --email-unsubscribe-url 'https://example.com/preferences?user={recipient}'",

@@ -53,6 +53,7 @@ func commands() []command {
 		{"doctor", "check a running deployment against what herald depends on (replication, min.insync.replicas, the transaction state log, unclean leader election, topic configs, hanging transactions, lag, migrations): one line per check, exit 1 on a failure", runDoctor},
 		{"dev", "run herald on its embedded defaults: kfake, chDB ClickHouse, emulators", runDev},
 		{"emulate", "run a local provider emulator: apns (HTTP/2 over TLS, Apple's answers, fault injection), fcm (HTTP v1 and its token endpoint), smtp (an SMTP server keeping every message, with faults), webhook (a receiver verifying Standard Webhooks signatures) or webpush (a push service answering RFC 8030 errors)", runEmulate},
+		{"fallback", "run the fallback stage: the later steps of each type's fallback chain (--fallback-chains), each fired at most once, when its condition holds", runFallback},
 		{"id", "print the canonical notification id of (type, recipient, key)", runID},
 		{"probe", "exit 0 when a URL answers 200 (the containers' healthcheck: herald probe http://127.0.0.1:9464/readyz)", runProbe},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/analytics/replay"
+	"github.com/heraldhq/herald/processors/fallback"
 	"github.com/heraldhq/herald/processors/route"
 )
 
@@ -34,7 +35,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	var wf whatIfFlags
 	wf.register(fs)
 	stageName := fs.String("stage", "dedupe", "the stage to replay: dedupe (requests, compared with the ClickHouse audit) or route "+
-		"(accepted notifications with devices and preferences, compared with herald.decisions; the route policy flags must match the live herald route)")
+		"(accepted notifications with devices and preferences, compared with herald.decisions; the route policy flags must match the live herald route) "+
+		"or fallback (herald.fallback: the chains' plans, outcomes and receipts, compared with the fallback stage's decisions on herald.decisions)")
 	from := fs.String("from", "start", "where to start comparing: start, a time (RFC 3339), a duration ago (24h), offset:N or offset:P=N,P=N")
 	warmup := fs.Duration("warmup", 0, "read this long before --from, without comparing, to rebuild the seen-set (default: the longest window or TTL; "+
 		"with --what-if, the longest dedupe window, TTL, rate or digest window of either policy)")
@@ -62,8 +64,10 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	case "dedupe":
 	case "route":
 		return replayRoute(ctx, seeds, kopts, kf, rf, stdout)
+	case "fallback":
+		return replayFallback(ctx, seeds, kopts, kf, stdout)
 	default:
-		return fmt.Errorf("%w: --stage must be dedupe or route, got %q", errUsage, *stageName)
+		return fmt.Errorf("%w: --stage must be dedupe, route or fallback, got %q", errUsage, *stageName)
 	}
 	start, err := replay.ParseFrom(*from, time.Now())
 	if err != nil {
@@ -124,6 +128,23 @@ func replayRoute(ctx context.Context, seeds []string, kopts []kgo.Opt, kf kafkaF
 		rep.Notifications, rep.Compared, rep.Pending, len(rep.Differences))
 	if len(rep.Differences) > 0 {
 		return fmt.Errorf("%d route decision(s) differ from the live ones", len(rep.Differences))
+	}
+	return nil
+}
+
+// replayFallback implements `herald replay --stage fallback`.
+func replayFallback(ctx context.Context, seeds []string, kopts []kgo.Opt, kf kafkaFlags, stdout io.Writer) error {
+	rep, err := fallback.Replay(ctx, seeds, kf.catalog(), kopts...)
+	if err != nil {
+		return err
+	}
+	for _, d := range rep.Differences {
+		fmt.Fprintf(stdout, "differs: %s\n", d)
+	}
+	fmt.Fprintf(stdout, "replayed %d record(s) of herald.fallback through the fallback stage, compared %d step decision(s) (%d decided only at the log's end, on the wall clock) with herald.decisions: %d difference(s)\n",
+		rep.Records, rep.Compared, rep.Pending, len(rep.Differences))
+	if len(rep.Differences) > 0 {
+		return fmt.Errorf("%d fallback decision(s) differ from the live ones", len(rep.Differences))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 // herald dev, api (explain) and replay must be given the same values.
 type routeFlags struct {
 	rates, digests, urgent, fallback, quietEmail string
+	chains                                       string
 }
 
 func (r *routeFlags) register(fs *flag.FlagSet) {
@@ -23,13 +24,15 @@ func (r *routeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.urgent, "urgent-types", "", "types that go through quiet hours, comma separated")
 	fs.StringVar(&r.quietEmail, "quiet-email-types", "", "types whose email waits out the recipient's quiet hours like their pushes, comma separated (other types' email is never deferred)")
 	fs.StringVar(&r.fallback, "fallback-channels", "", "channel per type when no device is reachable, e.g. 'invoice.paid=feed' (feed is the only deviceless channel)")
+	fs.StringVar(&r.chains, "fallback-chains", "", "fallback chains per type, e.g. 'invoice.paid=push > email if failed,chat.message=push > email after 15m unless displayed|opened > feed' (herald fallback sends the later steps; "+route.ChainSyntax+")")
 	addCheck(fs, func() error { _, err := r.policy(); return err })
 }
 
 // policy returns the route policy; its error names every bad flag and
 // entry.
 func (r *routeFlags) policy() (route.Policy, error) {
-	p := route.Policy{Rates: map[string]route.RateLimit{}, Digests: map[string]route.Digest{}, Urgent: map[string]bool{}, Fallback: map[string]string{}, QuietEmail: map[string]bool{}}
+	p := route.Policy{Rates: map[string]route.RateLimit{}, Digests: map[string]route.Digest{}, Urgent: map[string]bool{}, Fallback: map[string]string{}, QuietEmail: map[string]bool{},
+		Chains: map[string]route.Chain{}}
 	errs := eachPair("rate-limits", r.rates, func(typ, v string) error {
 		n, w, ok := strings.Cut(v, "/")
 		max, err := strconv.Atoi(n)
@@ -57,6 +60,17 @@ func (r *routeFlags) policy() (route.Policy, error) {
 			return fmt.Errorf("%q: only %q needs no device", ch, route.FeedChannel)
 		}
 		p.Fallback[typ] = ch
+		return nil
+	})...)
+	errs = append(errs, eachPair("fallback-chains", r.chains, func(typ, v string) error {
+		c, err := route.ParseChain(v)
+		if err != nil {
+			return err
+		}
+		if _, both := p.Fallback[typ]; both {
+			return fmt.Errorf("also has --fallback-channels; a chain replaces it: name the feed as a step")
+		}
+		p.Chains[typ] = c
 		return nil
 	})...)
 	for _, typ := range strings.Split(r.urgent, ",") {
@@ -107,4 +121,13 @@ func eachPair(flagName, s string, f func(name, value string) error) []error {
 		}
 	}
 	return errs
+}
+
+// chainedTypes are the types with a fallback chain.
+func chainedTypes(chains map[string]route.Chain) map[string]bool {
+	out := map[string]bool{}
+	for typ := range chains {
+		out[typ] = true
+	}
+	return out
 }

@@ -296,7 +296,7 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	last, lastChange := -1, time.Now()
 	for {
 		time.Sleep(3 * time.Second)
-		byPartition, err := readAll(context.Background(), brokers, cat.Name(topics.Decisions), nil)
+		byPartition, err := ReadAll(context.Background(), brokers, cat.Name(topics.Decisions), nil)
 		if err != nil {
 			t.Logf("counting decisions: %v (retrying)", err)
 			continue

@@ -38,7 +38,14 @@
 //     notification when the feed is wanted. A request's targetDevice narrows
 //     the push channels to that device (the feed item stays). No device on
 //     any wanted device channel is no_target (audited); the type's fallback
-//     channel (the feed) is then used if it was not already.
+//     channel (the feed) is then used if it was not already. A type with a
+//     fallback chain (Policy.Chains) fans out its first step's channels
+//     only; the later steps' commands are resolved now (preferences apply,
+//     quiet hours do not) and written as the chain's plan to
+//     herald.fallback in the decision's transaction, for the fallback
+//     stage (processors/fallback), which sends each step when its
+//     condition holds. The decision lists their deliveries in state
+//     fallback and names the chain at the end of its detail (ChainOf).
 //  5. Quiet hours, in the user's IANA time zone: push commands inside the
 //     window are deferred (kept in the state, decision deferred with the
 //     end) and released at the window's end; the feed item is not
@@ -131,11 +138,17 @@ type Policy struct {
 	// QuietEmail types have their email deferred by quiet hours with the
 	// pushes; the others' email is never deferred.
 	QuietEmail map[string]bool
-	// Fallback channel by type, used when no push device is reachable.
+	// Fallback channel by type, used when no push device is reachable
+	// (not for a type with a chain).
 	Fallback map[string]string
 	// MaxFanOut bounds the members a group notification reaches
 	// (DefaultMaxFanOut when zero; see group.go).
 	MaxFanOut int
+	// Chains are the fallback chains by type (processors/fallback): the
+	// first step's channels are fanned out now, the later steps' are
+	// planned and sent by the fallback stage when their conditions hold.
+	// Channels named in no step are not used for the type.
+	Chains map[string]Chain
 }
 
 // Source locates the record being decided.
@@ -162,6 +175,9 @@ type Result struct {
 	// Accepted are a group notification's members' notifications, written
 	// back to herald.accepted keyed by recipient (FanOut).
 	Accepted []schemas.Accepted
+	// Fallback is the plan of the type's fallback chain, for the fallback
+	// stage (nil: the type has none, or no later step has a target).
+	Fallback *schemas.Fallback
 }
 
 // Lookup returns the state under key, if any. The task fires every timer
@@ -323,6 +339,11 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 	if len(wanted) == 0 {
 		wanted = AllChannels
 	}
+	chain := p.Chains[n.Type]
+	asked := wanted
+	if chain != nil {
+		wanted = intersect(wanted, chain[0].Channels)
+	}
 	optedOut := func(ch string) bool {
 		if prefs == nil {
 			return false
@@ -338,15 +359,7 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 		if !slices.Contains(wanted, ch) {
 			continue
 		}
-		var cmds []schemas.DeliveryCommand
-		for _, dev := range sortedDevices(who.Devices) {
-			if platformChannel[dev.Platform] != ch || !dev.Enabled || dev.RetiredReason != "" ||
-				dev.Tenant != n.Tenant || dev.Recipient != n.Recipient ||
-				(n.TargetDevice != "" && dev.DeviceID != n.TargetDevice) {
-				continue
-			}
-			cmds = append(cmds, command(n, ch, dev, at))
-		}
+		cmds := deviceCommands(n, ch, who, at)
 		if optedOut(ch) {
 			if len(cmds) > 0 {
 				skipped = append(skipped, ch)
@@ -372,7 +385,7 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 	}
 	noTarget := deviceWanted && len(push) == 0 && len(mail) == 0
 	var fallback string
-	if noTarget && len(feed) == 0 && !slices.Contains(skipped, FeedChannel) && p.Fallback[n.Type] == FeedChannel {
+	if noTarget && chain == nil && len(feed) == 0 && !slices.Contains(skipped, FeedChannel) && p.Fallback[n.Type] == FeedChannel {
 		useFeed()
 		if len(feed) > 0 {
 			fallback = FeedChannel
@@ -425,10 +438,88 @@ func (p Policy) deliver(n schemas.Accepted, at int64, d schemas.Decision, who Re
 	d.Deliveries = appendDeliveries(d.Deliveries, push, schemas.DeliveryQueued)
 	d.Deliveries = appendDeliveries(d.Deliveries, mail, schemas.DeliveryQueued)
 	d.Deliveries = appendDeliveries(d.Deliveries, feed, schemas.DeliveryQueued)
+	if chain != nil {
+		if plan := planChain(n, at, max(at, until), chain, asked, optedOut, who, d.Deliveries); plan != nil {
+			res.Fallback = plan
+			d.Deliveries = appendDeliveries(d.Deliveries, laterCommands(plan), schemas.DeliveryFallback)
+			if d.Detail != "" {
+				d.Detail += "; "
+			}
+			d.Detail += FallbackChainPrefix + plan.Chain
+		}
+	}
 	res.Decisions = append(res.Decisions, d)
 	res.Commands = append(res.Commands, push...)
 	res.Commands = append(res.Commands, mail...)
 	res.Commands = append(res.Commands, feed...)
+}
+
+// deviceCommands are n's deliveries on device channel ch: one per enabled
+// device of the recipient on it (the target device only, when named).
+func deviceCommands(n schemas.Accepted, ch string, who Recipient, at int64) []schemas.DeliveryCommand {
+	var cmds []schemas.DeliveryCommand
+	for _, dev := range sortedDevices(who.Devices) {
+		if platformChannel[dev.Platform] != ch || !dev.Enabled || dev.RetiredReason != "" ||
+			dev.Tenant != n.Tenant || dev.Recipient != n.Recipient ||
+			(n.TargetDevice != "" && dev.DeviceID != n.TargetDevice) {
+			continue
+		}
+		cmds = append(cmds, command(n, ch, dev, at))
+	}
+	return cmds
+}
+
+// planChain is the plan of n's fallback chain, for the fallback stage:
+// the first step's deliveries (first, the route decision's), started at
+// start (the end of quiet hours when its pushes wait for it), and every
+// later step's commands, resolved now on the channels n asked for that
+// the recipient did not opt out of. nil when no later step has a target:
+// there is nothing to fall back to. A later step is never deferred by
+// quiet hours.
+func planChain(n schemas.Accepted, at, start int64, chain Chain, asked []string, optedOut func(string) bool, who Recipient,
+	first []schemas.DecisionDelivery) *schemas.Fallback {
+	plan := &schemas.Fallback{NotificationID: n.NotificationID, OccurrenceID: n.OccurrenceID, Tenant: n.Tenant, Type: n.Type,
+		Recipient: n.Recipient, RequestID: n.RequestID, Chain: chain.String(), PlannedAt: start, FirstAt: at}
+	targets := 0
+	for i, st := range chain {
+		step := schemas.FallbackStep{Channels: st.Channels, AfterMs: st.AfterMs, Unless: st.Unless, IfFailed: st.IfFailed}
+		if i == 0 {
+			for _, dl := range first {
+				step.Deliveries = append(step.Deliveries, dl.DeliveryID)
+			}
+			step.State, step.At, step.Reason = schemas.FallbackFired, start, "the route stage's fan-out"
+			plan.Steps = append(plan.Steps, step)
+			continue
+		}
+		for _, ch := range st.Channels {
+			if !slices.Contains(asked, ch) || optedOut(ch) {
+				continue
+			}
+			if ch == FeedChannel {
+				step.Commands = append(step.Commands, command(n, FeedChannel, schemas.Device{DeviceID: FeedDevice}, at))
+			} else {
+				step.Commands = append(step.Commands, deviceCommands(n, ch, who, at)...)
+			}
+		}
+		for _, c := range step.Commands {
+			step.Deliveries = append(step.Deliveries, c.DeliveryID)
+		}
+		targets += len(step.Commands)
+		plan.Steps = append(plan.Steps, step)
+	}
+	if targets == 0 {
+		return nil
+	}
+	return plan
+}
+
+// laterCommands are the commands of a plan's steps after the first.
+func laterCommands(plan *schemas.Fallback) []schemas.DeliveryCommand {
+	var out []schemas.DeliveryCommand
+	for _, st := range plan.Steps[1:] {
+		out = append(out, st.Commands...)
+	}
+	return out
 }
 
 func appendDeliveries(ds []schemas.DecisionDelivery, cmds []schemas.DeliveryCommand, state string) []schemas.DecisionDelivery {

@@ -42,7 +42,7 @@ type ReplayReport struct {
 func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, p Policy, opts ...kgo.Opt) (*ReplayReport, error) {
 	t := TopicsOf(cat)
 	read := func(topic string) (map[int32][]*kgo.Record, error) {
-		return readAll(ctx, brokers, topic, opts)
+		return ReadAll(ctx, brokers, topic, opts)
 	}
 	accepted, err := read(t.Accepted)
 	if err != nil {
@@ -163,9 +163,10 @@ func (s sandbox) Recipient(tenant, recipient string) Recipient {
 }
 func (sandbox) Sync(context.Context, int32) error { return nil }
 
-// readAll reads every partition of topic, read_committed, up to its last
-// stable offset as of the call.
-func readAll(ctx context.Context, brokers []string, topic string, opts []kgo.Opt) (map[int32][]*kgo.Record, error) {
+// ReadAll reads every partition of topic, read_committed, up to its last
+// stable offset as of the call (the replays of the route and fallback
+// stages).
+func ReadAll(ctx context.Context, brokers []string, topic string, opts []kgo.Opt) (map[int32][]*kgo.Record, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, opts...)...)
 	if err != nil {

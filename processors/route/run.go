@@ -49,6 +49,9 @@ func New(o Options) (*Stage, error) {
 	}
 	o = o.withDefaults()
 	t := TopicsOf(o.Catalog)
+	if len(o.Policy.Chains) == 0 {
+		t.Fallback = "" // not an output: a deployment without chains needs no fallback topic
+	}
 	table, err := NewGroupTable(t.Devices, t.Preferences, t.Segments, o.Logger, append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...)}, o.ClientOpts...)...)
 	if err != nil {
 		return nil, err

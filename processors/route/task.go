@@ -26,6 +26,9 @@ type Topics struct {
 	// ReplyPartitions its partitions; empty: none are written.
 	Replies         string
 	ReplyPartitions int32
+	// Fallback receives the plans of fallback chains (processors/fallback);
+	// empty: the policy has no chain, and the stage writes none.
+	Fallback string
 }
 
 // TopicsOf returns the route stage's topics in a catalog.
@@ -41,6 +44,7 @@ func TopicsOf(c *topics.Catalog) Topics {
 		Replies:     c.Name(topics.Replies),
 		// Every catalog topic has the catalog's partitions.
 		ReplyPartitions: c.Options().Partitions,
+		Fallback:        c.Name(topics.Fallback),
 	}
 	for _, ch := range topics.Channels {
 		t.Deliveries[ch] = c.Name(topics.Deliveries(ch))
@@ -59,6 +63,9 @@ func (t Topics) outputs() []string {
 	}
 	if t.Replies != "" {
 		out = append(out, t.Replies)
+	}
+	if t.Fallback != "" {
+		out = append(out, t.Fallback)
 	}
 	return out
 }
@@ -318,6 +325,16 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 		c := &res.Accepted[i]
 		c.Schema = t.RecordFormat.AcceptedSchema()
 		r, err := record(t.topics.Accepted, schemas.RecipientKey(c.Tenant, c.Recipient), c, at)
+		if err != nil {
+			return err
+		}
+		out.Emit(r)
+	}
+	if res.Fallback != nil {
+		if t.topics.Fallback == "" {
+			return fmt.Errorf("route: a fallback plan for %s and no fallback topic", res.Fallback.NotificationID)
+		}
+		r, err := record(t.topics.Fallback, res.Fallback.NotificationID, res.Fallback, at)
 		if err != nil {
 			return err
 		}

@@ -130,6 +130,9 @@ func ApplyDecision(e *schemas.Completion, d *schemas.Decision, at int64) (*schem
 	}
 	e.Decision, e.Detail, e.DecidedAt = d.Outcome, d.Detail, d.At
 	for _, dd := range d.Deliveries {
+		if dd.State == schemas.DeliveryFallback {
+			continue // sent only if its fallback step fires (processors/fallback): not waited for
+		}
 		i := slices.IndexFunc(e.Deliveries, func(c schemas.CompletionDelivery) bool { return c.DeliveryID == dd.DeliveryID })
 		if i < 0 {
 			e.Deliveries = append(e.Deliveries, schemas.CompletionDelivery{DeliveryID: dd.DeliveryID, Channel: dd.Channel, DeviceID: dd.DeviceID})

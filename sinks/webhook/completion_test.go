@@ -31,6 +31,16 @@ func routeDecision(outcome string, deliveries ...string) *schemas.Decision {
 	return d
 }
 
+// withFallback adds deliveries "channel/device" of a later step of the
+// type's fallback chain to a route decision.
+func withFallback(d *schemas.Decision, deliveries ...string) *schemas.Decision {
+	for _, cd := range deliveries {
+		ch, dev, _ := strings.Cut(cd, "/")
+		d.Deliveries = append(d.Deliveries, schemas.DecisionDelivery{DeliveryID: identity.DeliveryID(nid, dev), Channel: ch, DeviceID: dev, State: schemas.DeliveryFallback})
+	}
+	return d
+}
+
 func deliveryOutcome(ch, dev, status string, at int64) *schemas.Outcome {
 	return &schemas.Outcome{DeliveryID: identity.DeliveryID(nid, dev), NotificationID: nid, Tenant: "acme", Type: "invoice.paid", Recipient: "u1",
 		DeviceID: dev, Channel: ch, Status: status, Attempts: 1, At: at}
@@ -89,6 +99,10 @@ func TestANotificationCompletesOnceEveryDeliveryOfItEnded(t *testing.T) {
 			steps: []step{{d: dedupe}, {o: webhookOutcome}, {d: routeDecision(schemas.DecisionRouted, "feed/feed")}, {o: webhookOutcome},
 				{o: deliveryOutcome("feed", "feed", schemas.OutcomeExpired, 1300)}},
 			completeAt: 4, status: webhook.CompletedFailed, channels: map[string]map[string]int{"feed": {"expired": 1}}},
+		{name: "a later step of a fallback chain is not waited for: it is sent only if its condition holds",
+			steps: []step{{d: withFallback(routeDecision(schemas.DecisionRouted, "apns/phone"), "email/inbox")},
+				{o: deliveryOutcome("apns", "phone", schemas.OutcomeDelivered, 2000)}},
+			completeAt: 1, status: webhook.CompletedDelivered, channels: map[string]map[string]int{"apns": {"delivered": 1}}},
 		{name: "outcomes without a decision never complete",
 			steps:      []step{{o: deliveryOutcome("apns", "phone", schemas.OutcomeDelivered, 2000)}},
 			completeAt: -1},

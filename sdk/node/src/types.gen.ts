@@ -171,7 +171,11 @@ export interface Delivery {
   deliveryId: string;
   deviceId: string;
   channel: "apns" | "fcm" | "webpush" | "feed";
-  status: "queued" | "deferred";
+  /**
+   * queued: sent now; deferred: held until quiet hours end; fallback: a later step of the type's
+   * fallback chain, sent only if its condition holds.
+   */
+  status: "queued" | "deferred" | "fallback";
 }
 
 export interface Skipped {
@@ -225,6 +229,13 @@ export interface ExplainedNotification {
   deferUntil?: number;
   channels?: ("apns" | "fcm" | "webpush" | "feed" | "email")[];
   devices?: ExplainedDevice[];
+  /** The type has a fallback chain whose later steps have a target (fallback). */
+  wouldFallback: boolean;
+  /**
+   * The later steps of the type's fallback chain (channels and devices above are the first step's,
+   * sent now): each is sent by the fallback stage only if its condition holds, at most once.
+   */
+  fallback?: ExplainedFallbackStep[];
 }
 
 export interface Explanation {
@@ -234,6 +245,7 @@ export interface Explanation {
   wouldRateLimit: boolean;
   wouldDigest: boolean;
   wouldDefer: boolean;
+  wouldFallback: boolean;
   /**
    * read-your-writes: the dedupe answer (wouldDeduplicate, wouldReplay, wouldConflict) comes from
    * the dedupe stage, which owns the seen-set, and the route answer (wouldRateLimit, wouldDigest,
@@ -260,8 +272,8 @@ export interface TimelineEvent {
   kind: "requested" | "decision" | "attempt" | "outcome" | "receipt";
   /** The request (requested, decision). */
   requestId?: string;
-  stage?: "dedupe" | "route";
-  outcome?: "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected";
+  stage?: "dedupe" | "route" | "fallback";
+  outcome?: "accepted" | "duplicate" | "idempotent_replay" | "idempotency_conflict" | "rate_limited" | "digested" | "opted_out" | "deferred" | "routed" | "no_target" | "rejected" | "fallback" | "fallback_cancelled";
   detail?: string;
   originalRequestId?: string;
   producer?: string;
@@ -477,6 +489,18 @@ export interface VAPIDPublicKey {
 export interface ExplainedDevice {
   channel: "apns" | "fcm" | "webpush" | "email";
   deviceId: string;
+}
+
+export interface ExplainedFallbackStep {
+  /** The step's number in the chain; the first step (1) is the route stage's fan-out. */
+  step: number;
+  channels: ("apns" | "fcm" | "webpush" | "feed" | "email")[];
+  /**
+   * The step as the chain writes it: its channels and condition, e.g. "email if failed" or "email
+   * after 15m0s unless displayed|opened".
+   */
+  when: string;
+  devices?: ExplainedDevice[];
 }
 
 export interface FeedItem {

@@ -178,7 +178,9 @@ class Delivery(TypedDict):
     deliveryId: str
     deviceId: str
     channel: Literal["apns", "fcm", "webpush", "feed"]
-    status: Literal["queued", "deferred"]
+    #: queued: sent now; deferred: held until quiet hours end; fallback: a later step of the type's
+    #: fallback chain, sent only if its condition holds.
+    status: Literal["queued", "deferred", "fallback"]
 
 
 class Skipped(TypedDict):
@@ -226,6 +228,12 @@ class ExplainedNotification(TypedDict):
     deferUntil: NotRequired[int]
     channels: NotRequired[list[Literal["apns", "fcm", "webpush", "feed", "email"]]]
     devices: NotRequired[list[ExplainedDevice]]
+    #: The type has a fallback chain whose later steps have a target (fallback).
+    wouldFallback: bool
+    #: The later steps of the type's fallback chain (channels and devices above are the first
+    #: step's, sent now): each is sent by the fallback stage only if its condition holds, at most
+    #: once.
+    fallback: NotRequired[list[ExplainedFallbackStep]]
 
 
 class Explanation(TypedDict):
@@ -235,6 +243,7 @@ class Explanation(TypedDict):
     wouldRateLimit: bool
     wouldDigest: bool
     wouldDefer: bool
+    wouldFallback: bool
     #: read-your-writes: the dedupe answer (wouldDeduplicate, wouldReplay, wouldConflict) comes
     #: from the dedupe stage, which owns the seen-set, and the route answer (wouldRateLimit,
     #: wouldDigest, wouldDefer, channels, devices) from the route stage, which owns the rate
@@ -258,8 +267,8 @@ class TimelineEvent(TypedDict):
     kind: Literal["requested", "decision", "attempt", "outcome", "receipt"]
     #: The request (requested, decision).
     requestId: NotRequired[str]
-    stage: NotRequired[Literal["dedupe", "route"]]
-    outcome: NotRequired[Literal["accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected"]]
+    stage: NotRequired[Literal["dedupe", "route", "fallback"]]
+    outcome: NotRequired[Literal["accepted", "duplicate", "idempotent_replay", "idempotency_conflict", "rate_limited", "digested", "opted_out", "deferred", "routed", "no_target", "rejected", "fallback", "fallback_cancelled"]]
     detail: NotRequired[str]
     originalRequestId: NotRequired[str]
     producer: NotRequired[str]
@@ -452,6 +461,16 @@ class VAPIDPublicKey(TypedDict):
 class ExplainedDevice(TypedDict):
     channel: Literal["apns", "fcm", "webpush", "email"]
     deviceId: str
+
+
+class ExplainedFallbackStep(TypedDict):
+    #: The step's number in the chain; the first step (1) is the route stage's fan-out.
+    step: int
+    channels: list[Literal["apns", "fcm", "webpush", "feed", "email"]]
+    #: The step as the chain writes it: its channels and condition, e.g. "email if failed" or
+    #: "email after 15m0s unless displayed|opened".
+    when: str
+    devices: NotRequired[list[ExplainedDevice]]
 
 
 class FeedItem(TypedDict):
@@ -684,6 +703,7 @@ __all__ = [
     "Health",
     "VAPIDPublicKey",
     "ExplainedDevice",
+    "ExplainedFallbackStep",
     "FeedItem",
     "FeedPage",
     "FeedReadAll",
