@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/heraldhq/herald/analytics/audit"
 	"github.com/heraldhq/herald/analytics/auditwriter"
 	"github.com/heraldhq/herald/analytics/dashboard"
@@ -138,18 +140,7 @@ func TestANotificationTheCacheEvictedIsReadFromTheAuditOnTheRealBroker(t *testin
 		c.MaxTracked = cached
 	})
 	p.startRoute(t, routestage.Policy{}, time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		err := auditwriter.Run(ctx, auditwriter.Options{Brokers: p.brokers, Catalog: p.cat, ClickHouse: conn, Database: db,
-			FlushInterval: 100 * time.Millisecond, Logger: p.cfg.Logger})
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("audit writer: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	p.startAuditWriter(t, conn, db)
 	if a := p.call(t, "PUT", "/v1/users/h0/devices/phone", keyA, `{"platform":"ios","token":"a"}`); a.status != 201 {
 		t.Fatalf("register: %d %s", a.status, a.body)
 	}
@@ -196,4 +187,22 @@ func TestANotificationTheCacheEvictedIsReadFromTheAuditOnTheRealBroker(t *testin
 		!slices.Contains(kinds, "requested//") || !slices.Contains(kinds, "decision/dedupe/accepted") || !slices.Contains(kinds, "decision/route/routed") {
 		t.Fatalf("record %+v, timeline %v; want the first send's request and its dedupe and route decisions", rec, kinds)
 	}
+}
+
+// startAuditWriter copies the pipeline's topics into the audit database
+// db until the test ends.
+func (p *pipeline) startAuditWriter(t *testing.T, conn driver.Conn, db string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := auditwriter.Run(ctx, auditwriter.Options{Brokers: p.brokers, Catalog: p.cat, ClickHouse: conn, Database: db,
+			FlushInterval: 100 * time.Millisecond, Logger: p.cfg.Logger})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("audit writer: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
 }

@@ -1,7 +1,12 @@
 // Package auditwriter owns the audit writer: the process that copies every
 // record of herald's requests, decisions, attempts, outcomes and receipts
-// topics into ClickHouse (the tables of analytics/migrations), exactly once,
-// in large batches.
+// topics, and of the in-app feed (herald.feed: the API's feed endpoints
+// read a recipient's items there), into ClickHouse (the tables of
+// analytics/migrations), exactly once, in large batches. The feed_items
+// table keeps one row per item (ReplacingMergeTree, see its migration): a
+// merge may remove a partition's highest stored offset, and the writer then
+// copies the records after the one left again, which land on their items'
+// rows and change nothing.
 //
 // Exactly once, without a consumer group:
 //   - Each topic has its own table, and each row carries its record's
@@ -978,6 +983,7 @@ var auditTables = []struct {
 	{"attempts", topics.Attempts, newAttemptsBatch},
 	{"outcomes", topics.Outcomes, newOutcomesBatch},
 	{"receipts", topics.Receipts, newReceiptsBatch},
+	{"feed_items", topics.Feed, newFeedItemsBatch},
 }
 
 // Stored returns, for each topic the writer copies (full names, from
