@@ -175,7 +175,10 @@
 // same idempotency or dedupe key is a replay or duplicate of the group
 // notification: members are resolved once, never again. User ids of the
 // reserved forms are refused (422) in recipients[], recipientId and
-// target.userId. Segments resolve within the caller's tenant only:
+// target.userId. A group counts as one accepted notification against a
+// tenant's quota (Quotas), however many members it reaches. An upgraded
+// route stage reads herald.segments: run `herald topics create` first
+// (until the topic exists it waits, not ready, and says so in its log). Segments resolve within the caller's tenant only:
 // another tenant's segment endpoints answer 404.
 //
 // # Tenants and keys
