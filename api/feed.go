@@ -80,10 +80,12 @@ func (s *Server) feedItems(ctx context.Context, tenant, recipient string, since 
 	if !s.cfg.historyFromAudit() {
 		return s.rep.feedOf(tenant, recipient, since), nil
 	}
+	// Each item's latest version (the highest offset: all of an item's
+	// versions are on one partition of herald.feed), then the retention.
 	q := "SELECT notification_id, type, title, body, payload, toUnixTimestamp64Milli(at), toUnixTimestamp64Milli(delivered_at), " +
-		"toUnixTimestamp64Milli(read_at) FROM `" + s.cfg.Dashboard.Database + "`.feed_items FINAL " +
-		"WHERE tenant = ? AND recipient = ? AND at >= fromUnixTimestamp64Milli(?) AND decode_error = '' " +
-		"ORDER BY at DESC, notification_id DESC LIMIT " + strconv.Itoa(feedReadLimit)
+		"toUnixTimestamp64Milli(read_at) FROM (SELECT * FROM `" + s.cfg.Dashboard.Database + "`.feed_items " +
+		"WHERE tenant = ? AND recipient = ? AND decode_error = '' ORDER BY notification_id, kafka_offset DESC LIMIT 1 BY notification_id) " +
+		"WHERE at >= fromUnixTimestamp64Milli(?) ORDER BY at DESC, notification_id DESC LIMIT " + strconv.Itoa(feedReadLimit)
 	rows, err := s.cfg.Dashboard.Conn.Query(ctx, q, tenant, recipient, since)
 	if err != nil {
 		return nil, fmt.Errorf("api: feed of %s: %w", recipient, err)
@@ -99,8 +101,8 @@ func (s *Server) feedItems(ctx context.Context, tenant, recipient string, since 
 		if payload != "" {
 			it.Payload = json.RawMessage(payload)
 		}
-		if it.ReadAt == 0 {
-			it.ReadAt, _ = s.readMarks.get(schemas.FeedKey(tenant, recipient, it.NotificationID))
+		if at, ok := s.readMarks.get(schemas.FeedKey(tenant, recipient, it.NotificationID)); ok && it.ReadAt == 0 && at >= it.DeliveredAt {
+			it.ReadAt = at // this instance's mark, not in the audit yet (not of a later delivery)
 		}
 		items = append(items, it)
 	}

@@ -3,10 +3,9 @@
 // topics, and of the in-app feed (herald.feed: the API's feed endpoints
 // read a recipient's items there), into ClickHouse (the tables of
 // analytics/migrations), exactly once, in large batches. The feed_items
-// table keeps one row per item (ReplacingMergeTree, see its migration): a
-// merge may remove a partition's highest stored offset, and the writer then
-// copies the records after the one left again, which land on their items'
-// rows and change nothing.
+// table's merges keep each item's last row (ReplacingMergeTree, see its
+// migration): the latest offset of its key, so a partition's highest
+// stored offset, which the writer resumes after, is never merged away.
 //
 // Exactly once, without a consumer group:
 //   - Each topic has its own table, and each row carries its record's

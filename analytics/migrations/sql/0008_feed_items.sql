@@ -6,13 +6,16 @@
 -- read a recipient's items here, newest first, so that an API instance
 -- holds no copy of herald.feed and reads only the one recipient's rows.
 --
--- Every version of an item has the notification's creation time as its
--- row time (at), so all of them fall in one partition, and the table keeps
--- one row per (tenant, recipient, notification_id): the one with the
--- latest read_at (ReplacingMergeTree's version; the epoch while unread).
--- Read with FINAL: a read mark is then never lost to an unread copy
--- written after it (a second delivery of the same notification), so once
--- read an item stays read.
+-- Every version of an item (the sink's; a read mark; the sink's again for
+-- a later occurrence of the notification, unread) is a row; all of them
+-- come from one Kafka partition (one key), so the latest is the one of the
+-- highest kafka_offset, as on the compacted topic. Read a recipient's items
+-- with LIMIT 1 BY notification_id ordered by kafka_offset descending
+-- (api/feed.go): merges (ReplacingMergeTree over (tenant, recipient,
+-- notification_id), keeping the last row inserted, which the writer
+-- inserts in offset order) only shrink the table, and never meet rows of
+-- two months (the row time is the item's createdAt, which a later
+-- occurrence changes), which the query reconciles.
 CREATE TABLE IF NOT EXISTS {{db}}.feed_items
 (
     kafka_topic     LowCardinality(String),
@@ -33,7 +36,7 @@ CREATE TABLE IF NOT EXISTS {{db}}.feed_items
     insert_token    LowCardinality(String) DEFAULT '' COMMENT 'insert_deduplication_token of the INSERT that wrote the row',
     written_at      DateTime64(3, 'UTC') DEFAULT now64(3)
 )
-ENGINE = ReplacingMergeTree(read_at)
+ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(at)
 ORDER BY (tenant, recipient, notification_id)
 TTL toDateTime(at) + toIntervalDay({{ttl_days}})
