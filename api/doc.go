@@ -131,6 +131,21 @@
 // segment writes are applied to the replica when they commit, so a caller
 // reads its own writes on the instance that made them.
 //
+// Why the replica stays, and what it costs. Since tag, segment and all
+// targets are resolved by the route stage, the replica answers the
+// registry's own endpoints (GET devices, preferences, segments and
+// webhooks; a PUT's 201 or 200), a device target's owner and readiness.
+// A compacted topic cannot be read by key, and ClickHouse holds no
+// registry: reading it anywhere else would lose read-your-writes on the
+// instance that wrote, or need a query answered by the route stage (the
+// next step, as explain is, if registries outgrow an instance). Its size
+// follows the registry, not the traffic: about 650 bytes of heap a
+// registered device (BenchmarkReplicaBytesPerDevice: an iOS device with a
+// 64-character token and two tags), so 1M devices cost each instance
+// about 650 MB, and the broker serves each instance the registry's
+// changes, not the sends. Neither grows with the sends, the live keys of
+// the seen-set or the feed (see BENCHMARKS.md, the RSS row).
+//
 // # Targets
 //
 // A send names its recipients (recipients[], recipientId) or a target.
@@ -160,7 +175,10 @@
 // same idempotency or dedupe key is a replay or duplicate of the group
 // notification: members are resolved once, never again. User ids of the
 // reserved forms are refused (422) in recipients[], recipientId and
-// target.userId. Segments resolve within the caller's tenant only:
+// target.userId. A group counts as one accepted notification against a
+// tenant's quota (Quotas), however many members it reaches. An upgraded
+// route stage reads herald.segments: run `herald topics create` first
+// (until the topic exists it waits, not ready, and says so in its log). Segments resolve within the caller's tenant only:
 // another tenant's segment endpoints answer 404.
 //
 // # Tenants and keys

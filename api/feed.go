@@ -2,12 +2,15 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -16,9 +19,107 @@ import (
 	"github.com/heraldhq/herald/sdk"
 )
 
-// The in-app feed: the replica keeps herald.feed (one item per
-// notification and recipient, written by the feed sink), the API serves a
-// recipient's items newest first and writes read marks to the same key.
+// The in-app feed: herald.feed holds one item per notification and
+// recipient, written by the feed sink; the API serves a recipient's items
+// newest first and writes read marks to the same key.
+//
+// Where the items are read. With the audit record configured
+// (Config.Dashboard: ClickHouse, herald dev and production), from the
+// audit's feed_items table, one recipient's rows at a time (the audit
+// writer copies herald.feed there; see its migration), so that an
+// instance holds no copy of herald.feed and its memory does not grow with
+// the pipeline: a page reads the recipient's newest feedReadLimit items of
+// the feed's retention. The audit trails herald.feed by the audit writer's
+// batch (about a second): a delivered item appears then. The read marks an
+// instance writes are kept in a bounded cache (readMarks, MaxTracked of
+// them) and laid over what the audit answers until it has them, so a
+// caller reads its own marks on the instance that made them. Without the
+// audit (a deployment with no ClickHouse, most tests), the replica reads
+// herald.feed whole, as before, and holds every item of the retention.
+
+// feedReadLimit bounds the items one feed read takes from the audit: the
+// recipient's newest, of which pages and the unread count are made.
+const feedReadLimit = 10_000
+
+// readMarks is the bounded cache of the read marks an instance wrote,
+// FeedKey → read time, the oldest dropped first.
+type readMarks struct {
+	mu    sync.Mutex
+	max   int
+	at    map[string]int64
+	order []string
+}
+
+func (m *readMarks) put(key string, at int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.at == nil {
+		m.at = map[string]int64{}
+	}
+	if _, ok := m.at[key]; !ok {
+		m.order = append(m.order, key)
+	}
+	m.at[key] = at
+	for len(m.order) > max(m.max, 1) {
+		delete(m.at, m.order[0])
+		m.order = m.order[1:]
+	}
+}
+
+func (m *readMarks) get(key string) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.at[key]
+	return at, ok
+}
+
+// feedItems returns a recipient's items created at or after since, newest
+// first (ties by notification id, descending): from the audit when it is
+// configured, else from the replica.
+func (s *Server) feedItems(ctx context.Context, tenant, recipient string, since int64) ([]schemas.FeedItem, error) {
+	if !s.cfg.historyFromAudit() {
+		return s.rep.feedOf(tenant, recipient, since), nil
+	}
+	// Each item's latest version (the highest offset: all of an item's
+	// versions are on one partition of herald.feed), then the retention.
+	q := "SELECT notification_id, type, title, body, payload, toUnixTimestamp64Milli(at), toUnixTimestamp64Milli(delivered_at), " +
+		"toUnixTimestamp64Milli(read_at) FROM (SELECT * FROM `" + s.cfg.Dashboard.Database + "`.feed_items " +
+		"WHERE tenant = ? AND recipient = ? AND decode_error = '' ORDER BY notification_id, kafka_offset DESC LIMIT 1 BY notification_id) " +
+		"WHERE at >= fromUnixTimestamp64Milli(?) ORDER BY at DESC, notification_id DESC LIMIT " + strconv.Itoa(feedReadLimit)
+	rows, err := s.cfg.Dashboard.Conn.Query(ctx, q, tenant, recipient, since)
+	if err != nil {
+		return nil, fmt.Errorf("api: feed of %s: %w", recipient, err)
+	}
+	defer rows.Close()
+	var items []schemas.FeedItem
+	for rows.Next() {
+		it := schemas.FeedItem{Schema: schemas.FeedItemV1, Tenant: tenant, Recipient: recipient}
+		var payload string
+		if err := rows.Scan(&it.NotificationID, &it.Type, &it.Title, &it.Body, &payload, &it.CreatedAt, &it.DeliveredAt, &it.ReadAt); err != nil {
+			return nil, fmt.Errorf("api: feed of %s: %w", recipient, err)
+		}
+		if payload != "" {
+			it.Payload = json.RawMessage(payload)
+		}
+		if at, ok := s.readMarks.get(schemas.FeedKey(tenant, recipient, it.NotificationID)); ok && it.ReadAt == 0 && at >= it.DeliveredAt {
+			it.ReadAt = at // this instance's mark, not in the audit yet (not of a later delivery)
+		}
+		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("api: feed of %s: %w", recipient, err)
+	}
+	return items, nil
+}
+
+// feedPath reads the recipient of a feed route: the audit answers at once,
+// the replica once it has caught up.
+func (s *Server) feedPath(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if s.cfg.historyFromAudit() {
+		return pathParam(w, r, "recipientId")
+	}
+	return s.readyPath(w, r, "recipientId")
+}
 
 // putFeed applies one herald.feed record (nil: a tombstone).
 func (r *replica) putFeed(key string, it *schemas.FeedItem) {
@@ -106,7 +207,7 @@ func parseFeedCursor(c string) (int64, string, bool) {
 }
 
 func (s *Server) getFeed(w http.ResponseWriter, r *http.Request, p principal) {
-	recipient, ok := s.readyPath(w, r, "recipientId")
+	recipient, ok := s.feedPath(w, r)
 	if !ok {
 		return
 	}
@@ -120,7 +221,11 @@ func (s *Server) getFeed(w http.ResponseWriter, r *http.Request, p principal) {
 		}
 		limit = n
 	}
-	items := s.rep.feedOf(p.tenant, recipient, s.feedSince())
+	items, err := s.feedItems(r.Context(), p.tenant, recipient, s.feedSince())
+	if err != nil {
+		s.dashboardFailed(w, r, err)
+		return
+	}
 	page := FeedPage{Items: []FeedItem{}}
 	for _, it := range items {
 		if it.ReadAt == 0 {
@@ -177,13 +282,17 @@ func (s *Server) markRead(w http.ResponseWriter, r *http.Request, items []schema
 		}
 	}
 	for i, rec := range recs {
-		s.rep.putFeed(string(rec.Key), &items[i])
+		if s.cfg.historyFromAudit() {
+			s.readMarks.put(string(rec.Key), items[i].ReadAt)
+		} else {
+			s.rep.putFeed(string(rec.Key), &items[i])
+		}
 	}
 	return true
 }
 
 func (s *Server) postFeedRead(w http.ResponseWriter, r *http.Request, p principal) {
-	recipient, ok := s.readyPath(w, r, "recipientId")
+	recipient, ok := s.feedPath(w, r)
 	if !ok {
 		return
 	}
@@ -191,8 +300,13 @@ func (s *Server) postFeedRead(w http.ResponseWriter, r *http.Request, p principa
 	if !ok {
 		return
 	}
+	items, err := s.feedItems(r.Context(), p.tenant, recipient, s.feedSince())
+	if err != nil {
+		s.dashboardFailed(w, r, err)
+		return
+	}
 	var found *schemas.FeedItem
-	for _, it := range s.rep.feedOf(p.tenant, recipient, s.feedSince()) {
+	for _, it := range items {
 		if it.NotificationID == nid {
 			found = &it
 			break
@@ -209,12 +323,17 @@ func (s *Server) postFeedRead(w http.ResponseWriter, r *http.Request, p principa
 }
 
 func (s *Server) postFeedReadAll(w http.ResponseWriter, r *http.Request, p principal) {
-	recipient, ok := s.readyPath(w, r, "recipientId")
+	recipient, ok := s.feedPath(w, r)
 	if !ok {
 		return
 	}
+	items, err := s.feedItems(r.Context(), p.tenant, recipient, s.feedSince())
+	if err != nil {
+		s.dashboardFailed(w, r, err)
+		return
+	}
 	var unread []schemas.FeedItem
-	for _, it := range s.rep.feedOf(p.tenant, recipient, s.feedSince()) {
+	for _, it := range items {
 		if it.ReadAt == 0 {
 			unread = append(unread, it)
 		}

@@ -3,15 +3,21 @@ package api
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/heraldhq/herald/analytics/dashboard"
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/feed"
 	"github.com/heraldhq/herald/sinks/sinktest"
+	"github.com/heraldhq/herald/topics"
 )
 
 // TestTheFeedOnTheRealBroker runs the feed sink and the API on the real
@@ -20,8 +26,27 @@ import (
 // pages them newest first with the unread count, marks one and then all
 // read, keeps each tenant to its own feed, and a restarted API serves the
 // same items and read marks from herald.feed.
+//
+// It runs twice: with the feed read from the API's replica of herald.feed
+// (no ClickHouse), and from the audit's feed_items table (ClickHouse, the
+// audit writer copying herald.feed), where the instance holds no item.
 func TestTheFeedOnTheRealBroker(t *testing.T) {
-	p := startPipelineWith(t, false, nil)
+	t.Run("read from the replica of herald.feed", func(t *testing.T) { testFeed(t, false) })
+	t.Run("read from the audit, one recipient's rows at a time", func(t *testing.T) { testFeed(t, true) })
+}
+
+func testFeed(t *testing.T, fromAudit bool) {
+	var mod func(*Config)
+	var conn driver.Conn
+	var db string
+	if fromAudit {
+		conn, _, db = testenv.AuditDB(t)
+		mod = func(c *Config) { c.Dashboard = &dashboard.Source{Conn: conn, Database: db} }
+	}
+	p := startPipelineWith(t, false, mod)
+	if fromAudit {
+		p.startAuditWriter(t, conn, db)
+	}
 	sinktest.Start(t, sinks.Options{Instance: stage.Instance{Brokers: p.brokers}, Channel: feed.Channel, Provider: feed.New(p.cat), Catalog: p.cat})
 	base := time.Now().Add(-time.Hour).UnixMilli()
 	var cmds []*schemas.DeliveryCommand
@@ -97,6 +122,10 @@ func TestTheFeedOnTheRealBroker(t *testing.T) {
 		}
 		p.restart(t, nil)
 		p.eventually(t, "the restarted replica is ready", func() bool { return p.srv.rep.ready.Load() })
+		if fromAudit {
+			// The restarted instance has no marks of its own: the audit's.
+			p.eventually(t, "the audit holds the read marks", func() bool { return get(keyA, "?limit=100").UnreadCount == 0 })
+		}
 		pg := get(keyA, "?limit=100")
 		if len(pg.Items) != 5 || pg.UnreadCount != 0 {
 			t.Fatalf("after a restart %+v, want five read items", pg)
@@ -105,6 +134,15 @@ func TestTheFeedOnTheRealBroker(t *testing.T) {
 			t.Fatalf("tenant tb's unread count %d after ta's read-all, want 1", tb.UnreadCount)
 		}
 	})
+	if fromAudit {
+		t.Run("an instance reading the feed from the audit holds no feed item", func(t *testing.T) {
+			p.srv.rep.mu.RLock()
+			defer p.srv.rep.mu.RUnlock()
+			if len(p.srv.rep.feed) != 0 || slices.Contains(p.srv.rep.topics(), p.cat.Name(topics.Feed)) {
+				t.Fatalf("the replica reads %v and holds the feeds of %d recipients", p.srv.rep.topics(), len(p.srv.rep.feed))
+			}
+		})
+	}
 }
 
 func TestAFeedCursorOrLimitThatIsNotOneTheAPIGivesIsRefused(t *testing.T) {
@@ -122,5 +160,22 @@ func TestAFeedCursorOrLimitThatIsNotOneTheAPIGivesIsRefused(t *testing.T) {
 	it := schemas.FeedItem{CreatedAt: 1764547200000, NotificationID: "abc"}
 	if at, id, ok := parseFeedCursor(feedCursor(it)); !ok || at != it.CreatedAt || id != it.NotificationID {
 		t.Fatalf("a cursor does not round-trip: %d %q %v", at, id, ok)
+	}
+}
+
+func TestAnInstanceKeepsOnlyItsNewestReadMarks(t *testing.T) {
+	m := readMarks{max: 2}
+	m.put("a", 1)
+	m.put("b", 2)
+	m.put("a", 3) // again: still one entry
+	m.put("c", 4)
+	for _, c := range []struct {
+		key  string
+		at   int64
+		kept bool
+	}{{"a", 0, false}, {"b", 2, true}, {"c", 4, true}} {
+		if at, ok := m.get(c.key); ok != c.kept || at != c.at {
+			t.Fatalf("mark %s: %d, %v; want %d, %v (the oldest goes first)", c.key, at, ok, c.at, c.kept)
+		}
 	}
 }

@@ -182,6 +182,9 @@ type Server struct {
 	w   *writer
 	tr  *tracker
 	rep *replica
+	// readMarks: the feed's read marks this instance wrote, laid over the
+	// audit's answers until it has them (feed.go).
+	readMarks readMarks
 
 	// waitedComplete and waitedIncomplete time what a waiting send
 	// (Prefer: wait, or an idempotency key) waits after its commit for its
@@ -234,7 +237,10 @@ func New(cfg Config) (*Server, error) {
 	s.rep = newReplica(seenT, s.devicesT, s.prefsT, s.segmentsT)
 	s.feedT = cat.Name(topics.Feed)
 	s.receiptsT = cat.Name(topics.Receipts)
-	s.rep.feedT = s.feedT
+	if !cfg.historyFromAudit() {
+		s.rep.feedT = s.feedT // else the feed is read from the audit (feed.go)
+	}
+	s.readMarks.max = cfg.MaxTracked
 	s.webhooksT = cat.Name(topics.Webhooks)
 	s.rep.webhooksT = s.webhooksT
 	s.w = newWriter(s.newProducer, cfg.MaxBatchRecords, cfg.TransactionTimeout+5*time.Second, s.log, cfg.Metrics)

@@ -38,9 +38,11 @@ type Notification struct {
 // (UserID optional, checked); TargetTag needs Tag (every user with an
 // enabled device carrying it); TargetSegment needs Segment (the members of a
 // segment set with PUT /v1/segments/{name}); TargetAll reaches every user of
-// the tenant with an enabled device. The API resolves tag, segment and all
-// to recipients when the send arrives, from its replica of devices and
-// segments (eventually consistent), and sends one notification per user.
+// the tenant with an enabled device. A tag, segment or all send is one
+// notification addressed to the group (recipient "@tag:<tag>",
+// "@segment:<name>" or "@all"); the route stage, which holds the devices
+// and segments, resolves it when it routes it and writes one notification
+// per member (listed in the group notification's timeline).
 const (
 	TargetUser    = "user"
 	TargetDevice  = "device"

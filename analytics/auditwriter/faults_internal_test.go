@@ -189,6 +189,9 @@ func rowRecord(t *testing.T, table string, partition int32, offset int64, at tim
 	case "receipts":
 		v = &schemas.Receipt{ReceiptID: id, Kind: "displayed", DeliveryID: id, NotificationID: id, Tenant: "acme", Type: "invoice.paid",
 			Recipient: "u_1", DeviceID: "d_1", Channel: "webpush", At: ms}
+	case "feed_items":
+		v = &schemas.FeedItem{Tenant: "acme", Recipient: "u_1", NotificationID: id, Type: "invoice.paid", Title: "t", Body: "b",
+			CreatedAt: ms, DeliveredAt: ms}
 	default:
 		t.Fatalf("no table %s", table)
 	}

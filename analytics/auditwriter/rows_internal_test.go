@@ -60,6 +60,8 @@ func TestEveryTablesRowCarriesItsRecordsFieldsAndAnUndecodableOneNone(t *testing
 			&schemas.Attempt{DeliveryID: "del-x", At: at}},
 		{"a receipt row", newReceiptsBatch(), &schemas.Receipt{ReceiptID: "rcp-1", At: at}, "receipt_id", "rcp-1",
 			&schemas.Decision{NotificationID: "n-x", At: at}},
+		{"a feed item row", newFeedItemsBatch(), &schemas.FeedItem{NotificationID: "n-1", Title: "t", CreatedAt: at}, "notification_id", "n-1",
+			&schemas.Receipt{NotificationID: "n-x", At: at}},
 	}
 	for _, c := range cases {
 		t.Run(c.name+" carries its record's fields, and one of another schema carries none but its decode error", func(t *testing.T) {

@@ -410,3 +410,25 @@ func newReceiptsBatch() batch {
 		},
 	}
 }
+
+// newFeedItemsBatch holds rows of the feed_items table: every version of
+// an in-app feed item (the sink's, then the API's read marks), each at the
+// notification's creation time so that they meet in one partition.
+func newFeedItemsBatch() batch {
+	type R = schemas.FeedItem
+	return &rows[R]{
+		schema: func(v *R) *string { return &v.Schema },
+		at:     func(v *R) int64 { return v.CreatedAt },
+		cols: []column[R]{
+			col("tenant", func(v *R) string { return v.Tenant }),
+			col("recipient", func(v *R) string { return v.Recipient }),
+			col("notification_id", func(v *R) string { return v.NotificationID }),
+			col("type", func(v *R) string { return v.Type }),
+			col("title", func(v *R) string { return v.Title }),
+			col("body", func(v *R) string { return v.Body }),
+			col("payload", func(v *R) string { return string(v.Payload) }),
+			col("delivered_at", func(v *R) time.Time { return ms(v.DeliveredAt) }),
+			col("read_at", func(v *R) time.Time { return ms(v.ReadAt) }),
+		},
+	}
+}

@@ -1,7 +1,11 @@
 // Package auditwriter owns the audit writer: the process that copies every
 // record of herald's requests, decisions, attempts, outcomes and receipts
-// topics into ClickHouse (the tables of analytics/migrations), exactly once,
-// in large batches.
+// topics, and of the in-app feed (herald.feed: the API's feed endpoints
+// read a recipient's items there), into ClickHouse (the tables of
+// analytics/migrations), exactly once, in large batches. The feed_items
+// table's merges keep each item's last row (ReplacingMergeTree, see its
+// migration): the latest offset of its key, so a partition's highest
+// stored offset, which the writer resumes after, is never merged away.
 //
 // Exactly once, without a consumer group:
 //   - Each topic has its own table, and each row carries its record's
@@ -978,6 +982,7 @@ var auditTables = []struct {
 	{"attempts", topics.Attempts, newAttemptsBatch},
 	{"outcomes", topics.Outcomes, newOutcomesBatch},
 	{"receipts", topics.Receipts, newReceiptsBatch},
+	{"feed_items", topics.Feed, newFeedItemsBatch},
 }
 
 // Stored returns, for each topic the writer copies (full names, from

@@ -16,7 +16,7 @@ import (
 
 // auditTables must exist, with a TTL, after every migration ran.
 var auditTables = []string{
-	"requests", "decisions", "attempts", "outcomes", "receipts",
+	"requests", "decisions", "attempts", "outcomes", "receipts", "feed_items",
 	"requests_hourly", "dedupe_hourly", "decisions_hourly", "attempts_hourly", "outcomes_hourly",
 }
 

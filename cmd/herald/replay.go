@@ -126,6 +126,9 @@ func replayRoute(ctx context.Context, seeds []string, kopts []kgo.Opt, kf kafkaF
 	}
 	fmt.Fprintf(stdout, "replayed %d accepted notification(s) through the route stage, compared %d decision(s) (%d from timers still pending at the log's end) with herald.decisions: %d difference(s)\n",
 		rep.Notifications, rep.Compared, rep.Pending, len(rep.Differences))
+	if rep.Groups > 0 {
+		fmt.Fprintf(stdout, "left %d group notification(s) (tag, segment, all) to their members' notifications, replayed above\n", rep.Groups)
+	}
 	if len(rep.Differences) > 0 {
 		return fmt.Errorf("%d route decision(s) differ from the live ones", len(rep.Differences))
 	}

@@ -26,9 +26,13 @@ import (
 // written in the transaction that commits the group notification's input
 // offset, with the group's own decision (outcome routed, the members and
 // their notification ids in Detail; no_target when the group reaches no
-// one or the segment does not exist; rejected beyond MaxFanOut). A crash
-// before the commit aborts all of them and the group notification is
-// read again; after it, its offset is past. Each member's notification id
+// one or the segment does not exist; rejected beyond MaxFanOut). They are
+// outputs of the stage runtime's transaction like its delivery commands,
+// whose exactly-once through SIGKILLs TestExactlyOnceThroughSIGKILLsAndRebalances
+// tests: a crash before the commit aborts all of them and the group
+// notification is read again (the task test of an aborted fan-out), after
+// it its offset is past. Replay (replay.go) does not re-resolve a group:
+// it compares the members' decisions. Each member's notification id
 // is derived from the group notification's id and the member
 // (FanOutID), and its occurrence from that id and the group's acceptance
 // time, so a replay derives the same ids and deliveries, and a group

@@ -123,3 +123,81 @@ func TestTheRouteStageOnKfakeDecidesEveryNotificationAndItsReplayAgrees(t *testi
 		}
 	})
 }
+
+// The route stage on kfake resolves a group notification over every
+// partition's devices and segments (here a segment on one partition,
+// members' devices on others), writes its members' notifications back to
+// herald.accepted, decides each, and a replay compares the members'
+// decisions and leaves the group's own (Groups).
+func TestTheRouteStageOnKfakeFansAGroupOutAndItsReplayComparesTheMembers(t *testing.T) {
+	c := testenv.Kfake(t)
+	brokers := c.ListenAddrs()
+	opts := append(embedded.ClientOpts(), kgo.FetchMaxWait(100*time.Millisecond))
+	cat := testenv.Catalog(t, brokers, 3)
+	now := time.Now()
+	var recs []*kgo.Record
+	for _, u := range []string{"m1", "m2", "m3"} {
+		d := dev("ios-a", "ios")
+		d.Recipient = u
+		recs = append(recs, encoded(t, cat.Name(topics.Devices), schemas.DeviceKey("acme", u, d.DeviceID), &d, now.Add(-time.Minute)))
+	}
+	sg := schemas.Segment{Schema: schemas.SegmentV1, Tenant: "acme", Name: "beta", Members: []string{"m1", "m2", "m3"}}
+	recs = append(recs, encoded(t, cat.Name(topics.Segments), schemas.RecipientKey("acme", "beta"), &sg, now.Add(-time.Minute)))
+	g := groupNote(GroupRecipient(Group{Kind: GroupSegment, Name: "beta"}))
+	recs = append(recs, encoded(t, cat.Name(topics.Accepted), schemas.RecipientKey("acme", g.Recipient), &g, now))
+	produce(t, brokers, cat, recs)
+
+	s, err := New(Options{
+		Instance: stage.Instance{Brokers: brokers, InstanceID: "r1" + embedded.TransactionalSuffix(), ResetOffsets: embedded.ResetOffsets, BatchInterval: 10 * time.Millisecond, ClientOpts: opts, Metrics: metrics.NewRegistry()},
+		Catalog:  cat,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testenv.Guarded(t))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var decisions []schemas.Decision
+	for deadline := time.Now().Add(20 * time.Second); len(decisions) < 4; time.Sleep(50 * time.Millisecond) { // a guard
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions %+v, want the group's and three members'", decisions)
+		}
+		decisions = decisions[:0]
+		for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Decisions), opts...) {
+			var dd schemas.Decision
+			if err := schemas.Decode(r.Value, &dd); err != nil {
+				t.Fatal(err)
+			}
+			decisions = append(decisions, dd)
+		}
+	}
+	cancel()
+	if err := testenv.Await(t, done, "the cancelled route stage"); err != nil {
+		t.Fatalf("route stage: %v", err)
+	}
+	members := map[string]string{}
+	for _, d := range decisions {
+		if d.NotificationID == g.NotificationID {
+			if d.Outcome != schemas.DecisionRouted || !strings.HasPrefix(d.Detail, "fanned out to 3 recipients: m1 (") {
+				t.Fatalf("the group's decision %s %q", d.Outcome, d.Detail)
+			}
+			continue
+		}
+		if _, dup := members[d.Recipient]; dup || d.NotificationID != FanOutID("acme", g.Type, d.Recipient, g.NotificationID) || len(d.Deliveries) != 2 {
+			t.Fatalf("member decision %+v: a repeat, another id, or not to the phone and the feed", d)
+		}
+		members[d.Recipient] = d.Outcome
+	}
+	if len(members) != 3 || len(decisions) != 4 {
+		t.Fatalf("members decided %v in %d decisions, want m1, m2 and m3 once each", members, len(decisions))
+	}
+	t.Run("a replay compares the members' decisions and leaves the group's", func(t *testing.T) {
+		rep, err := Replay(testenv.Guarded(t), brokers, cat, Policy{}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Groups != 1 || rep.Notifications != 3 || rep.Compared != 3 || len(rep.Differences) != 0 {
+			t.Fatalf("replay %+v, want one group left, three members compared, no difference", rep)
+		}
+	})
+}

@@ -213,8 +213,9 @@ export interface ExplainedNotification {
   originalNotificationId?: string;
   originalAt?: number;
   /**
-   * What the route stage would decide for a notification dedupe would accept, evaluated by the
-   * route stage's own decision code on the API's replica of its state, devices and preferences.
+   * What the route stage would decide for a notification dedupe would accept, answered by the
+   * route stage over its own state, devices and preferences (for a tag, segment or all target: the
+   * fan-out, its members in routeDetail).
    */
   routeOutcome?: "routed" | "rate_limited" | "digested" | "deferred" | "opted_out" | "no_target" | "rejected";
   /**

@@ -215,8 +215,9 @@ class ExplainedNotification(TypedDict):
     originalRequestId: NotRequired[str]
     originalNotificationId: NotRequired[str]
     originalAt: NotRequired[int]
-    #: What the route stage would decide for a notification dedupe would accept, evaluated by the
-    #: route stage's own decision code on the API's replica of its state, devices and preferences.
+    #: What the route stage would decide for a notification dedupe would accept, answered by the
+    #: route stage over its own state, devices and preferences (for a tag, segment or all target:
+    #: the fan-out, its members in routeDetail).
     routeOutcome: NotRequired[Literal["routed", "rate_limited", "digested", "deferred", "opted_out", "no_target", "rejected"]]
     #: The route stage's decision in words; for a tag, segment or all target, the members it would
     #: reach now and their notification ids ("fanned out to 2 recipients: u1 (<id>) u2 (<id>)").
