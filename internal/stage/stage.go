@@ -663,7 +663,20 @@ func (r *Runner) poll(ctx context.Context, limit int) ([]*kgo.Record, error) {
 		}
 		if len(batch) > 0 && r.sess.Client().BufferedFetchRecords() == 0 {
 			if filling {
-				continue // until the interval's deadline ends pollCtx
+				// Until the interval's deadline ends pollCtx, polled at
+				// most every half interval: a poll that drains the
+				// buffer makes the client fetch again, and a fetch
+				// returns with the first record there, so polling at
+				// once would cost a fetch request per record; paced,
+				// records pile up at the broker between fetches (about
+				// three a transaction, whatever the rate).
+				pace := time.NewTimer(r.cfg.MinTransactionInterval / 2)
+				select {
+				case <-pace.C:
+				case <-pollCtx.Done():
+				}
+				pace.Stop()
+				continue
 			}
 			until := r.batchStart.Add(r.cfg.MinTransactionInterval)
 			if r.cfg.MinTransactionInterval <= 0 || !time.Now().Before(until) {
