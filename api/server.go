@@ -75,6 +75,13 @@ type Config struct {
 	// MaxBatchRecords, the most records grouped in one transaction (5000).
 	TransactionTimeout time.Duration
 	MaxBatchRecords    int
+	// ProducerLinger is how long the producer of single records (a send
+	// to one recipient) lets a batch fill before sending it: concurrent
+	// sends share one produce request, which the broker costs per request,
+	// not per record (DefaultProducerLinger when 0; negative: none, one
+	// produce request per send at moderate rates). A send's 202 waits for
+	// it.
+	ProducerLinger time.Duration
 	// Now is the clock of sends and explain: a request's record time, the
 	// time explain evaluates at, the quota window. time.Now when nil; tests
 	// set it to stand exactly at the end of a window.
@@ -141,6 +148,12 @@ func (c *Config) defaults() error {
 	setDefault(&c.QuotaWindow, time.Minute)
 	setDefault(&c.TransactionTimeout, 10*time.Second)
 	setDefault(&c.MaxBatchRecords, 5000)
+	if c.ProducerLinger == 0 {
+		c.ProducerLinger = DefaultProducerLinger
+	}
+	if c.ProducerLinger > time.Minute { // franz-go's limit
+		return fmt.Errorf("api: ProducerLinger %v is longer than a minute", c.ProducerLinger)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -152,6 +165,11 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+// DefaultProducerLinger is Config.ProducerLinger's default: at 2,000
+// sends/s about 4 sends share a produce request instead of one each
+// (docs/benchmarks-history.md, "Requests per send").
+const DefaultProducerLinger = 2 * time.Millisecond
 
 func setDefault[T int | int64 | time.Duration](v *T, d T) {
 	if *v <= 0 {
@@ -535,13 +553,13 @@ func (s *Server) newProducer() (*kgo.Client, error) {
 }
 
 // newPlainProducer makes the producer of single records: idempotent,
-// acks=all, no transaction (see writer).
+// acks=all, no transaction (see writer), lingering Config.ProducerLinger.
 func (s *Server) newPlainProducer() (*kgo.Client, error) {
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(s.cfg.Catalog.Partitioner()),
-		kgo.ProducerLinger(0),
+		kgo.ProducerLinger(max(s.cfg.ProducerLinger, 0)),
 	}, s.cfg.ClientOpts...)
 	return kgo.NewClient(opts...)
 }

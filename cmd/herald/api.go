@@ -48,6 +48,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	maxWait := fs.Duration("max-wait", 30*time.Second, "cap of Prefer: wait=N")
 	idemWait := fs.Duration("idempotency-wait", 10*time.Second, "how long a send with an idempotency key waits for the dedupe decision")
 	lookback := fs.Duration("lookback", 24*time.Hour, "how far back the notification read model reads")
+	linger := fs.Duration("producer-linger", api.DefaultProducerLinger, "how long a send to one recipient waits for others to share its produce request (the broker's cost is per request); 0: none")
 	quota := fs.Int64("quota", 0, "accepted notifications per tenant per --quota-window (0: no quota)")
 	quotaWindow := fs.Duration("quota-window", time.Minute, "quota window")
 	allowPrivate := fs.Bool("webhook-allow-private", false, "accept webhook endpoint URLs at private, loopback and link-local addresses (development and tests only; the webhook sink needs the same flag to call them)")
@@ -63,6 +64,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	positive(fs, "max-wait", maxWait)
 	positive(fs, "idempotency-wait", idemWait)
 	positive(fs, "lookback", lookback)
+	addCheck(fs, func() error { return checkProducerLinger(*linger) })
 	atLeast(fs, "quota", quota, 0)
 	positive(fs, "quota-window", quotaWindow)
 	if err := parseFlags(fs, args); err != nil {
@@ -96,7 +98,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		RequestFormat: schemas.Format(*requestFormat),
 		MaxBodyBytes:  *maxBody, MaxRecipients: *maxRecipients, MaxWait: *maxWait, IdempotencyWait: *idemWait,
 		Lookback: *lookback, QuotaPerWindow: *quota, QuotaWindow: *quotaWindow, VAPIDPublicKey: wf.public,
-		Dashboard: dash, AllowPrivateWebhooks: *allowPrivate,
+		Dashboard: dash, AllowPrivateWebhooks: *allowPrivate, ProducerLinger: producerLinger(*linger),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -19,7 +19,7 @@ type stageFlags struct {
 	instance, group, reset                 string
 	batch, restoreParallelism              int
 	interval, txnTimeout, rebalanceTimeout time.Duration
-	linger                                 time.Duration
+	linger, minTxnInterval                 time.Duration
 }
 
 // register adds the flags; stateName names the stage's changelog state in
@@ -31,6 +31,10 @@ func (s *stageFlags) register(fs *flag.FlagSet, stageName, group, stateName, rep
 	fs.IntVar(&s.batch, "batch-records", 2000, "most records in one transaction")
 	fs.DurationVar(&s.interval, "batch-interval", 100*time.Millisecond,
 		"longest an idle poll waits (timers fire at least this often); a transaction closes as soon as the fetch is drained")
+	fs.DurationVar(&s.minTxnInterval, "min-transaction-interval", DefaultMinTransactionInterval,
+		"shortest time from one transaction with input to the next: the input arriving meanwhile shares one transaction, "+
+			"whose fixed cost to the broker (commit, offsets, markers on every partition it touched) is then paid at most this often, "+
+			"for at most this much latency; an idle stage's record is committed at once; 0: none, a transaction per drained fetch")
 	fs.DurationVar(&s.txnTimeout, "transaction-timeout", 10*time.Second, "transaction timeout (bounds a crashed instance's hold on readers)")
 	fs.DurationVar(&s.linger, "producer-linger", stage.DefaultProducerLinger, "how long the producer lets a batch of outputs fill while a transaction's inputs are processed (the end of every transaction sends at once); 0: none")
 	fs.DurationVar(&s.rebalanceTimeout, "rebalance-timeout", time.Minute,
@@ -63,6 +67,9 @@ func (s *stageFlags) check() error {
 	if err := checkProducerLinger(s.linger); err != nil {
 		errs = append(errs, err)
 	}
+	if s.minTxnInterval < 0 || s.minTxnInterval > 10*time.Second {
+		errs = append(errs, badField("min-transaction-interval", "must be between 0 and 10s, got %v", s.minTxnInterval))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
 	}
@@ -73,10 +80,16 @@ func (s *stageFlags) check() error {
 // brokers and client options of the Kafka flags.
 func (s *stageFlags) runtime(brokers []string, opts []kgo.Opt) stage.Instance {
 	return stage.Instance{Brokers: brokers, ClientOpts: opts, Group: s.group, InstanceID: s.instance,
-		MaxBatchRecords: s.batch, BatchInterval: s.interval, TransactionTimeout: s.txnTimeout,
+		MaxBatchRecords: s.batch, BatchInterval: s.interval, MinTransactionInterval: s.minTxnInterval, TransactionTimeout: s.txnTimeout,
 		RebalanceTimeout: s.rebalanceTimeout, ResetOffsets: s.reset, RestoreParallelism: s.restoreParallelism,
 		ProducerLinger: producerLinger(s.linger)}
 }
+
+// DefaultMinTransactionInterval is --min-transaction-interval's default
+// for the stage roles: at 2,000 sends/s about 20 sends share a transaction
+// of the dedupe stage instead of a handful (docs/benchmarks-history.md,
+// "Requests per send").
+const DefaultMinTransactionInterval = 10 * time.Millisecond
 
 // checkProducerLinger refuses a --producer-linger the producer cannot
 // take: negative, or longer than a minute.

@@ -89,7 +89,7 @@ func TestProducerLingerReachesTheStageRuntime(t *testing.T) {
 }
 
 func TestAProducerLingerTheProducerCannotTakeIsRefused(t *testing.T) {
-	for _, command := range []string{"dedupe", "route", "sink"} {
+	for _, command := range []string{"dedupe", "route", "sink", "api"} {
 		for _, d := range []string{"-1ms", "2m"} {
 			t.Run(command+": --producer-linger "+d+" is refused naming the flag", func(t *testing.T) {
 				args := []string{command, "--brokers", "127.0.0.1:1", "--producer-linger", d}
@@ -100,6 +100,41 @@ func TestAProducerLingerTheProducerCannotTakeIsRefused(t *testing.T) {
 				code := run(t.Context(), args, &out, &errb)
 				if code != 2 || !strings.Contains(errb.String(), "--producer-linger must be between 0 and 1m, got "+d) {
 					t.Fatalf("exit %d, stderr %q; want 2 and a message naming --producer-linger", code, errb.String())
+				}
+			})
+		}
+	}
+}
+
+func TestMinTransactionIntervalReachesTheStageRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want time.Duration
+	}{
+		{"no flag is the roles' default, 10 ms", nil, DefaultMinTransactionInterval},
+		{"a duration is the interval", []string{"--min-transaction-interval", "25ms"}, 25 * time.Millisecond},
+		{"0 is none: a transaction per drained fetch", []string{"--min-transaction-interval", "0"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFlagSet("dedupe")
+			var sf stageFlags
+			sf.register(fs, "dedupe", "herald-dedupe", "the seen-set", "replays")
+			if err := parseFlags(fs, append([]string{"--instance-id", "d-0"}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			if got := sf.runtime(nil, nil).Config("dedupe").MinTransactionInterval; got != tc.want {
+				t.Fatalf("interval %v, want %v", got, tc.want)
+			}
+		})
+	}
+	for _, command := range []string{"dedupe", "route"} {
+		for _, d := range []string{"-1ms", "11s"} {
+			t.Run(command+": --min-transaction-interval "+d+" is refused naming the flag", func(t *testing.T) {
+				var out, errb bytes.Buffer
+				code := run(t.Context(), []string{command, "--brokers", "127.0.0.1:1", "--min-transaction-interval", d}, &out, &errb)
+				if code != 2 || !strings.Contains(errb.String(), "--min-transaction-interval must be between 0 and 10s, got "+d) {
+					t.Fatalf("exit %d, stderr %q; want 2 and a message naming --min-transaction-interval", code, errb.String())
 				}
 			})
 		}

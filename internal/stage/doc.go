@@ -41,7 +41,9 @@
 //   - A transaction closes when the fetch is drained or the batch is full:
 //     a lone record is committed at once, however long BatchInterval (which
 //     only bounds how long an idle poll waits, so timers fire at least that
-//     often).
+//     often). With a MinTransactionInterval, a batch keeps polling until
+//     that long after the previous batch began, so input arriving
+//     meanwhile shares one transaction (interval_test.go).
 //   - A transaction begins with its batch's first 1,000 outputs, which go to
 //     the producer while the rest of the batch is processed (its
 //     goroutines encode, compress and send them on the other core), each

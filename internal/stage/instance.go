@@ -28,12 +28,15 @@ type Instance struct {
 	// size RebalanceTimeout above the longest restore of the stage's
 	// changelog partitions; ResetOffsets is the operator's choice when the
 	// group's offsets were lost.
-	MaxBatchRecords    int
-	BatchInterval      time.Duration
-	TransactionTimeout time.Duration
-	SessionTimeout     time.Duration
-	RebalanceTimeout   time.Duration
-	ResetOffsets       string
+	MaxBatchRecords int
+	BatchInterval   time.Duration
+	// MinTransactionInterval is Config's: the shortest time from one
+	// transaction with input to the next (0: none).
+	MinTransactionInterval time.Duration
+	TransactionTimeout     time.Duration
+	SessionTimeout         time.Duration
+	RebalanceTimeout       time.Duration
+	ResetOffsets           string
 	// RestoreParallelism is Config's: how many partitions restore at once.
 	RestoreParallelism int
 	// ProducerLinger is Config's: how long outputs wait to fill a batch
@@ -50,21 +53,22 @@ type Instance struct {
 // tasks, partitioner, dead-letter topic and hooks.
 func (i Instance) Config(name string) Config {
 	return Config{
-		Name:               name,
-		Brokers:            i.Brokers,
-		Group:              i.Group,
-		TransactionalID:    i.Group + "-" + i.InstanceID,
-		GroupInstanceID:    i.InstanceID,
-		MaxBatchRecords:    i.MaxBatchRecords,
-		BatchInterval:      i.BatchInterval,
-		TransactionTimeout: i.TransactionTimeout,
-		SessionTimeout:     i.SessionTimeout,
-		RebalanceTimeout:   i.RebalanceTimeout,
-		ResetOffsets:       i.ResetOffsets,
-		RestoreParallelism: i.RestoreParallelism,
-		ProducerLinger:     i.ProducerLinger,
-		ClientOpts:         i.ClientOpts,
-		Logger:             i.Logger,
-		Metrics:            i.Metrics,
+		Name:                   name,
+		Brokers:                i.Brokers,
+		Group:                  i.Group,
+		TransactionalID:        i.Group + "-" + i.InstanceID,
+		GroupInstanceID:        i.InstanceID,
+		MaxBatchRecords:        i.MaxBatchRecords,
+		BatchInterval:          i.BatchInterval,
+		MinTransactionInterval: i.MinTransactionInterval,
+		TransactionTimeout:     i.TransactionTimeout,
+		SessionTimeout:         i.SessionTimeout,
+		RebalanceTimeout:       i.RebalanceTimeout,
+		ResetOffsets:           i.ResetOffsets,
+		RestoreParallelism:     i.RestoreParallelism,
+		ProducerLinger:         i.ProducerLinger,
+		ClientOpts:             i.ClientOpts,
+		Logger:                 i.Logger,
+		Metrics:                i.Metrics,
 	}
 }

@@ -115,6 +115,19 @@ type Config struct {
 	// MaxBatchRecords and BatchInterval bound one transaction.
 	MaxBatchRecords int
 	BatchInterval   time.Duration
+	// MinTransactionInterval, when positive, is the shortest time from the
+	// start of one transaction with input to the start of the next: a
+	// batch keeps polling until it has passed (or the batch is full), so
+	// the input that arrives meanwhile shares one transaction. Every
+	// transaction costs the broker the same whatever it carries (EndTxn,
+	// TxnOffsetCommit, the group heartbeat franz-go forces before it, a
+	// marker on every partition it touched, the coordinator's state
+	// changes, the readers' fetches of its outputs), so at moderate rates
+	// this bounds that cost to 1/MinTransactionInterval a second, for at
+	// most that much latency; a record that arrives after the interval has
+	// passed (an idle stage's) is still committed at once. 0 (the
+	// default): a transaction closes as soon as the fetch is drained.
+	MinTransactionInterval time.Duration
 	// TransactionTimeout bounds how long a crashed instance's open
 	// transaction can hold back readers when no instance with the same
 	// TransactionalID restarts to fence it.
@@ -195,6 +208,9 @@ func (c *Config) defaults() error {
 	if c.ProducerLinger == 0 {
 		c.ProducerLinger = DefaultProducerLinger
 	}
+	if c.MinTransactionInterval < 0 || c.MinTransactionInterval > 10*time.Second {
+		return fmt.Errorf("stage: MinTransactionInterval %v is not between 0 and 10s", c.MinTransactionInterval)
+	}
 	if c.ProducerLinger > time.Minute { // franz-go's limit
 		return fmt.Errorf("stage: ProducerLinger %v is longer than a minute", c.ProducerLinger)
 	}
@@ -252,6 +268,9 @@ type Runner struct {
 	// failed with an output that can never be written: up to it, records
 	// are processed one per transaction, to learn which one it was.
 	isolate map[int32]int64
+	// batchStart is when the last batch with input was polled
+	// (MinTransactionInterval counts from it).
+	batchStart time.Time
 	// retries counts consecutive transactions aborted by a retriable
 	// produce error, for the backoff. Only the loop touches it.
 	retries int
@@ -615,11 +634,14 @@ func (r *Runner) topicNames() []string {
 // poll collects one batch. It waits up to BatchInterval for the first
 // records, then takes only what the client has already buffered, up to
 // limit: the transaction closes when the fetch is drained or the batch is
-// full, never waiting for records that have not arrived.
+// full, never waiting for records that have not arrived, except that with
+// a MinTransactionInterval it keeps polling until that long after the
+// previous batch's start.
 func (r *Runner) poll(ctx context.Context, limit int) ([]*kgo.Record, error) {
 	pollCtx, cancel := context.WithTimeout(ctx, r.cfg.BatchInterval)
 	defer cancel()
 	var batch []*kgo.Record
+	filling := false
 	for {
 		fetches := r.sess.PollRecords(pollCtx, limit-len(batch))
 		if fetches.IsClientClosed() {
@@ -633,8 +655,40 @@ func (r *Runner) poll(ctx context.Context, limit int) ([]*kgo.Record, error) {
 		})
 		r.lag.Observe(fetches)
 		batch = append(batch, fetches.Records()...)
-		if len(batch) >= limit || pollCtx.Err() != nil || len(batch) > 0 && r.sess.Client().BufferedFetchRecords() == 0 {
+		if len(batch) >= limit || pollCtx.Err() != nil {
+			if len(batch) > 0 {
+				r.batchStart = time.Now()
+			}
 			return batch, nil
+		}
+		if len(batch) > 0 && r.sess.Client().BufferedFetchRecords() == 0 {
+			if filling {
+				// Until the interval's deadline ends pollCtx, polled at
+				// most every half interval: a poll that drains the
+				// buffer makes the client fetch again, and a fetch
+				// returns with the first record there, so polling at
+				// once would cost a fetch request per record; paced,
+				// records pile up at the broker between fetches (about
+				// three a transaction, whatever the rate).
+				pace := time.NewTimer(r.cfg.MinTransactionInterval / 2)
+				select {
+				case <-pace.C:
+				case <-pollCtx.Done():
+				}
+				pace.Stop()
+				continue
+			}
+			until := r.batchStart.Add(r.cfg.MinTransactionInterval)
+			if r.cfg.MinTransactionInterval <= 0 || !time.Now().Before(until) {
+				r.batchStart = time.Now()
+				return batch, nil
+			}
+			// Fill until the interval has passed: ctx is the caller's, so
+			// the BatchInterval above no longer applies.
+			cancel()
+			pollCtx, cancel = context.WithDeadline(ctx, until)
+			defer cancel()
+			filling = true
 		}
 	}
 }
