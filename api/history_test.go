@@ -130,7 +130,7 @@ func TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince(t *test
 // audit writer, real broker and ClickHouse): the instance's cache of its
 // own sends holds only MaxTracked of them, and once newer sends have
 // evicted a notification, GET /v1/notifications/{id} answers it from the
-// audit with every event. The million itself is BENCHMARKS.md's [K]
+// audit with every event. The million itself is BENCHMARKS.md's [J]
 // command (scripts/bench-api --preload), and
 // TestAnyInstanceFindsANotificationInTheAuditHowEverManyWereSentSince
 // reads one back from behind a million audit rows.
