@@ -149,7 +149,12 @@ func TestTheSeenSetTopicKeepsOnlyLiveKeys(t *testing.T) {
 		}
 		times = append(times, at)
 	}
-	produceRequests(t, brokers, cat, reqs, func(i int) time.Time { return times[i] })
+	// The 40 first, decided (and their bucket records written) before the
+	// 10 come: in one transaction with them, entries due by its end would
+	// not be written at all.
+	produceRequests(t, brokers, cat, reqs[:40], func(i int) time.Time { return times[i] })
+	waitDecisions(t, brokers, cat, 40, time.Minute)
+	produceRequests(t, brokers, cat, reqs[40:], func(i int) time.Time { return times[40+i] })
 	waitDecisions(t, brokers, cat, len(reqs), time.Minute)
 
 	latest := map[string][]byte{} // by partition and key: each partition numbers its own bucket records
