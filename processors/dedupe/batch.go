@@ -288,3 +288,31 @@ type openBucket struct {
 	n   int    // entries in buf
 	buf []byte // the entries, encoded
 }
+
+// SeenBatch is a herald.seen/v3 record's value (a bucket or the clock) as
+// `herald decode seen-batch` prints it: its times and its entries, each
+// as herald.seen/v2 entries print.
+type SeenBatch struct {
+	Schema     string              `json:"schema"`
+	StreamTime int64               `json:"streamTime"`
+	SweptTo    int64               `json:"sweptTo"`
+	Entries    []schemas.SeenEntry `json:"entries"`
+}
+
+// DecodeSeenBatch reads a herald.seen/v3 value.
+func DecodeSeenBatch(b []byte) (SeenBatch, error) {
+	out := SeenBatch{Schema: SeenBatchV3, Entries: []schemas.SeenEntry{}}
+	var m seenpb.SeenEntry
+	var err error
+	out.StreamTime, out.SweptTo, err = readBatch(b, &m, func(m *seenpb.SeenEntry) {
+		var e schemas.SeenEntry
+		if derr := schemas.Decode(schemas.AppendSeenProto(nil, m), &e); derr != nil && err == nil {
+			err = derr
+		}
+		out.Entries = append(out.Entries, e)
+	})
+	if err != nil {
+		return SeenBatch{}, fmt.Errorf("dedupe: %w", err)
+	}
+	return out, nil
+}

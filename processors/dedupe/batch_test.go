@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/heraldhq/herald/schemas/seenpb"
 )
@@ -302,5 +303,40 @@ func TestABucketRecordThatIsNoSeenBatchFailsTheRestoreNamingItsKey(t *testing.T)
 				t.Fatalf("seen-set copy of % x under %s: %v, want an error naming the key", v, key, err)
 			}
 		}
+	}
+}
+
+func TestABucketRecordIsTheSeenBatchOfSeenProto(t *testing.T) {
+	p, sends := expiringSends(1000)
+	task := NewTask(p, testTopics, 0)
+	x := feed(t, task, 0, sends)
+	entries, last := 0, [2]int64{}
+	for _, r := range x.seen {
+		if header(r) != SeenBatchV3 {
+			t.Fatalf("record %s has header %q, want %q", r.Key, header(r), SeenBatchV3)
+		}
+		var b seenpb.SeenBatch // the generated code of schemas/seenpb/seen.proto
+		if err := proto.Unmarshal(r.Value, &b); err != nil {
+			t.Fatalf("record %s: %v", r.Key, err)
+		}
+		end, _, _ := parseBucketKey(r.Key)
+		for _, e := range b.Entries {
+			if bucketEnd(e.ExpiresAt) != end {
+				t.Fatalf("record %s holds an entry expiring at %d", r.Key, e.ExpiresAt)
+			}
+		}
+		// A record written before the transaction's end carries the times
+		// then; those written at its end, the final ones.
+		if b.StreamTime > task.pendingStreamTime || b.SweptTo > task.pendingSweptTo {
+			t.Fatalf("record %s: times %d, %d after the transaction's %d, %d", r.Key, b.StreamTime, b.SweptTo, task.pendingStreamTime, task.pendingSweptTo)
+		}
+		last = [2]int64{max(last[0], b.StreamTime), max(last[1], b.SweptTo)}
+		entries += len(b.Entries)
+	}
+	if last != [2]int64{task.pendingStreamTime, task.pendingSweptTo} {
+		t.Fatalf("latest times written %v, want the transaction's %d, %d", last, task.pendingStreamTime, task.pendingSweptTo)
+	}
+	if entries == 0 || len(x.seen) >= entries/10 {
+		t.Fatalf("%d entries in %d records", entries, len(x.seen))
 	}
 }
