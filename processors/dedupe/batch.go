@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/heraldhq/herald/schemas"
@@ -315,4 +316,22 @@ func DecodeSeenBatch(b []byte) (SeenBatch, error) {
 		return SeenBatch{}, fmt.Errorf("dedupe: %w", err)
 	}
 	return out, nil
+}
+
+// SeenEntries is how many seen-set entries a herald.seen record holds:
+// those of a bucket record, one of a per-key record, none of a tombstone
+// or the clock.
+func SeenEntries(r *kgo.Record) (int, error) {
+	if r.Value == nil || string(r.Key) == clockKey {
+		return 0, nil
+	}
+	if _, _, ok := parseBucketKey(r.Key); !ok {
+		return 1, nil
+	}
+	var m seenpb.SeenEntry
+	n := 0
+	if _, _, err := readBatch(r.Value, &m, func(*seenpb.SeenEntry) { n++ }); err != nil {
+		return 0, fmt.Errorf("dedupe: seen record %q: %w", r.Key, err)
+	}
+	return n, nil
 }

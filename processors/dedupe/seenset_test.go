@@ -1,6 +1,7 @@
 package dedupe
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -116,4 +117,38 @@ func TestASeenSetAppliesTombstonesAndRefusesWhatIsNotAnEntry(t *testing.T) {
 			t.Fatalf("err %v, %d entries, want 1", err, set.Len())
 		}
 	})
+}
+
+func TestASeenSetCopyOfBucketRecordsDropsTheEntriesTheStageDeleted(t *testing.T) {
+	p := Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}
+	live := NewTask(p, testTopics, 0)
+	set := NewSeenSet()
+	const n = 10_000 // distinct keys 100 ms apart: about 600 live at a time
+	for i := 0; i < n; i += 500 {
+		batch := make([]sent, 500)
+		for j := range batch {
+			batch[j] = sent{req("t", fmt.Sprintf("k%d", i+j), ""), time.Duration(i+j) * 100 * time.Millisecond}
+		}
+		x := feed(t, live, int64(i), batch)
+		live.Commit()
+		for _, r := range x.seen {
+			if err := set.Apply(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The copy sweeps a few thousand entries at a time (sweepEvery, 4,096):
+	// it holds the live keys and the entries set since its last sweep.
+	if set.Len() > live.Len()+4096 {
+		t.Fatalf("the copy holds %d entries, the stage %d: the deleted ones were kept", set.Len(), live.Len())
+	}
+	// And decides as the stage: a key is a duplicate inside its last minute.
+	src := Source{Topic: "explain", Partition: -1, Offset: -1}
+	at := taskBase.Add(time.Duration(n) * 100 * time.Millisecond).UnixMilli()
+	for i, want := range map[int]string{0: schemas.DecisionAccepted, n / 2: schemas.DecisionAccepted, n - 700: schemas.DecisionAccepted,
+		n - 500: schemas.DecisionDuplicate, n - 1: schemas.DecisionDuplicate} {
+		if got := set.Decide(p, req("t", fmt.Sprintf("k%d", i), ""), at, src).Decision.Outcome; got != want {
+			t.Fatalf("key %d: the copy decides %s, want %s", i, got, want)
+		}
+	}
 }
