@@ -70,8 +70,12 @@ const (
 	// the topic up to a minute after its entries expired.
 	bucketMs = 60_000
 	// batchEntries is the most entries a bucket record holds (about 120
-	// bytes each, so a record stays far below the broker's message limit).
+	// bytes each), and batchBytes about the most bytes (a record is
+	// written once its entries reach it), so that a record stays far below
+	// the broker's message limit (1 MB by default) whatever request ids the
+	// producers chose.
 	batchEntries = 512
+	batchBytes   = 64 << 10
 	// SeenBatchV3 is the schema of a bucket or clock record's value,
 	// herald.seen.v2.SeenBatch in schemas/seenpb/seen.proto.
 	SeenBatchV3 = "herald.seen/v3"

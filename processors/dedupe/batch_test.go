@@ -340,3 +340,29 @@ func TestABucketRecordIsTheSeenBatchOfSeenProto(t *testing.T) {
 		t.Fatalf("%d entries in %d records", entries, len(x.seen))
 	}
 }
+
+func TestABucketRecordStaysSmallWhateverTheRequestIDs(t *testing.T) {
+	p := Policy{DefaultWindowMs: 600_000, IdempotencyTTLMs: 600_000}
+	task := NewTask(p, testTopics, 0)
+	var batch []sent
+	for i := range 200 {
+		r := req("t", fmt.Sprintf("k%d", i), "")
+		r.RequestID = strings.Repeat("x", 4000) // not a herald id: kept as text
+		batch = append(batch, sent{r, 0})
+	}
+	x := feed(t, task, 0, batch)
+	entries := 0
+	for _, r := range x.seen {
+		n, err := SeenEntries(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries += n
+		if len(r.Value) > batchBytes+5000 {
+			t.Fatalf("record %s of %d entries has %d bytes", r.Key, n, len(r.Value))
+		}
+	}
+	if entries != 200 || len(x.seen) < 200*4000/batchBytes {
+		t.Fatalf("%d entries in %d records", entries, len(x.seen))
+	}
+}

@@ -440,7 +440,7 @@ func (t *Task) setBatched(c *change, fx *effects, out *stage.Out) {
 		c.entryV2(&t.draft.seenV2, fx)
 		ob.buf = appendBatchEntry(ob.buf, &t.draft.seenV2)
 		ob.n++
-		if ob.n >= batchEntries {
+		if ob.n >= batchEntries || len(ob.buf) >= batchBytes {
 			t.flushBucket(ob, out)
 			t.txnChanged = true
 		}
