@@ -45,6 +45,12 @@ import (
 // In memory an entry is still deleted at its own expiry (plus the skew
 // allowance), as before: decisions are those of the per-key layout.
 //
+// A key seen again moves buckets: it is set again only once its entry has
+// expired, by a request stamped at or after that expiry, so its new entry
+// goes to the same bucket or a later one, in a later record (or later in
+// the same record); the older record keeps the old copy until its own
+// bucket's tombstones.
+//
 // Restore reads the records in offset order and sets every entry of a
 // bucket record in turn: a key set again later (a later record, or later
 // in the same record) holds its later entry, as in memory. It then
