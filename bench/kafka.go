@@ -264,18 +264,21 @@ func kafkaRun(ctx context.Context, adm *kadm.Client, s *Stream, values [][]byte,
 	if row.Accepted, row.Decisions, err = countDecisions(ctx, cat, s, o); err != nil {
 		return row, produced, err
 	}
-	var seen, tombstones int
+	var seen, entries, tombstones int
 	err = readCommitted(ctx, cat.Name(topics.Seen), o, func(r *kgo.Record) error {
 		seen++
 		if r.Value == nil {
 			tombstones++
 		}
-		return nil
+		n, err := dedupe.SeenEntries(r)
+		entries += n
+		return err
 	})
 	if err != nil {
 		return row, produced, err
 	}
-	row.Note += fmt.Sprintf("; seen-set topic %.2f records per request, %.2f of them tombstones", float64(seen)/float64(len(values)), float64(tombstones)/float64(len(values)))
+	per := func(n int) float64 { return float64(n) / float64(len(values)) }
+	row.Note += fmt.Sprintf("; seen-set topic %.2f entries per request in %.2f records, %.2f of them tombstones", per(entries), per(seen), per(tombstones))
 	return row, produced, nil
 }
 

@@ -62,6 +62,9 @@ func RunTask(s *Stream, policy dedupe.Policy, partitions int32, txn int, f schem
 				return Row{}, fmt.Errorf("bench: task: process %d@%d: %w", rec.Partition, rec.Offset, err)
 			}
 		}
+		for _, t := range tasks {
+			t.Tick(&out) // as the runtime does after a batch: the seen-set's bucket records
+		}
 		for _, r := range out.Records() {
 			switch r.Topic {
 			case tp.Decisions:

@@ -76,7 +76,11 @@
 // names the version too. Stages of earlier versions read only JSON, so the
 // stage writes herald.seen/v1 on request (herald dedupe --seen-format v1)
 // for a rolling upgrade. `herald decode seen` prints a value as JSON, and
-// protoc --decode reads it with the .proto file.
+// protoc --decode reads it with the .proto file. Since herald.seen/v3 the
+// stage writes these entries in batches, a record per transaction and
+// expiry bucket (message SeenBatch in the same file, key
+// "bucket/<end>/<seq>"; processors/dedupe/batch.go), and per key only on
+// request (--seen-format v2 or v1).
 //
 // Times are Unix milliseconds (int64). Decisions use record time, never the
 // wall clock, so replaying a topic reproduces them.

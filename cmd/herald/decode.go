@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -27,16 +28,20 @@ var decodable = map[string]struct {
 // default) and printed as indented JSON for humans, its "schema" naming
 // the version read (ids of a herald.seen/v2 entry in hex). The v2
 // records are Protocol Buffers; every other herald record is JSON
-// already.
+// already. `herald decode seen-batch` reads a herald.seen/v3 record (keyed
+// "bucket/…" or "clock"): its times and its entries.
 //
 //	kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen
 //	kcat -C -t herald.decisions -p 3 -o 7 -c 1 -e -f '%s' | herald decode decision
 func runDecode(_ context.Context, args []string, stdout io.Writer) error {
-	const usage = "want 'herald decode seen|request|decision|accepted'"
+	const usage = "want 'herald decode seen|seen-batch|request|decision|accepted'"
 	if len(args) == 0 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
 	}
 	rec, ok := decodable[args[0]]
+	if args[0] == "seen-batch" { // herald.seen/v3: a bucket or clock record
+		rec, ok = decodable["seen"], true
+	}
 	if !ok {
 		return fmt.Errorf("%w: %s, got %q", errUsage, usage, args[0])
 	}
@@ -55,8 +60,13 @@ func runDecode(_ context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("decode %s: read --file: %w", args[0], err)
 	}
-	r := rec.new()
-	if err := schemas.Decode(b, r); err != nil {
+	var r any = rec.new()
+	if args[0] == "seen-batch" {
+		r, err = dedupe.DecodeSeenBatch(b)
+	} else {
+		err = schemas.Decode(b, r.(schemas.Record))
+	}
+	if err != nil {
 		return fmt.Errorf("%w: decode %s: %d bytes are not a %s value: %w", errUsage, args[0], len(b), rec.topic, err)
 	}
 	out, err := json.MarshalIndent(r, "", "  ")

@@ -9,7 +9,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/identity"
+	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/processors/dedupe"
 	"github.com/heraldhq/herald/schemas"
 )
 
@@ -107,7 +113,7 @@ func TestDecodeSeenUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no record is named", nil, "want 'herald decode seen|request|decision|accepted'"},
+		{"no record is named", nil, "want 'herald decode seen|seen-batch|request|decision|accepted'"},
 		{"a record without a binary version is refused by name", []string{"outcome"}, `got "outcome"`},
 		{"a value that is not a seen entry is named by its size", []string{"seen", "--file", garbage}, "2 bytes are not a herald.seen value"},
 		{"a value that is not a decision is named by its size", []string{"decision", "--file", truncated}, "2 bytes are not a herald.decisions value"},
@@ -126,4 +132,46 @@ func TestDecodeSeenUsageErrors(t *testing.T) {
 			t.Fatalf("error %v", err)
 		}
 	})
+}
+
+func TestDecodeSeenBatchPrintsABucketRecordsTimesAndEntries(t *testing.T) {
+	task := dedupe.NewTask(dedupe.Policy{DefaultWindowMs: 60_000, IdempotencyTTLMs: 60_000}, dedupe.Topics{Requests: "requests", Decisions: "decisions", Seen: "seen", Accepted: "accepted"}, 0)
+	r := schemas.Request{Tenant: "acme", Type: "invoice.paid", Recipient: "u1", Title: "Paid", DedupeKey: "inv_1", IDSource: "dedupe_key", RequestID: "call #1"}
+	r.NotificationID = identity.DedupeID(r.Tenant, r.Type, r.Recipient, r.DedupeKey)
+	v, err := schemas.Encode(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out stage.Out
+	if err := task.Process(&kgo.Record{Topic: "requests", Value: v, Offset: 41, Timestamp: time.UnixMilli(1_764_500_000_000)}, &out); err != nil {
+		t.Fatal(err)
+	}
+	task.Tick(&out)
+	var value []byte
+	for _, rec := range out.Records() {
+		if rec.Topic == "seen" {
+			value = rec.Value
+		}
+	}
+	file := filepath.Join(t.TempDir(), "value")
+	if err := os.WriteFile(file, value, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var printed bytes.Buffer
+	if err := runDecode(t.Context(), []string{"seen-batch", "--file", file}, &printed); err != nil {
+		t.Fatal(err)
+	}
+	var got dedupe.SeenBatch
+	if err := json.Unmarshal(printed.Bytes(), &got); err != nil {
+		t.Fatalf("%v in %s", err, printed.String())
+	}
+	want := schemas.SeenEntry{Schema: schemas.SeenEntryV2, Kind: schemas.SeenDedupe, Scope: r.NotificationID, NotificationID: r.NotificationID,
+		RequestID: "call #1", Outcome: schemas.DecisionAccepted, FirstAt: 1_764_500_000_000, ExpiresAt: 1_764_500_060_000, SourceOffset: 41}
+	if got.Schema != dedupe.SeenBatchV3 || got.StreamTime != 1_764_500_000_000 || len(got.Entries) != 1 || got.Entries[0] != want {
+		t.Fatalf("printed %+v, want stream time 1764500000000 and the entry %+v", got, want)
+	}
+	var usage bytes.Buffer
+	if err := runDecode(t.Context(), []string{"seen-batch", "--file", filepath.Join(t.TempDir(), "none")}, &usage); err == nil {
+		t.Fatal("no error for a missing file")
+	}
 }

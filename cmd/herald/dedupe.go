@@ -20,11 +20,11 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 	sf.register(fs, "dedupe", "herald-dedupe", "the seen-set", "re-decides the whole retained input against the restored seen-set")
 	var of opsFlags
 	of.register(fs)
-	seenFormat := fs.String("seen-format", "v2", "how the stage writes herald.seen entries: v2 (Protocol Buffers, schemas/seenpb/seen.proto) or v1 (JSON, for a rolling upgrade from a herald that reads only JSON); both are read either way")
+	seenFormat := fs.String("seen-format", "v3", "how the stage writes herald.seen: v3 (a record per transaction and expiry bucket, schemas/seenpb/seen.proto), v2 (a record per key, for a rolling upgrade from a herald that reads no v3) or v1 (a record per key in JSON, from a herald that reads only JSON); all are read either way")
 	recordFormat := formatFlag(fs, "record-format", "how the stage writes herald.decisions and herald.accepted: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a reader of an earlier herald that reads only JSON still runs); readers of this version read both")
 	addCheck(fs, func() error {
-		if *seenFormat != "v1" && *seenFormat != "v2" {
-			return badField("seen-format", "must be v1 or v2, got %q", *seenFormat)
+		if *seenFormat != "v1" && *seenFormat != "v2" && *seenFormat != "v3" {
+			return badField("seen-format", "must be v1, v2 or v3, got %q", *seenFormat)
 		}
 		return nil
 	})
@@ -47,6 +47,7 @@ func runDedupe(ctx context.Context, args []string, _ io.Writer) error {
 		Catalog:      kf.catalog(),
 		Policy:       policy,
 		SeenJSON:     *seenFormat == "v1",
+		SeenPerKey:   *seenFormat != "v3",
 		RecordFormat: schemas.Format(*recordFormat),
 	})
 	if err != nil {

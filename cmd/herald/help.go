@@ -39,14 +39,15 @@ var examples = map[string]string{
 	"deadletters show": "herald deadletters show 3-1042 --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000",
 	"deadletters redrive": "herald deadletters redrive --channel apns --error ExpiredProviderToken --since 24h --reason 'APNs key renewed' --dry-run\n" +
 		"herald deadletters redrive --id 3-1042,0-17 --reason 'endpoint back up' --by alice",
-	"emulate smtp":    "herald emulate smtp --addr 127.0.0.1:2525 --http-addr 127.0.0.1:4040 --reset-rate 0.05 --perm-fail-rate 0.01",
-	"decode seen":     "kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen",
-	"decode request":  "kcat -C -t herald.requests -p 3 -o 7 -c 1 -e -f '%s' | herald decode request",
-	"decode decision": "kcat -C -t herald.decisions -p 3 -o 7 -c 1 -e -f '%s' | herald decode decision",
-	"decode accepted": "kcat -C -t herald.accepted -p 0 -o 12 -c 1 -e -f '%s' | herald decode accepted",
-	"id":              "herald id --type invoice.paid --recipient user-42 --key '{\"invoice\":\"inv_2201\"}'",
-	"migrate":         "herald migrate --clickhouse-addr clickhouse:9000 --database herald --ttl-days 90",
-	"probe":           "herald probe http://127.0.0.1:9464/readyz",
+	"emulate smtp":      "herald emulate smtp --addr 127.0.0.1:2525 --http-addr 127.0.0.1:4040 --reset-rate 0.05 --perm-fail-rate 0.01",
+	"decode seen":       "kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen",
+	"decode seen-batch": "kcat -C -t herald.seen -p 0 -o 41 -c 1 -e -f '%s' | herald decode seen-batch",
+	"decode request":    "kcat -C -t herald.requests -p 3 -o 7 -c 1 -e -f '%s' | herald decode request",
+	"decode decision":   "kcat -C -t herald.decisions -p 3 -o 7 -c 1 -e -f '%s' | herald decode decision",
+	"decode accepted":   "kcat -C -t herald.accepted -p 0 -o 12 -c 1 -e -f '%s' | herald decode accepted",
+	"id":                "herald id --type invoice.paid --recipient user-42 --key '{\"invoice\":\"inv_2201\"}'",
+	"migrate":           "herald migrate --clickhouse-addr clickhouse:9000 --database herald --ttl-days 90",
+	"probe":             "herald probe http://127.0.0.1:9464/readyz",
 	"replay": "herald replay --brokers kafka-1:9092 --clickhouse-addr clickhouse:9000 --from 24h\n" +
 		"herald replay --stage route --config /etc/herald/herald.yaml\n" +
 		"herald replay --config /etc/herald/herald.yaml --what-if --from 7d --what-if-dedupe-window 1m --what-if-rate-limits 'chat.message=5/1h'\n" +
@@ -82,6 +83,7 @@ var verbSummaries = map[string]string{
 	"deadletters show":    "show one dead letter: the record, its error, its original input (secrets masked), its redrives, and its notification's audit timeline",
 	"deadletters redrive": "send a selection of dead letters back to the stage they failed in, exactly once, audited (--reason why, --by who); --dry-run writes nothing",
 	"decode seen":         "print a herald.seen value (Protocol Buffers or JSON) as JSON",
+	"decode seen-batch":   "print a herald.seen/v3 value (a record keyed bucket/… or clock) as JSON: its times and its entries",
 	"decode request":      "print a herald.requests value (Protocol Buffers or JSON) as JSON",
 	"decode decision":     "print a herald.decisions value (Protocol Buffers or JSON) as JSON",
 	"decode accepted":     "print a herald.accepted value (Protocol Buffers or JSON) as JSON",

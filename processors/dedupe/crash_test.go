@@ -92,14 +92,15 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 
 	var mu sync.Mutex
 	running := map[string]*instance{}
-	// Starts alternate between writing herald.seen/v2, herald.decision/v2
-	// and herald.accepted/v2 and their JSON versions (--seen-format,
-	// --record-format), so partitions move between instances writing
-	// either, every restore reads a changelog of both and the decisions
-	// checked below are of both, as in a rolling upgrade.
+	// Starts cycle through herald.seen's three forms (--seen-format: v3
+	// bucket records, v2 and v1 a record per key) and alternate between
+	// writing herald.decision/v2 and herald.accepted/v2 and their JSON
+	// versions (--record-format), so partitions move between instances
+	// writing any, every restore reads a changelog of all and the
+	// decisions checked below are of both, as in a rolling upgrade.
 	starts := 0
 	start := func(id string) {
-		format := []string{"v2", "v1"}[starts%2]
+		seenFormat, format := []string{"v3", "v2", "v1"}[starts%3], []string{"v2", "v1"}[starts%2]
 		starts++
 		logf, err := os.OpenFile(filepath.Join(logDir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
@@ -107,7 +108,7 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 		}
 		cmd := exec.Command(bin, "dedupe", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
 			"--partitions", fmt.Sprint(partitions), "--replication", "1", "--instance-id", id, "--group", group,
-			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--seen-format", format, "--record-format", format)
+			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--seen-format", seenFormat, "--record-format", format)
 		cmd.Env = append(os.Environ(), "HERALD_LOG_LEVEL=warn")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
@@ -248,8 +249,8 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 			formats[header(r)]++
 		}
 	}
-	if formats[schemas.SeenEntryV1] == 0 || formats[schemas.SeenEntryV2] == 0 || len(formats) != 2 {
-		t.Fatalf("herald.seen entries by schema %v: want both versions, and only them", formats)
+	if formats[schemas.SeenEntryV1] == 0 || formats[schemas.SeenEntryV2] == 0 || formats[SeenBatchV3] == 0 || len(formats) != 3 {
+		t.Fatalf("herald.seen records by schema %v: want the three versions, and only them", formats)
 	}
 	t.Logf("herald.seen entries by schema: %v", formats)
 	if len(versions) != 4 {

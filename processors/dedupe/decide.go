@@ -31,10 +31,15 @@
 // (record time, never the wall clock), so replaying herald.requests through
 // Decide (with the same Policy, SkewAllowanceMs included) reproduces every
 // decision. An entry is live for a request stamped before its expiry.
-// Expired entries are deleted with a tombstone once the partition's stream
-// time (the newest record time seen) passes their expiry plus
-// SkewAllowanceMs; an entry found expired at lookup is treated as absent
-// whether or not its tombstone was written yet.
+// Expired entries are deleted once the partition's stream time (the newest
+// record time seen) passes their expiry plus SkewAllowanceMs; an entry
+// found expired at lookup is treated as absent whether or not it was
+// deleted yet. On herald.seen the entries of one transaction and one
+// expiry bucket are one record, tombstoned once every entry in it is
+// deleted, and a restore deletes what the stage had deleted, so a
+// restored stage decides as the one before it (batch.go; the per-key
+// layout of earlier versions, a record and a tombstone a key, is still
+// read, and written on request for a rolling upgrade).
 //
 // Hazard: clocks. Record time is the producer's clock (the API's, or an SDK
 // producer's: herald.requests keeps CreateTime). A request stamped Δ ahead

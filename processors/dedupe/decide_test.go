@@ -42,7 +42,15 @@ type sent struct {
 // any other partition fails the test.
 func runTask(t *testing.T, p Policy, reqs []sent) (outcomes []string, accepted []string, task *Task) {
 	t.Helper()
+	return runTaskLayout(t, p, reqs, false)
+}
+
+// runTaskLayout is runTask with the task writing the per-key layout
+// (Task.SeenPerKey) or the batched one.
+func runTaskLayout(t *testing.T, p Policy, reqs []sent, perKey bool) (outcomes []string, accepted []string, task *Task) {
+	t.Helper()
 	task = NewTask(p, testTopics, runPartition)
+	task.SeenPerKey = perKey
 	base := time.UnixMilli(1_764_500_000_000)
 	for i, s := range reqs {
 		b, err := schemas.Encode(s.r)
@@ -54,6 +62,7 @@ func runTask(t *testing.T, p Policy, reqs []sent) (outcomes []string, accepted [
 		if err := task.Process(rec, &out); err != nil {
 			t.Fatal(err)
 		}
+		task.Tick(&out)
 		task.Commit()
 		for _, o := range outRecords(&out) {
 			switch o.Topic {
@@ -210,26 +219,35 @@ func TestAnAbortedTransactionLeavesTheSeenSetAsCommitted(t *testing.T) {
 
 func TestExpiredEntriesAreTombstonedOnStreamTime(t *testing.T) {
 	p := Policy{DefaultWindowMs: 1000, IdempotencyTTLMs: 1000}
-	_, _, task := runTask(t, p, []sent{{req("a", "k1", "i1"), 0}, {req("b", "k2", ""), 500 * time.Millisecond}})
-	if task.Len() != 3 {
-		t.Fatalf("live entries = %d, want 3", task.Len())
-	}
-	r := req("c", "k3", "")
-	b, _ := schemas.Encode(r)
-	var out stage.Out
-	task.Process(&kgo.Record{Topic: "requests", Partition: runPartition, Value: b, Offset: 9, Timestamp: time.UnixMilli(1_764_500_000_000 + 1000)}, &out)
-	task.Commit()
-	var tombstones int
-	for _, o := range outRecords(&out) {
-		if o.Topic == "seen" && o.Value == nil {
-			tombstones++
-			if o.Partition != runPartition {
-				t.Errorf("tombstone for partition %d, want the input's %d", o.Partition, runPartition)
+	for _, perKey := range []bool{true, false} {
+		// In the per-key layout each expired key gets its tombstone; in the
+		// batched one the keys leave memory alike, and their bucket record is
+		// tombstoned once the bucket ends (TestABucketsTombstones...).
+		want := map[bool]int{true: 2, false: 0}[perKey]
+		t.Run(fmt.Sprintf("per-key layout %v: %d tombstones", perKey, want), func(t *testing.T) {
+			_, _, task := runTaskLayout(t, p, []sent{{req("a", "k1", "i1"), 0}, {req("b", "k2", ""), 500 * time.Millisecond}}, perKey)
+			if task.Len() != 3 {
+				t.Fatalf("live entries = %d, want 3", task.Len())
 			}
-		}
-	}
-	if tombstones != 2 || task.Len() != 2 {
-		t.Fatalf("tombstones = %d, live = %d; want 2 tombstones (k1, i1) and 2 live (k2, k3)", tombstones, task.Len())
+			r := req("c", "k3", "")
+			b, _ := schemas.Encode(r)
+			var out stage.Out
+			task.Process(&kgo.Record{Topic: "requests", Partition: runPartition, Value: b, Offset: 9, Timestamp: time.UnixMilli(1_764_500_000_000 + 1000)}, &out)
+			task.Tick(&out)
+			task.Commit()
+			var tombstones int
+			for _, o := range outRecords(&out) {
+				if o.Topic == "seen" && o.Value == nil {
+					tombstones++
+					if o.Partition != runPartition {
+						t.Errorf("tombstone for partition %d, want the input's %d", o.Partition, runPartition)
+					}
+				}
+			}
+			if tombstones != want || task.Len() != 2 {
+				t.Fatalf("tombstones = %d, live = %d; want %d tombstones (k1, i1) and 2 live (k2, k3)", tombstones, task.Len(), want)
+			}
+		})
 	}
 }
 

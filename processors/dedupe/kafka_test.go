@@ -3,6 +3,7 @@ package dedupe
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/schemas/seenpb"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -132,8 +134,9 @@ func TestTheSeenSetTopicKeepsOnlyLiveKeys(t *testing.T) {
 	p := Policy{DefaultWindowMs: 1000, IdempotencyTTLMs: 1000}
 	runStage(t, brokers, cat, "i1", p)
 
-	// 40 keys at t=0..39 ms; then 10 keys at t=5 s, which pushes stream time
-	// past the first 40's windows in both partitions.
+	// 40 keys at t=0..39 ms; then 10 keys at t=2 min, which pushes stream
+	// time past the first 40's windows and the end of their expiry bucket
+	// in both partitions.
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	var reqs []schemas.Request
 	var times []time.Time
@@ -142,39 +145,51 @@ func TestTheSeenSetTopicKeepsOnlyLiveKeys(t *testing.T) {
 		reqs = append(reqs, r)
 		at := base.Add(time.Duration(i) * time.Millisecond)
 		if i >= 40 {
-			at = base.Add(5 * time.Second)
+			at = base.Add(2 * time.Minute)
 		}
 		times = append(times, at)
 	}
-	produceRequests(t, brokers, cat, reqs, func(i int) time.Time { return times[i] })
+	// The 40 first, decided (and their bucket records written) before the
+	// 10 come: in one transaction with them, entries due by its end would
+	// not be written at all.
+	produceRequests(t, brokers, cat, reqs[:40], func(i int) time.Time { return times[i] })
+	waitDecisions(t, brokers, cat, 40, time.Minute)
+	produceRequests(t, brokers, cat, reqs[40:], func(i int) time.Time { return times[40+i] })
 	waitDecisions(t, brokers, cat, len(reqs), time.Minute)
 
-	latest := map[string][]byte{}
+	latest := map[string][]byte{} // by partition and key: each partition numbers its own bucket records
 	for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Seen)) {
-		latest[string(r.Key)] = r.Value
+		latest[fmt.Sprintf("%d %s", r.Partition, r.Key)] = r.Value
 	}
+	// The records are bucket records (batch.go): a key is live while a
+	// record holding it is.
 	var live, tombstoned int
-	for key, v := range latest {
+	var m seenpb.SeenEntry
+	for pk, v := range latest {
+		_, key, _ := strings.Cut(pk, " ")
+		if _, _, ok := parseBucketKey([]byte(key)); !ok {
+			continue // the clock
+		}
 		if v == nil {
 			tombstoned++
 			continue
 		}
-		live++
-		var e schemas.SeenEntry
-		if err := schemas.Decode(v, &e); err != nil {
+		if _, _, err := readBatch(v, &m, func(m *seenpb.SeenEntry) {
+			live++
+			if m.ExpiresAt <= base.Add(2*time.Minute).UnixMilli() {
+				t.Errorf("key %x expired at %d but its record %s has no tombstone", m.Scope, m.ExpiresAt, key)
+			}
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if e.ExpiresAt <= base.Add(5*time.Second).UnixMilli() {
-			t.Errorf("key %s expired at %d but has no tombstone", key, e.ExpiresAt)
-		}
 	}
-	// Each partition's stream time reaches 5 s only if one of the last ten
-	// keys lands in it; with 2 partitions and 10 keys that is all but
+	// Each partition's stream time reaches 2 min only if one of the last
+	// ten keys lands in it; with 2 partitions and 10 keys that is all but
 	// certain, and the assertion above is exact either way.
-	if live+tombstoned != 50 || live < 10 {
-		t.Fatalf("live %d, tombstoned %d; want 50 keys, at least the 10 newest live", live, tombstoned)
+	if live != 10 {
+		t.Fatalf("%d live keys; want the 10 newest", live)
 	}
 	if tombstoned == 0 {
-		t.Fatal("no key was tombstoned")
+		t.Fatal("no bucket record was tombstoned")
 	}
 }

@@ -40,6 +40,7 @@ func header(r *kgo.Record) string {
 func TestAnAcceptedRequestEmitsItsDecisionItsSeenEntriesAndItsNotification(t *testing.T) {
 	p := Policy{DefaultWindowMs: 1000, TypeWindowMs: map[string]int64{"invoice.paid": 0}, IdempotencyTTLMs: 5000}
 	task := NewTask(p, testTopics, 3)
+	task.SeenPerKey = true // the batched layout: TestABucketRecord...
 	r := req("paid", "inv_1", "evt_1")
 	r.Payload, r.Locale, r.Channels, r.Producer, r.CreatedAt = json.RawMessage(`{"amount":1}`), "fr-FR", []string{"apns"}, "billing", 42
 	at := time.UnixMilli(10_000)

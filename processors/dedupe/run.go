@@ -23,6 +23,12 @@ type Options struct {
 	// JSON, until no instance of one runs (see "Seen entries" in package
 	// schemas).
 	SeenJSON bool
+	// SeenPerKey writes herald.seen in the per-key layout (herald.seen/v2,
+	// or v1 with SeenJSON) instead of bucket records (herald.seen/v3, see
+	// batch.go), for a rolling upgrade from a herald that reads no v3, until
+	// no instance of one runs. The stage reads every layout whatever this
+	// says.
+	SeenPerKey bool
 	// RecordFormat is how the stage writes its decisions and accepted
 	// notifications: schemas.FormatBinary (the zero value: herald.decision/v2
 	// and herald.accepted/v2, Protocol Buffers) or schemas.FormatJSON (v1,
@@ -64,6 +70,7 @@ func New(o Options) (*stage.Runner, error) {
 		task := NewTask(o.Policy, t, p)
 		task.decisions = decisions.Tally()
 		task.SeenJSON = o.SeenJSON
+		task.SeenPerKey = o.SeenPerKey
 		task.RecordFormat = o.RecordFormat
 		return task
 	}

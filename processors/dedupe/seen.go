@@ -50,6 +50,11 @@ const (
 	flagContent uint8 = 1 << iota
 	// flagStrings: some field is in seenStrings (see strs).
 	flagStrings
+	// flagPerKey: the entry's record on herald.seen is a record of its own
+	// key (the per-key layout, herald.seen/v1 and v2), which a tombstone of
+	// that key must delete once the entry expires or is replaced (see
+	// batch.go); without it the entry is in a bucket record.
+	flagPerKey
 )
 
 // seenVal is one seen-set entry in memory, without pointers.

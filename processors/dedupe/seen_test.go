@@ -133,7 +133,7 @@ func TestBothSeenFormatsRestoreTheSameSeenSet(t *testing.T) {
 	logs := map[bool][]*kgo.Record{}
 	for _, seenJSON := range []bool{false, true} {
 		task := NewTask(p, testTopics, 0)
-		task.SeenJSON = seenJSON
+		task.SeenJSON, task.SeenPerKey = seenJSON, true
 		for i := 0; i < len(sends); i += 100 {
 			x := feed(t, task, int64(i), sends[i:i+100])
 			task.Commit()

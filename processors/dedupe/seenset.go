@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/schemas"
+	"github.com/heraldhq/herald/schemas/seenpb"
 )
 
 // SeenSet is a read-only copy of the dedupe stage's seen-set, built from
@@ -24,21 +25,39 @@ import (
 // entries name it as their source). It is safe for one goroutine applying
 // records and any number deciding at once.
 type SeenSet struct {
-	rd seenReader // Apply's
+	rd seenReader       // Apply's
+	m  seenpb.SeenEntry // Apply's, for bucket records
 
 	mu    sync.RWMutex
-	parts map[int32]*[2]*seenTable
+	parts map[int32]*seenPart
 	order []int32 // the partitions, ascending: where a lookup looks first
 }
 
 // NewSeenSet returns an empty SeenSet.
-func NewSeenSet() *SeenSet { return &SeenSet{parts: map[int32]*[2]*seenTable{}} }
+func NewSeenSet() *SeenSet { return &SeenSet{parts: map[int32]*seenPart{}} }
 
-// Apply applies one herald.seen record: the entry under its key set, or
-// deleted by a tombstone. A value that is not a seen entry is an error and
-// changes nothing; a key in neither of the stage's forms is skipped, as
-// the stage skips it (see Task.Restore).
+// seenPart is the copy of one herald.seen partition.
+type seenPart struct {
+	t       [2]*seenTable // by kind
+	sweptTo int64         // the largest sweep time read
+	sets    int           // entries of bucket records set since the last sweep
+}
+
+// Apply applies one herald.seen record: in the per-key layout the entry
+// under its key set, or deleted by a tombstone; in the batched layout
+// (batch.go) a bucket record's entries set in turn, and the entries that
+// expire at or before the sweep time the records carry deleted now and
+// then (sweepEvery). A value that is not a seen entry (or batch) is an
+// error and changes nothing; a key in none of the stage's forms is
+// skipped, as the stage skips it (see Task.Restore).
 func (s *SeenSet) Apply(r *kgo.Record) error {
+	_, _, isBucket := parseBucketKey(r.Key)
+	if isBucket || string(r.Key) == clockKey {
+		if r.Value == nil {
+			return nil // a bucket's entries are deleted by the sweep time
+		}
+		return s.applyBatch(r)
+	}
 	k, ok := parseSeenKey(r.Key)
 	var v seenVal
 	var strs seenStrings
@@ -53,22 +72,68 @@ func (s *SeenSet) Apply(r *kgo.Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.parts[r.Partition]
-	if t == nil {
-		if r.Value == nil {
-			return nil
-		}
-		t = &[2]*seenTable{newSeenTable(r.Partition, true), newSeenTable(r.Partition, false)}
-		s.parts[r.Partition] = t
-		s.order = append(s.order, r.Partition)
-		slices.Sort(s.order)
-	}
-	if r.Value == nil {
-		t[k.kind-1].delete(&k.id)
+	p := s.part(r.Partition, r.Value != nil)
+	if p == nil {
 		return nil
 	}
-	t[k.kind-1].set(&k.id, v, strs)
+	if r.Value == nil {
+		if old, _, found := p.t[k.kind-1].get(&k.id); found && old.flags&flagPerKey != 0 {
+			p.t[k.kind-1].delete(&k.id)
+		}
+		return nil
+	}
+	v.flags |= flagPerKey
+	p.t[k.kind-1].set(&k.id, v, strs)
 	return nil
+}
+
+// sweepEvery is how many entries a partition's copy sets, at least,
+// between two sweeps; a sweep also waits for as many as half its entries,
+// so sweeping costs a constant time an entry set.
+const sweepEvery = 4096
+
+// applyBatch applies a bucket or clock record.
+func (s *SeenSet) applyBatch(r *kgo.Record) error {
+	// Checked whole before anything is set, so that an error changes nothing.
+	if _, _, err := readBatch(r.Value, &s.m, func(*seenpb.SeenEntry) {}); err != nil {
+		return fmt.Errorf("dedupe: seen-set copy: key %q: %w", r.Key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var p *seenPart
+	_, sweptTo, _ := readBatch(r.Value, &s.m, func(m *seenpb.SeenEntry) {
+		if p == nil {
+			p = s.part(r.Partition, true)
+		}
+		k := keyOfV2(m)
+		v, strs := valOfV2(m)
+		p.t[k.kind-1].set(&k.id, v, strs)
+		p.sets++
+	})
+	if p == nil {
+		if p = s.part(r.Partition, false); p == nil {
+			return nil
+		}
+	}
+	p.sweptTo = max(p.sweptTo, sweptTo)
+	if n := p.t[0].len() + p.t[1].len(); p.sets >= sweepEvery && p.sets*2 >= n {
+		p.t[0].sweep(p.sweptTo)
+		p.t[1].sweep(p.sweptTo)
+		p.sets = 0
+	}
+	return nil
+}
+
+// part returns the copy of a partition, made if create is set.
+func (s *SeenSet) part(partition int32, create bool) *seenPart {
+	p := s.parts[partition]
+	if p == nil && create {
+		p = &seenPart{t: [2]*seenTable{newSeenTable(partition, true), newSeenTable(partition, false)}}
+		s.parts[partition] = p
+		s.order = append(s.order, partition)
+		slices.Sort(s.order)
+	}
+	return p
 }
 
 // Len is the number of entries held.
@@ -77,7 +142,7 @@ func (s *SeenSet) Len() int {
 	defer s.mu.RUnlock()
 	n := 0
 	for _, t := range s.parts {
-		n += t[0].len() + t[1].len()
+		n += t.t[0].len() + t.t[1].len()
 	}
 	return n
 }
@@ -101,7 +166,7 @@ type seenSetStore struct {
 // of its own) is found where it was written first by partition number.
 func (st seenSetStore) get(k seenKey) (seenVal, seenStrings, bool) {
 	for _, p := range st.s.order {
-		if v, strs, ok := st.s.parts[p][k.kind-1].get(&k.id); ok {
+		if v, strs, ok := st.s.parts[p].t[k.kind-1].get(&k.id); ok {
 			return v, strs, true
 		}
 	}

@@ -44,6 +44,7 @@ const (
 	packedLive    = 1 << 2 // the position holds a key
 	packedContent = 1 << 3 // the content hash beside it is the entry's
 	packedSide    = 1 << 4 // the entry is kept whole in side
+	packedPerKey  = 1 << 5 // flagPerKey
 )
 
 // Every outcome code fits packedOutcome (a compile error otherwise).
@@ -159,6 +160,9 @@ func (s *seenTable) entry(pos uint32) (seenVal, seenStrings) {
 		v.content = s.contents[pos>>chunkBits][pos&(chunkLen-1)]
 		v.flags |= flagContent
 	}
+	if p.bits&packedPerKey != 0 {
+		v.flags |= flagPerKey
+	}
 	return v, seenStrings{}
 }
 
@@ -194,6 +198,9 @@ func (s *seenTable) write(pos uint32, id *[16]byte, v seenVal, strs seenStrings)
 		return
 	}
 	*p = packed{id: *id, notification: v.notification, request: v.request, bits: packedLive | v.outcome}
+	if v.flags&flagPerKey != 0 {
+		p.bits |= packedPerKey
+	}
 	putUint(p.firstAt[:], uint64(v.firstAt))
 	putUint(p.window[:], uint64(window))
 	putUint(p.offset[:], uint64(v.offset))
@@ -267,6 +274,24 @@ func (s *seenTable) grow() {
 		}
 		s.index[slot] = s.slotValue(h, pos)
 	}
+}
+
+// sweep deletes every entry in a bucket record (not flagPerKey) that
+// expires at or before now, and returns how many it deleted.
+func (s *seenTable) sweep(now int64) int {
+	n := 0
+	for pos := range s.used {
+		p := s.at(pos)
+		if p.bits&packedLive == 0 {
+			continue
+		}
+		if v, _ := s.entry(pos); v.flags&flagPerKey == 0 && v.expiresAt <= now {
+			id := p.id
+			s.delete(&id)
+			n++
+		}
+	}
+	return n
 }
 
 // keyAt returns the id at pos, and whether pos holds a key.

@@ -48,6 +48,26 @@ type Task struct {
 	popped  []poppedItem      // popped from queued in this transaction, re-queued on abort
 
 	streamTime, pendingStreamTime int64
+	// sweptTo is the sweep time: every entry expiring at or before it is
+	// deleted (the stream time less the skew allowance, never moving back;
+	// restored from herald.seen, see batch.go). pendingSweptTo is the open
+	// transaction's.
+	sweptTo, pendingSweptTo int64
+	// unsettled: restored entries may expire at or before sweptTo; they
+	// are deleted before anything else reads the seen-set (settle).
+	unsettled bool
+
+	// The batched layout (batch.go): the live buckets, the bucket records
+	// being filled in the open transaction (open, by end in openIdx), the
+	// buffers of records emitted in it (used) and the free ones.
+	bk                 buckets
+	open               []openBucket
+	openIdx            map[int64]int32
+	usedBufs, freeBufs [][]byte
+	// txnChanged: the open transaction deleted entries, tombstoned a
+	// bucket or wrote a bucket record before its last request, so its
+	// final times must be written (a bucket record or the clock).
+	txnChanged bool
 
 	// replyTo is the reply partition the record being processed asks for
 	// (internal/reply), -1 for none.
@@ -58,13 +78,18 @@ type Task struct {
 	// SeenJSON: write herald.seen entries as JSON (herald.seen/v1), not
 	// herald.seen/v2 (see Options.SeenJSON). Restore reads both.
 	SeenJSON bool
+	// SeenPerKey: write a record a key (herald.seen/v2, or v1 with
+	// SeenJSON), not bucket records (herald.seen/v3; see Options.SeenPerKey).
+	// Restore reads every layout.
+	SeenPerKey bool
 	// RecordFormat: how decisions and accepted notifications are written
 	// (see Options.RecordFormat).
 	RecordFormat schemas.Format
 
 	out    slab
-	dec    schemas.Decoder // for Process's requests
-	seenRd seenReader      // for Restore
+	dec    schemas.Decoder  // for Process's requests
+	seenRd seenReader       // for Restore
+	batchM seenpb.SeenEntry // for Restore's bucket records
 	fx     effects
 	req    schemas.Request
 	draft  struct { // records being encoded, kept here so they do not escape
@@ -80,6 +105,9 @@ type pendingVal struct {
 	val     seenVal
 	strs    seenStrings
 	deleted bool
+	// logged: the key was written to a bucket record in this transaction
+	// (kept when a later change replaces this one).
+	logged bool
 }
 
 // pendingChange is the open transaction's latest change of a key.
@@ -104,7 +132,25 @@ func NewTask(p Policy, t Topics, partition int32) *Task {
 }
 
 // Len is the number of committed seen-set entries.
-func (t *Task) Len() int { return t.seen[0].len() + t.seen[1].len() }
+func (t *Task) Len() int {
+	t.settle()
+	return t.seen[0].len() + t.seen[1].len()
+}
+
+// perKey reports whether the task writes the per-key layout.
+func (t *Task) perKey() bool { return t.SeenPerKey || t.SeenJSON }
+
+// settle deletes the restored entries that expire at or before the
+// restored sweep time (see "Restore" in batch.go). Their queued items are
+// then stale and skipped.
+func (t *Task) settle() {
+	if !t.unsettled {
+		return
+	}
+	t.unsettled = false
+	t.seen[0].sweep(t.sweptTo)
+	t.seen[1].sweep(t.sweptTo)
+}
 
 // table is the committed table of a kind.
 func (t *Task) table(kind seenKind) *seenTable { return t.seen[kind-1] }
@@ -112,6 +158,7 @@ func (t *Task) table(kind seenKind) *seenTable { return t.seen[kind-1] }
 // setPending notes a change of the open transaction.
 func (t *Task) setPending(k seenKey, p pendingVal) {
 	if i, ok := t.pending[k]; ok {
+		p.logged = p.logged || t.changes[i].logged
 		t.changes[i].pendingVal = p
 		return
 	}
@@ -129,11 +176,33 @@ func (t *Task) dropPending() {
 // Restore implements stage.Task. A value that is not a seen entry fails the
 // restore; an entry under a key in neither of the stage's forms
 // ("idem/<id>", "dedupe/<id>") is skipped, as no request can look it up.
+//
+// Records of the batched layout (batch.go) set their entries in turn; a
+// bucket's tombstone ends the bucket, and the entries of ended buckets are
+// deleted by the sweep time the records carry (settle). A per-key
+// tombstone deletes its key only when the key's entry is still the one of
+// a per-key record.
 func (t *Task) Restore(r *kgo.Record) error {
+	if end, seq, ok := parseBucketKey(r.Key); ok {
+		if r.Value == nil {
+			t.bk.dead(end)
+			return nil
+		}
+		t.bk.restored(end, seq)
+		return t.restoreBatch(r)
+	}
+	if string(r.Key) == clockKey {
+		if r.Value == nil {
+			return nil
+		}
+		return t.restoreBatch(r)
+	}
 	k, ok := parseSeenKey(r.Key)
 	if r.Value == nil {
 		if ok {
-			t.table(k.kind).delete(&k.id)
+			if v, _, found := t.table(k.kind).get(&k.id); found && v.flags&flagPerKey != 0 {
+				t.table(k.kind).delete(&k.id)
+			}
 		}
 		return nil
 	}
@@ -144,10 +213,34 @@ func (t *Task) Restore(r *kgo.Record) error {
 	if !ok {
 		return nil
 	}
+	v.flags |= flagPerKey
+	t.restored(k, v, s, v.firstAt)
+	return nil
+}
+
+// restored sets a restored entry; streamTime is a stream time the
+// partition reached when it was written.
+func (t *Task) restored(k seenKey, v seenVal, s seenStrings, streamTime int64) {
 	pos := t.table(k.kind).set(&k.id, v, s)
 	t.queued[k.kind-1].push(newPosItem(v.expiresAt, pos))
-	t.streamTime = max(t.streamTime, v.firstAt)
+	t.streamTime = max(t.streamTime, streamTime)
 	t.pendingStreamTime = t.streamTime
+}
+
+// restoreBatch restores a bucket or clock record (herald.seen/v3).
+func (t *Task) restoreBatch(r *kgo.Record) error {
+	streamTime, sweptTo, err := readBatch(r.Value, &t.batchM, func(m *seenpb.SeenEntry) {
+		v, s := valOfV2(m)
+		t.restored(keyOfV2(m), v, s, v.firstAt)
+	})
+	if err != nil {
+		return fmt.Errorf("dedupe: restore seen-set key %q: %w", r.Key, err)
+	}
+	t.streamTime = max(t.streamTime, streamTime)
+	t.pendingStreamTime = t.streamTime
+	t.sweptTo = max(t.sweptTo, sweptTo)
+	t.pendingSweptTo = t.sweptTo
+	t.unsettled = true
 	return nil
 }
 
@@ -206,6 +299,7 @@ func (t *Task) decisionID(src Source) string {
 func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	at := r.Timestamp.UnixMilli()
 	src := Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	t.settle()
 	t.replyTo = -1
 	if p, ok := reply.Partition(r, t.topics.ReplyPartitions); ok && t.topics.Replies != "" {
 		t.replyTo = p
@@ -307,12 +401,148 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 	if err := t.emitDecision(&fx.decision, at, out); err != nil {
 		return err
 	}
+	if !t.perKey() {
+		for i := range fx.n {
+			t.setBatched(&fx.changes[i], fx, out)
+		}
+	} else if err := t.emitPerKey(req, at, out); err != nil {
+		return err
+	}
+	if fx.accepted {
+		hs := t.headers(acceptedHeaders, acceptedV2Headers)
+		if t.replyTo >= 0 {
+			hs = reply.AppendHeader(hs, t.replyTo) // the route stage answers too
+		}
+		return t.emitAccepted(req, at, hs, out)
+	}
+	return nil
+}
+
+// setBatched sets one entry in the batched layout: written to its
+// bucket's record unless already due, the per-key record it replaces (if
+// any) tombstoned first.
+func (t *Task) setBatched(c *change, fx *effects, out *stage.Out) {
+	i, changed := t.pending[c.key]
+	if !changed {
+		if v, _, ok := t.table(c.key.kind).get(&c.key.id); ok && v.flags&flagPerKey != 0 {
+			t.tombstoneKey(c.key, out)
+		}
+	}
+	logged := false
+	if c.val.expiresAt > t.pendingSweptTo {
+		if changed && t.changes[i].logged {
+			// Written already in this transaction, maybe to a bucket record
+			// emitted after this entry's: the records so far go first, so a
+			// restore reads the key's entries in the order they were set.
+			t.flushOpen(out)
+		}
+		ob := t.openFor(bucketEnd(c.val.expiresAt))
+		c.entryV2(&t.draft.seenV2, fx)
+		ob.buf = appendBatchEntry(ob.buf, &t.draft.seenV2)
+		ob.n++
+		if ob.n >= batchEntries || len(ob.buf) >= batchBytes {
+			t.flushBucket(ob, out)
+			t.txnChanged = true
+		}
+		logged = true
+	}
+	t.setPending(c.key, pendingVal{val: c.val, strs: c.strs, logged: logged})
+	// Queued now so it can expire within this transaction.
+	t.pendQ.push(expiryItem{key: c.key, at: c.val.expiresAt})
+}
+
+// tombstoneKey emits the tombstone of k's per-key record.
+func (t *Task) tombstoneKey(k seenKey, out *stage.Out) {
+	r := t.out.newRecord()
+	r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(k.appendKey(t.out.reserve(textRoom))), t.partition
+	out.Emit(r)
+}
+
+// openFor returns the open transaction's record of the bucket ending at
+// end, opening it if need be.
+func (t *Task) openFor(end int64) *openBucket {
+	if i, ok := t.openIdx[end]; ok {
+		return &t.open[i]
+	}
+	if t.openIdx == nil {
+		t.openIdx = map[int64]int32{}
+	}
+	t.openIdx[end] = int32(len(t.open))
+	t.open = append(t.open, openBucket{end: end, buf: t.newBuf()})
+	return &t.open[len(t.open)-1]
+}
+
+func (t *Task) newBuf() []byte {
+	if n := len(t.freeBufs); n > 0 {
+		b := t.freeBufs[n-1]
+		t.freeBufs = t.freeBufs[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, 4<<10)
+}
+
+// flushBucket emits ob's entries as the bucket's next record, with the
+// partition's stream and sweep times so far, unless every one of them is
+// due by now (the bucket is then tombstoned, or will be before it could
+// be restored: see batch.go), and empties ob.
+func (t *Task) flushBucket(ob *openBucket, out *stage.Out) bool {
+	if ob.n == 0 {
+		return false
+	}
+	if ob.end-1 <= t.pendingSweptTo {
+		ob.buf, ob.n = ob.buf[:0], 0
+		return false
+	}
+	seq := t.bk.next(ob.end)
+	v := appendBatchTimes(ob.buf, t.pendingStreamTime, t.pendingSweptTo)
+	key := t.out.bytes(appendBucketKey(t.out.reserve(textRoom), ob.end, seq))
+	r := t.out.recordOf(t.topics.Seen, key, v, seenBatchHeaders, t.pendingStreamTime)
+	r.Partition = t.partition
+	out.Emit(r)
+	t.usedBufs = append(t.usedBufs, v) // the record's until the transaction ends
+	ob.buf, ob.n = t.newBuf(), 0
+	return true
+}
+
+// flushOpen emits every open bucket record with entries and reports
+// whether it emitted any.
+func (t *Task) flushOpen(out *stage.Out) bool {
+	any := false
+	for i := range t.open {
+		if t.flushBucket(&t.open[i], out) {
+			any = true
+		}
+	}
+	return any
+}
+
+// endOpen forgets the open transaction's bucket records, reusing their
+// buffers and those of the records it emitted.
+func (t *Task) endOpen() {
+	for i := range t.open {
+		t.freeBufs = append(t.freeBufs, t.open[i].buf[:0])
+	}
+	clear(t.open)
+	t.open = t.open[:0]
+	clear(t.openIdx)
+	for _, b := range t.usedBufs {
+		t.freeBufs = append(t.freeBufs, b[:0])
+	}
+	clear(t.usedBufs)
+	t.usedBufs = t.usedBufs[:0]
+	t.txnChanged = false
+}
+
+// emitPerKey emits the entries of fx in the per-key layout.
+func (t *Task) emitPerKey(req *schemas.Request, at int64, out *stage.Out) error {
+	fx := &t.fx
 	content := ""
 	if fx.hasSum && t.SeenJSON {
 		content = t.out.text(hex.AppendEncode(t.out.reserve(textRoom), fx.sum[:]))
 	}
 	for i := range fx.n {
 		c := &fx.changes[i]
+		c.val.flags |= flagPerKey
 		key := c.key.appendKey(t.out.reserve(textRoom))
 		var r *kgo.Record
 		if t.SeenJSON {
@@ -334,13 +564,6 @@ func (t *Task) emit(req *schemas.Request, at int64, out *stage.Out) error {
 		// Queued now so it can expire within this transaction.
 		t.pendQ.push(expiryItem{key: c.key, at: c.val.expiresAt})
 	}
-	if fx.accepted {
-		hs := t.headers(acceptedHeaders, acceptedV2Headers)
-		if t.replyTo >= 0 {
-			hs = reply.AppendHeader(hs, t.replyTo) // the route stage answers too
-		}
-		return t.emitAccepted(req, at, hs, out)
-	}
 	return nil
 }
 
@@ -361,25 +584,59 @@ func (t *Task) emitAccepted(req *schemas.Request, at int64, hs []kgo.RecordHeade
 // Tick implements stage.Task. The dedupe stage has no wall-clock timers:
 // expiry runs on stream time inside Process, so decisions never depend on
 // how records were batched.
-func (t *Task) Tick(*stage.Out) {}
+//
+// Tick ends the transaction's writes to herald.seen in the batched layout:
+// the open bucket records are emitted, or, when the transaction changed
+// the seen-set otherwise, the clock record with its final times.
+func (t *Task) Tick(out *stage.Out) {
+	if t.flushOpen(out) || !t.txnChanged {
+		return
+	}
+	v := appendBatchTimes(t.out.reserve(textRoom), t.pendingStreamTime, t.pendingSweptTo)
+	r := t.out.recordOf(t.topics.Seen, t.out.bytes(append(t.out.reserve(textRoom), clockKey...)), v, seenBatchHeaders, t.pendingStreamTime)
+	r.Partition = t.partition
+	out.Emit(r)
+	t.txnChanged = false
+}
 
 // expire tombstones entries whose expiry the partition's stream time (the
 // newest record time so far, this record's included) has passed by the
 // policy's skew allowance.
+//
+// The sweep time never moves back (a restored one may be ahead of the
+// stream time less the allowance, when the allowance grew). An entry of a
+// per-key record is deleted with its key's tombstone, one in a bucket
+// record without one; a bucket whose entries are all due is tombstoned.
 func (t *Task) expire(out *stage.Out) {
-	now := t.pendingStreamTime - t.policy.SkewAllowanceMs
+	now := max(t.pendingStreamTime-t.policy.SkewAllowanceMs, t.pendingSweptTo)
+	t.pendingSweptTo = now
 	for {
 		key, at, pos, ok := t.nextDue(now)
 		if !ok {
-			return
+			break
 		}
-		if expires, ok := t.expiryOf(key, pos); !ok || expires != at {
+		expires, flags, ok := t.expiryOf(key, pos)
+		if !ok || expires != at {
 			continue // replaced or already deleted: a newer item covers it
 		}
-		r := t.out.newRecord()
-		r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(key.appendKey(t.out.reserve(textRoom))), t.partition
-		out.Emit(r)
+		if flags&flagPerKey != 0 {
+			t.tombstoneKey(key, out)
+		} else {
+			t.txnChanged = true
+		}
 		t.setPending(key, pendingVal{deleted: true})
+	}
+	for {
+		b, ok := t.bk.due(now)
+		if !ok {
+			return
+		}
+		for seq := range b.n {
+			r := t.out.newRecord()
+			r.Topic, r.Key, r.Partition = t.topics.Seen, t.out.bytes(appendBucketKey(t.out.reserve(textRoom), b.end, seq)), t.partition
+			out.Emit(r)
+		}
+		t.txnChanged = true
 	}
 }
 
@@ -388,13 +645,13 @@ func (t *Task) expire(out *stage.Out) {
 // a committed queue's item named (it holds k: see nextDue). An open
 // transaction's item always finds its key's change: it is queued with
 // the change (emit) and dropped with it (Commit, Abort).
-func (t *Task) expiryOf(k seenKey, pos uint32) (int64, bool) {
+func (t *Task) expiryOf(k seenKey, pos uint32) (int64, uint8, bool) {
 	if i, ok := t.pending[k]; ok {
 		p := &t.changes[i]
-		return p.val.expiresAt, !p.deleted
+		return p.val.expiresAt, p.val.flags, !p.deleted
 	}
 	v, _ := t.table(k.kind).entry(pos)
-	return v.expiresAt, true
+	return v.expiresAt, v.flags, true
 }
 
 // noPos is the position nextDue returns for an open transaction's item,
@@ -448,6 +705,9 @@ func (t *Task) Commit() {
 	t.pendQ.reset()
 	t.popped = t.popped[:0]
 	t.streamTime = t.pendingStreamTime
+	t.sweptTo = t.pendingSweptTo
+	t.bk.commit()
+	t.endOpen()
 	t.decisions.Commit()
 	t.out.release()
 }
@@ -461,6 +721,9 @@ func (t *Task) Abort() {
 	}
 	t.popped = t.popped[:0]
 	t.pendingStreamTime = t.streamTime
+	t.pendingSweptTo = t.sweptTo
+	t.bk.abort()
+	t.endOpen()
 	t.decisions.Abort()
 	t.out.release()
 }
