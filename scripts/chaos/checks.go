@@ -422,8 +422,8 @@ func (r *results) print(w io.Writer) {
 	}
 	sort.Strings(roles)
 	fmt.Fprintf(w, "faults by target: %s\n\n", strings.Join(roles, ", "))
-	fmt.Fprintf(w, "sends %d (repeats with the same idempotency key %d, with an earlier dedupe key %d, multi-recipient %d, device-targeted %d); answered 202 %d; failed after the client's retries %d; skipped (1024 in flight) %d\n",
-		l.sends.Load(), l.repeats.Load(), l.dedupeRepeats.Load(), l.multi.Load(), l.deviceTargets.Load(), l.answered.Load(), l.failed.Load(), l.skipped.Load())
+	fmt.Fprintf(w, "sends %d (repeats with the same idempotency key %d, with an earlier dedupe key %d, multi-recipient %d, device-targeted %d); answered 202 %d; failed after the client's retries %d; skipped (%d in flight) %d\n",
+		l.sends.Load(), l.repeats.Load(), l.dedupeRepeats.Load(), l.multi.Load(), l.deviceTargets.Load(), l.answered.Load(), l.failed.Load(), maxInFlight, l.skipped.Load())
 	for _, e := range l.errs {
 		fmt.Fprintf(w, "  send error: %s\n", e)
 	}

@@ -50,8 +50,8 @@ type nemesis struct {
 	// toxiproxy, by name.
 	proxied map[string]*proxied
 	// runID is in every transactional id of the run's roles.
-	runID string
-	brokers   bool // broker faults enabled
+	runID   string
+	brokers bool // broker faults enabled
 	// brokerGap spaces broker faults: a JVM restart costs most of a core
 	// for tens of seconds on this machine.
 	brokerGap time.Duration
