@@ -171,7 +171,7 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 		}
 		sort.Strings(names)
 		set := n.proxied[names[rng.IntN(len(names))]]
-		d := time.Duration(15000+rng.IntN(10000)) * time.Millisecond
+		d := time.Duration(12000+rng.IntN(8000)) * time.Millisecond
 		var toxic, what string
 		if kind == faultLatency {
 			// Each way: a round trip of 12-20 s, past the clients'
