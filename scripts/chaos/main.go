@@ -56,7 +56,7 @@
 //
 // Not part of go test: run it from the repository with
 //
-//	go run ./scripts/chaos --duration 90s --rate 15 --seed 1
+//	go run ./scripts/chaos --duration 90s --rate 60 --seed 1
 //
 // It starts the cluster (scripts/kafka/kafka cluster start) and stops it
 // at the end unless it was already running (--keep-cluster keeps it
