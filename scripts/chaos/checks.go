@@ -29,11 +29,13 @@ type check struct {
 }
 
 type results struct {
-	seed            uint64
-	duration        time.Duration
-	rate            float64
-	faults          map[string]int
-	byRole          map[string]int
+	seed     uint64
+	duration time.Duration
+	rate     float64
+	faults   map[string]int
+	byRole   map[string]int
+	// chExits are the ClickHouse server's exits the nemesis did not cause.
+	chExits         []string
 	load            *load
 	checks          []check
 	crashes         []string
@@ -442,6 +444,10 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "| no role exited by itself | %d exits | %s |\n", len(r.crashes), map[bool]string{true: "yes", false: "**NO**"}[len(r.crashes) == 0])
 	for _, c := range r.crashes {
 		fmt.Fprintf(w, "  %s\n", c)
+	}
+	fmt.Fprintf(w, "ClickHouse server exits the nemesis did not cause (the test's chDB, restarted; not a check): %d\n", len(r.chExits))
+	for _, e := range r.chExits {
+		fmt.Fprintf(w, "  %s\n", e)
 	}
 	for _, f := range r.nemesisFailures {
 		fmt.Fprintf(w, "  nemesis failure: %s\n", f)

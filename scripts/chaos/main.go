@@ -81,6 +81,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -251,15 +252,22 @@ func run(ctx context.Context, c config) (bool, error) {
 	httpPort, _ := listenPort()
 	chOpts := chdb.ServeOptions{Path: filepath.Join(c.dir, "clickhouse"), TCPPort: tcpPort, HTTPPort: httpPort, LibPath: lib,
 		MaxMemoryMB: 1024, StartTimeout: 2 * time.Minute, PortWait: 30 * time.Second, LogLevel: "error"}
+	chLog, err := os.OpenFile(filepath.Join(c.dir, "clickhouse.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return false, err
+	}
+	defer chLog.Close()
+	chOpts.Stderr = chLog
 	chProc, err := chdb.Spawn(context.Background(), c.bin, chOpts)
 	if err != nil {
 		return false, fmt.Errorf("clickhouse: %w", err)
 	}
-	cleanups = append(cleanups, func() { _ = chProc.Stop() })
+	// chMu guards chProc: the nemesis kills and restarts it, the
+	// supervisor restarts it when it exits by itself.
+	var chMu sync.Mutex
+	cleanups = append(cleanups, func() { chMu.Lock(); _ = chProc.Stop(); chMu.Unlock() })
 	chAddr := chProc.TCPAddr()
-	chKill := func() error {
-		_ = syscall.Kill(chProc.Pid(), syscall.SIGKILL)
-		<-chProc.Exited()
+	chRestart := func() error {
 		sleep(context.Background(), 2*time.Second)
 		p, err := chdb.Spawn(context.Background(), c.bin, chOpts)
 		if err != nil {
@@ -267,6 +275,31 @@ func run(ctx context.Context, c config) (bool, error) {
 		}
 		chProc = p
 		return nil
+	}
+	chKill := func() error {
+		chMu.Lock()
+		defer chMu.Unlock()
+		_ = syscall.Kill(chProc.Pid(), syscall.SIGKILL)
+		<-chProc.Exited()
+		return chRestart()
+	}
+	// chExits records the ClickHouse server's exits the nemesis did not
+	// cause (chDB is the test's infrastructure, not herald: printed, and
+	// the audit checks show what they cost); it is started again.
+	var chExits []string
+	chSupervise := func() {
+		chMu.Lock()
+		defer chMu.Unlock()
+		select {
+		case <-chProc.Exited():
+		default:
+			return
+		}
+		chExits = append(chExits, fmt.Sprintf("at %s; its output ends with: %s", time.Now().UTC().Format(time.TimeOnly), lastLine(chProc.Output())))
+		logf("the ClickHouse server exited by itself (its log: %s); starting it again", chLog.Name())
+		if err := chRestart(); err != nil {
+			logf("ClickHouse restart: %v", err)
+		}
 	}
 	logf("ClickHouse is up on %s", chAddr)
 
@@ -451,7 +484,9 @@ func run(ctx context.Context, c config) (bool, error) {
 		clusterDir = filepath.Join(root, ".cache", "kafka-cluster")
 	}
 	livePids := func() []int {
+		chMu.Lock()
 		pids := []int{chProc.Pid()}
+		chMu.Unlock()
 		for _, r := range roles {
 			if p := r.pid(); p != 0 && !r.exited() {
 				pids = append(pids, p)
@@ -466,6 +501,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	cleanups = append(cleanups, stopSuper)
 	go func() {
 		for sleep(superCtx, time.Second) {
+			chSupervise()
 			for _, r := range roles {
 				r.mu.Lock()
 				crashed := !r.killing && r.cmd != nil && len(r.crashes) > 0
@@ -570,7 +606,8 @@ wait:
 	res.checkWebhook(final, whEm)
 	res.checkObserver(obs.v, final)
 	res.checkHanging(ctx, adm, cat, id)
-	chConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chProc.TCPAddr()}, DialTimeout: 10 * time.Second})
+	chSupervise()
+	chConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chAddr}, DialTimeout: 10 * time.Second})
 	if err != nil {
 		return false, err
 	}
@@ -582,6 +619,15 @@ wait:
 		r.mu.Unlock()
 	}
 	res.nemesisFailures = nem.failed
+	chMu.Lock()
+	res.chExits = chExits
+	chMu.Unlock()
 	res.print(os.Stdout)
 	return res.ok(), nil
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
