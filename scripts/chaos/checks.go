@@ -29,11 +29,13 @@ type check struct {
 }
 
 type results struct {
-	seed            uint64
-	duration        time.Duration
-	rate            float64
-	faults          map[string]int
-	byRole          map[string]int
+	seed     uint64
+	duration time.Duration
+	rate     float64
+	faults   map[string]int
+	byRole   map[string]int
+	// chExits are the ClickHouse server's exits the nemesis did not cause.
+	chExits         []string
 	load            *load
 	checks          []check
 	crashes         []string
@@ -422,8 +424,8 @@ func (r *results) print(w io.Writer) {
 	}
 	sort.Strings(roles)
 	fmt.Fprintf(w, "faults by target: %s\n\n", strings.Join(roles, ", "))
-	fmt.Fprintf(w, "sends %d (repeats with the same idempotency key %d, with an earlier dedupe key %d, multi-recipient %d, device-targeted %d); answered 202 %d; failed after the client's retries %d; skipped (1024 in flight) %d\n",
-		l.sends.Load(), l.repeats.Load(), l.dedupeRepeats.Load(), l.multi.Load(), l.deviceTargets.Load(), l.answered.Load(), l.failed.Load(), l.skipped.Load())
+	fmt.Fprintf(w, "sends %d (repeats with the same idempotency key %d, with an earlier dedupe key %d, multi-recipient %d, device-targeted %d); answered 202 %d; failed after the client's retries %d; skipped (%d in flight) %d\n",
+		l.sends.Load(), l.repeats.Load(), l.dedupeRepeats.Load(), l.multi.Load(), l.deviceTargets.Load(), l.answered.Load(), l.failed.Load(), maxInFlight, l.skipped.Load())
 	for _, e := range l.errs {
 		fmt.Fprintf(w, "  send error: %s\n", e)
 	}
@@ -442,6 +444,10 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "| no role exited by itself | %d exits | %s |\n", len(r.crashes), map[bool]string{true: "yes", false: "**NO**"}[len(r.crashes) == 0])
 	for _, c := range r.crashes {
 		fmt.Fprintf(w, "  %s\n", c)
+	}
+	fmt.Fprintf(w, "ClickHouse server exits the nemesis did not cause (the test's chDB, restarted; not a check): %d\n", len(r.chExits))
+	for _, e := range r.chExits {
+		fmt.Fprintf(w, "  %s\n", e)
 	}
 	for _, f := range r.nemesisFailures {
 		fmt.Fprintf(w, "  nemesis failure: %s\n", f)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,7 @@ type device struct {
 
 // load is the open-model load generator: sends at a fixed rate, whatever
 // the answers take, each in its own goroutine (at most maxInFlight at
-// once; a tick that finds them all busy is counted as skipped).
+// once; a send due when they are all busy is counted as skipped).
 type load struct {
 	client     *sdk.Client
 	rate       float64
@@ -37,16 +38,24 @@ type load struct {
 	sends, answered, failed, skipped, repeats, dedupeRepeats, multi, deviceTargets atomic.Int64
 	replayMismatch                                                                 atomic.Int64
 	errs                                                                           []string
+	// latencies of the sends answered 202 (first try to the 202, the
+	// client's retries included), for the percentiles printed.
+	latencies []time.Duration
 }
 
-const maxInFlight = 1024
+const maxInFlight = 4096
 
-// run sends until ctx ends and waits for the sends in flight.
+// run sends until ctx ends and waits for the sends in flight. It wakes
+// every 10 ms and starts every send due by then (rate × the time since
+// the start): a wake-up delayed by a busy machine starts the sends it
+// missed at once, where a ticker would drop its ticks and offer less than
+// the rate asked.
 func (l *load) run(ctx context.Context, stop <-chan struct{}) {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / l.rate))
+	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	sem := make(chan struct{}, maxInFlight)
 	var wg sync.WaitGroup
+	start := time.Now()
 	n := 0
 	for {
 		select {
@@ -58,20 +67,22 @@ func (l *load) run(ctx context.Context, stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		n++
-		notif, repeatOf := l.next(n)
-		select {
-		case sem <- struct{}{}:
-		default:
-			l.skipped.Add(1)
-			continue
+		due := int(time.Since(start).Seconds() * l.rate)
+		for ; n < due; n++ {
+			notif, repeatOf := l.next(n + 1)
+			select {
+			case sem <- struct{}{}:
+			default:
+				l.skipped.Add(1)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				l.send(ctx, notif, repeatOf)
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			l.send(ctx, notif, repeatOf)
-		}()
 	}
 }
 
@@ -130,7 +141,9 @@ func (l *load) send(ctx context.Context, n sdk.Notification, repeatOf *sdk.Notif
 	if repeatOf != nil {
 		l.repeats.Add(1)
 	}
+	began := time.Now()
 	res, err := l.client.Send(ctx, n)
+	took := time.Since(began)
 	if err != nil {
 		l.failed.Add(1)
 		l.mu.Lock()
@@ -143,6 +156,7 @@ func (l *load) send(ctx context.Context, n sdk.Notification, repeatOf *sdk.Notif
 	l.answered.Add(1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.latencies = append(l.latencies, took)
 	for _, s := range res.Notifications {
 		l.acked[s.ID]++
 	}
@@ -160,4 +174,16 @@ func (l *load) ackedIDs() map[string]int {
 		out[id] = n
 	}
 	return out
+}
+
+// percentiles of the answered sends' latencies: p50, p99 and the most.
+func (l *load) percentiles() (p50, p99, most time.Duration) {
+	l.mu.Lock()
+	ds := append([]time.Duration(nil), l.latencies...)
+	l.mu.Unlock()
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1]
 }

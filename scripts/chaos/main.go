@@ -37,16 +37,26 @@
 // fenced), SIGKILL of the ClickHouse server (restarted on the same data),
 // provider faults at the emulators (a reset after the request was read,
 // 5xx, 429 with Retry-After, an answer slower than the sinks' call
-// timeout), one at a time; and meanwhile, one at a time and --broker-gap
-// apart, hard (SIGKILL) and clean (SIGTERM) bounces and SIGSTOPs (35-45 s,
-// past the clients' request timeout) of a broker, half the time the
-// leader of a herald.seen or herald.accepted partition. Never two brokers
-// down. Not covered yet: toxiproxy delays and cuts between one role and
-// the brokers, the transaction coordinator as a target.
+// timeout), latency above the request timeout (a 12-20 s round trip) and
+// cuts (every byte dropped, then the connections closed) between one role
+// and the brokers — toxiproxy, in this process, on the cluster's VIA
+// listeners, for the roles --proxied names: their produce, EndTxn, fetch
+// and heartbeat requests arrive late or not at all — one at a time; and
+// meanwhile, one at a time and --broker-gap apart, hard (SIGKILL) and
+// clean (SIGTERM) bounces and SIGSTOPs (35-45 s, past the clients' request
+// timeout) of a broker, a third of the time the leader of a herald.seen or
+// herald.accepted partition, a third the transaction coordinator of a
+// running stage (kadm FindTxnCoordinators for a transactional id of the
+// run's roles). Never two brokers down.
+//
+// At the end of the load it prints the sends/s offered and answered, the
+// latency to the 202, and the CPU the brokers, the roles and the driver
+// used meanwhile (--faults=false: the load alone, to see what the machine
+// sustains).
 //
 // Not part of go test: run it from the repository with
 //
-//	go run ./scripts/chaos --duration 90s --rate 15 --seed 1
+//	go run ./scripts/chaos --duration 90s --rate 60 --seed 1
 //
 // It starts the cluster (scripts/kafka/kafka cluster start) and stops it
 // at the end unless it was already running (--keep-cluster keeps it
@@ -63,12 +73,16 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -106,6 +120,8 @@ type config struct {
 	clusterBrokers string
 	clusterBase    int
 	proxied        string
+	batchInterval  time.Duration
+	faults         bool
 }
 
 func main() {
@@ -124,6 +140,8 @@ func main() {
 	flag.StringVar(&c.clusterBrokers, "brokers", "127.0.0.1:39201,127.0.0.1:39202,127.0.0.1:39203", "the cluster's brokers")
 	flag.IntVar(&c.clusterBase, "cluster-base-port", 39200, "the cluster's HERALD_KAFKA_CLUSTER_BASE_PORT (its VIA listeners are found from it)")
 	flag.StringVar(&c.proxied, "proxied", "dedupe-1,route-1,sink-apns-1", "roles (at most three) whose broker connections go through toxiproxy, for latency and cut faults (empty: none)")
+	flag.DurationVar(&c.batchInterval, "batch-interval", 100*time.Millisecond, "the stages' and sinks' --batch-interval (longer: fewer transactions, less broker CPU a send)")
+	flag.BoolVar(&c.faults, "faults", true, "inject faults (false: the load alone, to measure what the machine sustains)")
 	flag.Parse()
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano() % 1_000_000)
@@ -235,15 +253,22 @@ func run(ctx context.Context, c config) (bool, error) {
 	httpPort, _ := listenPort()
 	chOpts := chdb.ServeOptions{Path: filepath.Join(c.dir, "clickhouse"), TCPPort: tcpPort, HTTPPort: httpPort, LibPath: lib,
 		MaxMemoryMB: 1024, StartTimeout: 2 * time.Minute, PortWait: 30 * time.Second, LogLevel: "error"}
+	chLog, err := os.OpenFile(filepath.Join(c.dir, "clickhouse.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return false, err
+	}
+	defer chLog.Close()
+	chOpts.Stderr = chLog
 	chProc, err := chdb.Spawn(context.Background(), c.bin, chOpts)
 	if err != nil {
 		return false, fmt.Errorf("clickhouse: %w", err)
 	}
-	cleanups = append(cleanups, func() { _ = chProc.Stop() })
+	// chMu guards chProc: the nemesis kills and restarts it, the
+	// supervisor restarts it when it exits by itself.
+	var chMu sync.Mutex
+	cleanups = append(cleanups, func() { chMu.Lock(); _ = chProc.Stop(); chMu.Unlock() })
 	chAddr := chProc.TCPAddr()
-	chKill := func() error {
-		_ = syscall.Kill(chProc.Pid(), syscall.SIGKILL)
-		<-chProc.Exited()
+	chRestart := func() error {
 		sleep(context.Background(), 2*time.Second)
 		p, err := chdb.Spawn(context.Background(), c.bin, chOpts)
 		if err != nil {
@@ -251,6 +276,31 @@ func run(ctx context.Context, c config) (bool, error) {
 		}
 		chProc = p
 		return nil
+	}
+	chKill := func() error {
+		chMu.Lock()
+		defer chMu.Unlock()
+		_ = syscall.Kill(chProc.Pid(), syscall.SIGKILL)
+		<-chProc.Exited()
+		return chRestart()
+	}
+	// chExits records the ClickHouse server's exits the nemesis did not
+	// cause (chDB is the test's infrastructure, not herald: printed, and
+	// the audit checks show what they cost); it is started again.
+	var chExits []string
+	chSupervise := func() {
+		chMu.Lock()
+		defer chMu.Unlock()
+		select {
+		case <-chProc.Exited():
+		default:
+			return
+		}
+		chExits = append(chExits, fmt.Sprintf("at %s; its output ends with: %s", time.Now().UTC().Format(time.TimeOnly), lastLine(chProc.Output())))
+		logf("the ClickHouse server exited by itself (its log: %s); starting it again", chLog.Name())
+		if err := chRestart(); err != nil {
+			logf("ClickHouse restart: %v", err)
+		}
 	}
 	logf("ClickHouse is up on %s", chAddr)
 
@@ -300,7 +350,8 @@ func run(ctx context.Context, c config) (bool, error) {
 	apiPort, _ := listenPort()
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
 	id := strings.TrimSuffix(prefix, ".")
-	sinkArgs := []string{"--call-timeout", callTimeout.String(), "--backoff-max", "5s"}
+	batch := []string{"--batch-interval", c.batchInterval.String()}
+	sinkArgs := append([]string{"--call-timeout", callTimeout.String(), "--backoff-max", "5s"}, batch...)
 	type spec struct {
 		name, kind string
 		args       []string
@@ -308,10 +359,10 @@ func run(ctx context.Context, c config) (bool, error) {
 	specs := []spec{
 		{"audit-writer", "audit-writer", []string{"audit-writer", "--clickhouse-addr", chAddr, "--database", "chaos", "--migrate", "--flush-interval", "500ms"}},
 		{"api", "api", []string{"api", "--listen", fmt.Sprintf("127.0.0.1:%d", apiPort), "--api-keys", keys, "--instance-id", "api-" + id, "--webhook-allow-private"}},
-		{"dedupe-1", "dedupe", []string{"dedupe", "--instance-id", "dedupe-1-" + id}},
-		{"dedupe-2", "dedupe", []string{"dedupe", "--instance-id", "dedupe-2-" + id}},
-		{"route-1", "route", []string{"route", "--instance-id", "route-1-" + id}},
-		{"route-2", "route", []string{"route", "--instance-id", "route-2-" + id}},
+		{"dedupe-1", "dedupe", append([]string{"dedupe", "--instance-id", "dedupe-1-" + id}, batch...)},
+		{"dedupe-2", "dedupe", append([]string{"dedupe", "--instance-id", "dedupe-2-" + id}, batch...)},
+		{"route-1", "route", append([]string{"route", "--instance-id", "route-1-" + id}, batch...)},
+		{"route-2", "route", append([]string{"route", "--instance-id", "route-2-" + id}, batch...)},
 		{"sink-apns-1", "sink apns", append([]string{"sink", "--channel", "apns", "--instance-id", "apns-1-" + id,
 			"--apns-host", apnsEm.URL(), "--apns-ca-file", caFile, "--apns-topic", "com.example.chaos"}, sinkArgs...)},
 		{"sink-apns-2", "sink apns", append([]string{"sink", "--channel", "apns", "--instance-id", "apns-2-" + id,
@@ -364,7 +415,12 @@ func run(ctx context.Context, c config) (bool, error) {
 			return false, err
 		}
 	}
-	client := &sdk.Client{BaseURL: apiURL, APIKey: key, MaxAttempts: 30, AttemptTimeout: 15 * time.Second,
+	// Keep-alive connections for every send in flight: the default keeps
+	// two idle ones, so each answer past those closed its connection and
+	// the next send opened one (a TCP handshake and a TIME_WAIT a send).
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = maxInFlight
+	client := &sdk.Client{HTTPClient: &http.Client{Transport: transport}, BaseURL: apiURL, APIKey: key, MaxAttempts: 30, AttemptTimeout: 15 * time.Second,
 		MinBackoff: 200 * time.Millisecond, MaxBackoff: 3 * time.Second}
 	l := &load{client: client, rate: c.rate, rng: rng, acked: map[string]int{}}
 	for i := range c.recipients {
@@ -424,12 +480,29 @@ func run(ctx context.Context, c config) (bool, error) {
 		}
 	}
 	logf("every role is ready: %d processes", len(roles))
+	clusterDir := os.Getenv("HERALD_KAFKA_CLUSTER_DIR")
+	if clusterDir == "" {
+		clusterDir = filepath.Join(root, ".cache", "kafka-cluster")
+	}
+	livePids := func() []int {
+		chMu.Lock()
+		pids := []int{chProc.Pid()}
+		chMu.Unlock()
+		for _, r := range roles {
+			if p := r.pid(); p != 0 && !r.exited() {
+				pids = append(pids, p)
+			}
+		}
+		return pids
+	}
+	cpuAtStart := sampleCPU(clusterDir, livePids())
 	// A role that exits by itself is a failure of the run (its exit is
 	// recorded); it is started again so the run goes on.
 	superCtx, stopSuper := context.WithCancel(context.Background())
 	cleanups = append(cleanups, stopSuper)
 	go func() {
 		for sleep(superCtx, time.Second) {
+			chSupervise()
 			for _, r := range roles {
 				r.mu.Lock()
 				crashed := !r.killing && r.cmd != nil && len(r.crashes) > 0
@@ -455,6 +528,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	// Load and faults.
 	stopLoad := make(chan struct{})
 	loadDone := make(chan struct{})
+	loadStarted := time.Now()
 	go func() { l.run(ctx, stopLoad); close(loadDone) }()
 	nem := &nemesis{roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill, proxied: proxies, runID: id,
 		providers: map[string]scripted{"apns": apnsEm, "fcm": fcmEm, "webpush": wpEm, "webhook": whEm}, brokers: c.brokerFaults, brokerGap: c.brokerGap,
@@ -463,7 +537,14 @@ func run(ctx context.Context, c config) (bool, error) {
 	defer stopFaults()
 	progress := time.NewTicker(15 * time.Second)
 	nemDone := make(chan struct{})
-	go func() { nem.run(faultCtx, c.seed); close(nemDone) }()
+	go func() {
+		if c.faults {
+			nem.run(faultCtx, c.seed)
+		} else {
+			<-faultCtx.Done()
+		}
+		close(nemDone)
+	}()
 	logf("load and faults started")
 wait:
 	for {
@@ -490,6 +571,12 @@ wait:
 		_ = r.signal(syscall.SIGCONT)
 	}
 	logf("load over: %d sends, %d answered 202, %d failed; draining", l.sends.Load(), l.answered.Load(), l.failed.Load())
+	loadSeconds := time.Since(loadStarted).Seconds()
+	cpu := sampleCPU(clusterDir, livePids()).since(cpuAtStart)
+	p50, p99, most := l.percentiles()
+	logf("%.0f sends/s offered, %.0f answered 202 a second over %.0f s; latency to the 202 p50 %v, p99 %v, most %v",
+		float64(l.sends.Load())/loadSeconds, float64(l.answered.Load())/loadSeconds, loadSeconds, p50.Round(time.Millisecond), p99.Round(time.Millisecond), most.Round(time.Millisecond))
+	logf("CPU over the load (%.0f s on %d cores): %v", loadSeconds, runtime.NumCPU(), cpu)
 
 	res := &results{seed: c.seed, duration: c.duration, rate: c.rate, faults: nem.counts, byRole: nem.byRole, load: l}
 	acked := l.ackedIDs()
@@ -509,9 +596,24 @@ wait:
 	logf("drained after %v", time.Since(started)-c.duration)
 	stopObs()
 	<-obsDone
-	final, err := readAll(ctx, brokers, cat, channels)
-	if err != nil {
-		return false, err
+	// The drain waits for what the checks follow (every notification a
+	// 202 named decided, every delivery with an outcome), not for the
+	// replay decisions of client retries still being written: read the
+	// committed log until two reads 5 s apart count the same (seed 22's
+	// final read missed three decisions committed after it, which
+	// ClickHouse then held).
+	var final *view
+	for try := 0; ; try++ {
+		v, err := readAll(ctx, brokers, cat, channels)
+		if err != nil {
+			return false, err
+		}
+		stable := final != nil && maps.Equal(final.byTopic, v.byTopic)
+		final = v
+		if stable || try == 12 {
+			break
+		}
+		sleep(ctx, 5*time.Second)
 	}
 	logf("the committed log: %v", final.byTopic)
 	res.checkDecisions(final, acked)
@@ -520,7 +622,8 @@ wait:
 	res.checkWebhook(final, whEm)
 	res.checkObserver(obs.v, final)
 	res.checkHanging(ctx, adm, cat, id)
-	chConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chProc.TCPAddr()}, DialTimeout: 10 * time.Second})
+	chSupervise()
+	chConn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chAddr}, DialTimeout: 10 * time.Second})
 	if err != nil {
 		return false, err
 	}
@@ -532,6 +635,15 @@ wait:
 		r.mu.Unlock()
 	}
 	res.nemesisFailures = nem.failed
+	chMu.Lock()
+	res.chExits = chExits
+	chMu.Unlock()
 	res.print(os.Stdout)
 	return res.ok(), nil
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }

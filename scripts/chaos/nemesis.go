@@ -50,8 +50,8 @@ type nemesis struct {
 	// toxiproxy, by name.
 	proxied map[string]*proxied
 	// runID is in every transactional id of the run's roles.
-	runID string
-	brokers   bool // broker faults enabled
+	runID   string
+	brokers bool // broker faults enabled
 	// brokerGap spaces broker faults: a JVM restart costs most of a core
 	// for tens of seconds on this machine.
 	brokerGap time.Duration
@@ -171,7 +171,7 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 		}
 		sort.Strings(names)
 		set := n.proxied[names[rng.IntN(len(names))]]
-		d := time.Duration(15000+rng.IntN(10000)) * time.Millisecond
+		d := time.Duration(12000+rng.IntN(8000)) * time.Millisecond
 		var toxic, what string
 		if kind == faultLatency {
 			// Each way: a round trip of 12-20 s, past the clients'

@@ -125,6 +125,16 @@ func (r *role) stop() {
 	}
 }
 
+// pid is the running process's id (0 when none).
+func (r *role) pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 func (r *role) exited() bool {
 	r.mu.Lock()
 	done := r.done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/Shopify/toxiproxy/v2/collectors"
@@ -47,7 +48,17 @@ func startProxies(base int, roles []string) (map[string]*proxied, func(), error)
 			listen := fmt.Sprintf("127.0.0.1:%d", base+50+10*k+node)
 			upstream := fmt.Sprintf("127.0.0.1:%d", base+20+10*k+node)
 			p := toxiproxy.NewProxy(srv, fmt.Sprintf("%s-node%d", name, node), listen, upstream)
-			if err := p.Start(); err != nil {
+			// The advertised ports are in Linux's ephemeral range (as
+			// the cluster's own): an outgoing connection can hold one
+			// for a while. Try again for up to a minute.
+			var err error
+			for try := 0; try < 60; try++ {
+				if err = p.Start(); err == nil {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			if err != nil {
 				stop()
 				return nil, stop, fmt.Errorf("proxy %s -> %s for %s: %w", listen, upstream, name, err)
 			}
