@@ -1,7 +1,6 @@
 package fallback
 
 import (
-	"container/heap"
 	"fmt"
 	"log/slog"
 	"math"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/internal/timers"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
@@ -57,8 +57,7 @@ type Task struct {
 
 	state   map[string]schemas.Fallback
 	pending map[string]*schemas.Fallback // nil: deleted in this transaction
-	timers  timerQueue
-	popped  []timer
+	timers  timers.Queue                 // a due timer popped in an aborted transaction is due again
 
 	streamTime, pendingStreamTime int64
 	lastSweep                     int64
@@ -110,7 +109,7 @@ func (t *Task) Restore(r *kgo.Record) error {
 	}
 	t.state[key] = e
 	if _, _, wake := Decide(e, math.MinInt64); wake != 0 {
-		heap.Push(&t.timers, timer{key: key, at: wake})
+		t.timers.Add(key, wake)
 	}
 	return nil
 }
@@ -183,7 +182,7 @@ func (t *Task) decide(key string, e schemas.Fallback, clock int64, src *kgo.Reco
 		return err
 	}
 	if wake != 0 {
-		heap.Push(&t.timers, timer{key: key, at: wake})
+		t.timers.Add(key, wake)
 	}
 	stamp := clock
 	if src != nil {
@@ -251,17 +250,15 @@ func (t *Task) Tick(out *stage.Out) {
 		clock = max(clock, t.now())
 	}
 	// An encoding error cannot happen for entries built from decoded ones.
-	for t.timers.Len() > 0 && t.timers[0].at <= clock {
-		it := heap.Pop(&t.timers).(timer)
-		t.popped = append(t.popped, it)
-		e := t.lookup(it.key)
+	for it, ok := t.timers.Due(clock); ok; it, ok = t.timers.Due(clock) {
+		e := t.lookup(it.Key)
 		if e == nil || e.Done {
 			continue
 		}
-		if _, _, wake := Decide(*e, math.MinInt64); wake != it.at {
+		if _, _, wake := Decide(*e, math.MinInt64); wake != it.At {
 			continue // stale: the entry moved on, a newer item covers it
 		}
-		_ = t.decide(it.key, *e, clock, nil, out)
+		_ = t.decide(it.Key, *e, clock, nil, out)
 	}
 	if clock-t.lastSweep < time.Minute.Milliseconds() {
 		return
@@ -291,7 +288,7 @@ func (t *Task) Commit() {
 		t.state[k] = *e
 	}
 	clear(t.pending)
-	t.popped = t.popped[:0]
+	t.timers.Commit()
 	t.streamTime = t.pendingStreamTime
 	t.decisions.Commit()
 }
@@ -299,10 +296,7 @@ func (t *Task) Commit() {
 // Abort implements stage.Task.
 func (t *Task) Abort() {
 	clear(t.pending)
-	for _, it := range t.popped {
-		heap.Push(&t.timers, it)
-	}
-	t.popped = t.popped[:0]
+	t.timers.Abort()
 	t.pendingStreamTime = t.streamTime
 	t.decisions.Abort()
 }
@@ -325,24 +319,4 @@ func record(topic, key string, v schemas.Record, at int64) (*kgo.Record, error) 
 		Topic: topic, Key: []byte(key), Value: b, Timestamp: time.UnixMilli(at),
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.NameOf(v))}},
 	}, nil
-}
-
-type timer struct {
-	key string
-	at  int64
-}
-
-type timerQueue []timer
-
-func (q timerQueue) Len() int { return len(q) }
-func (q timerQueue) Less(i, j int) bool { // by due time, then key: firing order is deterministic
-	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].key < q[j].key
-}
-func (q timerQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *timerQueue) Push(x any)   { *q = append(*q, x.(timer)) }
-func (q *timerQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return it
 }

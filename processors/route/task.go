@@ -1,7 +1,6 @@
 package route
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/reply"
 	"github.com/heraldhq/herald/internal/stage"
+	"github.com/heraldhq/herald/internal/timers"
 	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
@@ -88,9 +88,8 @@ type Task struct {
 
 	state   map[string]schemas.RouteEntry
 	pending map[string]*schemas.RouteEntry // nil: deleted in this transaction
-	timers  timerQueue
-	popped  []timer // popped in this transaction, re-queued on abort
-	synced  bool    // dir synced in this transaction
+	timers  timers.Queue                   // a due timer popped in an aborted transaction is due again
+	synced  bool                           // dir synced in this transaction
 	// groupsSynced: every partition of dir synced in this transaction
 	// (before a group is resolved, group.go).
 	groupsSynced bool
@@ -135,7 +134,7 @@ func (t *Task) Restore(r *kgo.Record) error {
 		return fmt.Errorf("route: restore state key %q: %w", key, err)
 	}
 	t.state[key] = e
-	heap.Push(&t.timers, timer{key: key, at: e.DueAt})
+	t.timers.Add(key, e.DueAt)
 	return nil
 }
 
@@ -269,18 +268,16 @@ func (t *Task) Tick(out *stage.Out) {
 
 // fire releases every timer due at or before clock.
 func (t *Task) fire(clock int64, out *stage.Out) error {
-	for t.timers.Len() > 0 && t.timers[0].at <= clock {
-		it := heap.Pop(&t.timers).(timer)
-		t.popped = append(t.popped, it)
-		e, ok := t.lookup(it.key)
-		if !ok || e.DueAt != it.at {
+	for it, ok := t.timers.Due(clock); ok; it, ok = t.timers.Due(clock) {
+		e, ok := t.lookup(it.Key)
+		if !ok || e.DueAt != it.At {
 			continue // replaced or already deleted: a newer item covers it
 		}
 		var who Recipient
 		if e.Kind == schemas.RouteDigest {
 			who = t.dir.Recipient(e.Tenant, e.Recipient)
 		}
-		if err := t.emit(t.policy.Fire(it.key, e, who), e.DueAt, out); err != nil {
+		if err := t.emit(t.policy.Fire(it.Key, e, who), e.DueAt, out); err != nil {
 			return err
 		}
 	}
@@ -315,7 +312,7 @@ func (t *Task) emit(res Result, at int64, out *stage.Out) error {
 			if !had || prev.DueAt != c.Entry.DueAt {
 				// Queued now so it can fire within this transaction; an
 				// abort leaves a stale item that fire skips.
-				heap.Push(&t.timers, timer{key: c.Key, at: c.Entry.DueAt})
+				t.timers.Add(c.Key, c.Entry.DueAt)
 			}
 		}
 		out.Emit(r)
@@ -365,7 +362,7 @@ func (t *Task) Commit() {
 		t.state[k] = *e
 	}
 	clear(t.pending)
-	t.popped = t.popped[:0]
+	t.timers.Commit()
 	t.streamTime = t.pendingStreamTime
 	t.synced, t.groupsSynced = false, false
 	t.decisions.Commit()
@@ -374,10 +371,7 @@ func (t *Task) Commit() {
 // Abort implements stage.Task.
 func (t *Task) Abort() {
 	clear(t.pending)
-	for _, it := range t.popped {
-		heap.Push(&t.timers, it)
-	}
-	t.popped = t.popped[:0]
+	t.timers.Abort()
 	t.pendingStreamTime = t.streamTime
 	t.synced, t.groupsSynced = false, false
 	t.decisions.Abort()
@@ -392,24 +386,4 @@ func record(topic, key string, v schemas.Record, at int64) (*kgo.Record, error) 
 		Topic: topic, Key: []byte(key), Value: b, Timestamp: time.UnixMilli(at),
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.NameOf(v))}},
 	}, nil
-}
-
-type timer struct {
-	key string
-	at  int64
-}
-
-type timerQueue []timer
-
-func (q timerQueue) Len() int { return len(q) }
-func (q timerQueue) Less(i, j int) bool { // by due time, then key: firing order is deterministic
-	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].key < q[j].key
-}
-func (q timerQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *timerQueue) Push(x any)   { *q = append(*q, x.(timer)) }
-func (q *timerQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return it
 }

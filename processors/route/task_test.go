@@ -167,27 +167,6 @@ func TestTimersAreQueuedOncePerDueTimeAndFireInOrder(t *testing.T) {
 			t.Fatalf("decisions %q, want three digested and the digest routed once", got)
 		}
 	})
-	t.Run("timers order by due time, then by key, and none precedes itself", func(t *testing.T) {
-		q := timerQueue{{key: "b", at: 1}, {key: "a", at: 1}, {key: "a", at: 2}, {key: "b", at: 1}}
-		tests := []struct {
-			name string
-			i, j int
-			want bool
-		}{
-			{"an earlier due time comes first whatever the key", 0, 2, true},
-			{"a later due time comes after whatever the key", 2, 0, false},
-			{"at one due time the smaller key comes first", 1, 0, true},
-			{"at one due time the larger key comes after", 0, 1, false},
-			{"a timer does not come before an equal one", 0, 3, false},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				if got := q.Less(tt.i, tt.j); got != tt.want {
-					t.Fatalf("Less(%+v, %+v) = %v, want %v", q[tt.i], q[tt.j], got, tt.want)
-				}
-			})
-		}
-	})
 }
 
 func TestDecisionsAreWrittenInTheTasksRecordFormat(t *testing.T) {
