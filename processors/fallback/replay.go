@@ -3,14 +3,12 @@ package fallback
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/processors/route"
-	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -43,30 +41,8 @@ func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, opts ...
 	if err != nil {
 		return nil, err
 	}
-	live := map[string]schemas.Decision{}
-	for _, recs := range decided {
-		for _, r := range recs {
-			var d schemas.Decision
-			if schemas.Decode(r.Value, &d) == nil && d.Stage == "fallback" {
-				live[d.DecisionID] = d
-			}
-		}
-	}
+	ds := route.NewReplayedDecisions(t.Decisions, "fallback", decided)
 	rep := &ReplayReport{}
-	replayed := map[string]schemas.Decision{}
-	collect := func(out *stage.Out) error {
-		for _, r := range out.Records() {
-			if r.Topic != t.Decisions {
-				continue
-			}
-			var d schemas.Decision
-			if err := schemas.Decode(r.Value, &d); err != nil {
-				return fmt.Errorf("fallback: replay: %w", err)
-			}
-			replayed[d.DecisionID] = d
-		}
-		return nil
-	}
 	for part, recs := range input {
 		var wall int64 // 0 until the end: stream time only
 		task := NewTask(t, part, func() int64 { return wall }, 0, nil)
@@ -78,42 +54,20 @@ func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, opts ...
 			task.Tick(&out)
 			task.Commit()
 			rep.Records++
-			if err := collect(&out); err != nil {
+			if err := ds.Collect(&out); err != nil {
 				return nil, err
 			}
 		}
-		before := len(replayed)
+		before := len(ds.Replayed)
 		wall = time.Now().UnixMilli()
 		var out stage.Out
 		task.Tick(&out)
 		task.Commit()
-		if err := collect(&out); err != nil {
+		if err := ds.Collect(&out); err != nil {
 			return nil, err
 		}
-		rep.Pending += len(replayed) - before
+		rep.Pending += len(ds.Replayed) - before
 	}
-	ids := make([]string, 0, len(replayed))
-	for id := range replayed {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		r := replayed[id]
-		l, ok := live[id]
-		if !ok {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("%s: replay decides %s (%s), the live stage decided nothing", id, r.Outcome, r.Detail))
-			continue
-		}
-		rep.Compared++
-		if l.Outcome != r.Outcome || l.Detail != r.Detail {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("%s: live %s (%s), replay %s (%s)", id, l.Outcome, l.Detail, r.Outcome, r.Detail))
-		}
-	}
-	for id, l := range live {
-		if _, ok := replayed[id]; !ok {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("%s: the live stage decided %s (%s), replay nothing", id, l.Outcome, l.Detail))
-		}
-	}
-	sort.Strings(rep.Differences)
+	rep.Compared, rep.Differences = ds.Compare()
 	return rep, nil
 }

@@ -68,31 +68,8 @@ func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, p Policy
 	if err != nil {
 		return nil, err
 	}
-	live := map[string]schemas.Decision{}
-	for _, recs := range decided {
-		for _, r := range recs {
-			var d schemas.Decision
-			if schemas.Decode(r.Value, &d) == nil && d.Stage == "route" {
-				live[d.DecisionID] = d
-			}
-		}
-	}
-
+	ds := NewReplayedDecisions(t.Decisions, "route", decided)
 	rep := &ReplayReport{}
-	replayed := map[string]schemas.Decision{}
-	collect := func(out *stage.Out) error {
-		for _, r := range out.Records() {
-			if r.Topic != t.Decisions {
-				continue
-			}
-			var d schemas.Decision
-			if err := schemas.Decode(r.Value, &d); err != nil {
-				return fmt.Errorf("route: replay: %w", err)
-			}
-			replayed[d.DecisionID] = d
-		}
-		return nil
-	}
 	for part, recs := range accepted {
 		changes := append(append([]*kgo.Record(nil), devices[part]...), prefs[part]...)
 		sort.SliceStable(changes, func(i, j int) bool { return changes[i].Timestamp.Before(changes[j].Timestamp) })
@@ -109,7 +86,7 @@ func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, p Policy
 			if schemas.Decode(r.Value, &n) == nil {
 				if _, ok := ParseGroup(n.Recipient); ok {
 					rep.Groups++
-					delete(live, "route/"+r.Topic+"/"+strconv.Itoa(int(r.Partition))+"/"+strconv.FormatInt(r.Offset, 10))
+					delete(ds.Live, "route/"+r.Topic+"/"+strconv.Itoa(int(r.Partition))+"/"+strconv.FormatInt(r.Offset, 10))
 					continue
 				}
 			}
@@ -119,48 +96,95 @@ func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, p Policy
 			}
 			task.Commit()
 			rep.Notifications++
-			if err := collect(&out); err != nil {
+			if err := ds.Collect(&out); err != nil {
 				return nil, err
 			}
 		}
 		for ; next < len(changes); next++ {
 			table.apply(changes[next])
 		}
-		before := len(replayed)
+		before := len(ds.Replayed)
 		wall = time.Now().UnixMilli()
 		var out stage.Out
 		task.Tick(&out)
 		task.Commit()
-		if err := collect(&out); err != nil {
+		if err := ds.Collect(&out); err != nil {
 			return nil, err
 		}
-		rep.Pending += len(replayed) - before
+		rep.Pending += len(ds.Replayed) - before
 	}
 
-	ids := make([]string, 0, len(replayed))
-	for id := range replayed {
+	rep.Compared, rep.Differences = ds.Compare()
+	return rep, nil
+}
+
+// ReplayedDecisions are one stage's decisions by decision id: those the
+// live stage committed to herald.decisions and those its replay made
+// (the replays of the route and fallback stages).
+type ReplayedDecisions struct {
+	topic          string
+	Live, Replayed map[string]schemas.Decision
+}
+
+// NewReplayedDecisions holds stageName's decisions of decided (herald.decisions
+// read whole), for a replay writing its decisions to topic.
+func NewReplayedDecisions(topic, stageName string, decided map[int32][]*kgo.Record) *ReplayedDecisions {
+	ds := &ReplayedDecisions{topic: topic, Live: map[string]schemas.Decision{}, Replayed: map[string]schemas.Decision{}}
+	for _, recs := range decided {
+		for _, r := range recs {
+			var d schemas.Decision
+			if schemas.Decode(r.Value, &d) == nil && d.Stage == stageName {
+				ds.Live[d.DecisionID] = d
+			}
+		}
+	}
+	return ds
+}
+
+// Collect keeps the decisions a replayed task wrote to out.
+func (ds *ReplayedDecisions) Collect(out *stage.Out) error {
+	for _, r := range out.Records() {
+		if r.Topic != ds.topic {
+			continue
+		}
+		var d schemas.Decision
+		if err := schemas.Decode(r.Value, &d); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		ds.Replayed[d.DecisionID] = d
+	}
+	return nil
+}
+
+// Compare compares the replayed decisions with the live ones by id
+// (outcome, channel, detail): how many were compared, and every
+// difference in one sorted line each, a decision only one side made
+// included.
+func (ds *ReplayedDecisions) Compare() (compared int, differences []string) {
+	ids := make([]string, 0, len(ds.Replayed))
+	for id := range ds.Replayed {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		r := replayed[id]
-		l, ok := live[id]
+		r := ds.Replayed[id]
+		l, ok := ds.Live[id]
 		if !ok {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("%s: replay decides %s%s, the live stage decided nothing", id, r.Outcome, chanOf(r)))
+			differences = append(differences, fmt.Sprintf("%s: replay decides %s%s (%s), the live stage decided nothing", id, r.Outcome, chanOf(r), r.Detail))
 			continue
 		}
-		rep.Compared++
+		compared++
 		if l.Outcome != r.Outcome || l.Channel != r.Channel || l.Detail != r.Detail {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("%s: live %s%s (%s), replay %s%s (%s)", id, l.Outcome, chanOf(l), l.Detail, r.Outcome, chanOf(r), r.Detail))
+			differences = append(differences, fmt.Sprintf("%s: live %s%s (%s), replay %s%s (%s)", id, l.Outcome, chanOf(l), l.Detail, r.Outcome, chanOf(r), r.Detail))
 		}
 	}
-	for id, l := range live {
-		if _, ok := replayed[id]; !ok {
-			rep.Differences = append(rep.Differences, fmt.Sprintf("%s: the live stage decided %s%s, replay nothing", id, l.Outcome, chanOf(l)))
+	for id, l := range ds.Live {
+		if _, ok := ds.Replayed[id]; !ok {
+			differences = append(differences, fmt.Sprintf("%s: the live stage decided %s%s, replay nothing", id, l.Outcome, chanOf(l)))
 		}
 	}
-	sort.Strings(rep.Differences)
-	return rep, nil
+	sort.Strings(differences)
+	return compared, differences
 }
 
 func chanOf(d schemas.Decision) string {
