@@ -48,6 +48,17 @@ type Task interface {
 	Abort()
 }
 
+// Stateless is embedded by a Task that keeps no state, such as a
+// forwarder that re-keys records onto another topic: its Restore, Tick,
+// Commit and Abort do nothing, and what it emits is committed or aborted
+// with its input's offsets like any task's output.
+type Stateless struct{}
+
+func (Stateless) Restore(*kgo.Record) error { return nil }
+func (Stateless) Tick(*Out)                 {}
+func (Stateless) Commit()                   {}
+func (Stateless) Abort()                    {}
+
 // Revoker is a Task that holds something outside itself (a registry of
 // tasks, metrics series): Revoked is called, under the runner's lock, when
 // its partition is revoked or lost, after the last transaction that touched

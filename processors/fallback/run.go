@@ -141,15 +141,11 @@ func newForwarder(o Options, name, input string) (*stage.Runner, error) {
 // forwardTask forwards one partition of herald.outcomes or
 // herald.receipts: stateless.
 type forwardTask struct {
+	stage.Stateless
 	types map[string]bool
 	topic string
 	log   *slog.Logger
 }
-
-func (*forwardTask) Restore(*kgo.Record) error { return nil }
-func (*forwardTask) Tick(*stage.Out)           {}
-func (*forwardTask) Commit()                   {}
-func (*forwardTask) Abort()                    {}
 
 // Process forwards an outcome or a receipt of a chained type, with its
 // record time; anything else, or an undecodable record, is skipped.

@@ -293,15 +293,11 @@ func NewForwarder(o ForwardOptions) (*stage.Runner, error) {
 
 // forwardTask forwards one herald.decisions partition: stateless.
 type forwardTask struct {
+	stage.Stateless
 	table *Table
 	topic string
 	log   *slog.Logger
 }
-
-func (*forwardTask) Restore(*kgo.Record) error { return nil }
-func (*forwardTask) Tick(*stage.Out)           {}
-func (*forwardTask) Commit()                   {}
-func (*forwardTask) Abort()                    {}
 
 // Process forwards a route decision; an undecodable record is skipped
 // (logged).

@@ -136,16 +136,12 @@ func stageConfig(inst stage.Instance, cat *topics.Catalog, table *Table, name, i
 // fanTask is the fan-out of one herald.outcomes partition: stateless (the
 // endpoints are the shared Table).
 type fanTask struct {
+	stage.Stateless
 	table       *Table
 	topic       string
 	completions string
 	log         *slog.Logger
 }
-
-func (*fanTask) Restore(*kgo.Record) error { return nil }
-func (*fanTask) Tick(*stage.Out)           {}
-func (*fanTask) Commit()                   {}
-func (*fanTask) Abort()                    {}
 
 // Process emits the webhook deliveries of one outcome, and forwards it to
 // herald.completions when its tenant has a send.completed endpoint (see
