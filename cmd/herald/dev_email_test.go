@@ -3,14 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/sdk"
@@ -35,20 +32,7 @@ func TestDevEmailsARegisteredAddressThroughItsSMTPEmulator(t *testing.T) {
 	kafkaPort, httpPort, chTCP, chHTTP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	dev := startDev(t, bin, t.TempDir(), kafkaPort, httpPort, chTCP, chHTTP)
 
-	call := func(method, path, body string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, dev.http+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if st, b := call("PUT", "/v1/users/u_mail/devices/inbox", `{"email":"ada@example.com"}`); st != 201 {
+	if st, b := dev.call(t, "PUT", "/v1/users/u_mail/devices/inbox", `{"email":"ada@example.com"}`); st != 201 {
 		t.Fatalf("PUT the address: %d %s", st, b)
 	}
 	// The route stage reads herald.devices a moment after the API wrote
@@ -57,7 +41,7 @@ func TestDevEmailsARegisteredAddressThroughItsSMTPEmulator(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	var sent []string
 	for i := 0; ; i++ {
-		st, b := call("POST", "/v1/notifications", fmt.Sprintf(`{"type":"welcome","recipients":["u_mail"],"title":"Hello <ada>","body":"from herald dev","channels":["email"],"dedupeKey":"mail-%d"}`, i))
+		st, b := dev.call(t, "POST", "/v1/notifications", fmt.Sprintf(`{"type":"welcome","recipients":["u_mail"],"title":"Hello <ada>","body":"from herald dev","channels":["email"],"dedupeKey":"mail-%d"}`, i))
 		if st != 202 && st != 200 && st != 201 {
 			t.Fatalf("POST /v1/notifications: %d %s", st, b)
 		}

@@ -3,14 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/sdk"
@@ -36,22 +34,9 @@ func TestDevSendsAFallbackChainsNextStepAndShowsItInTheTimeline(t *testing.T) {
 	kafkaPort, httpPort, chTCP, chHTTP := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	dev := startDev(t, bin, t.TempDir(), kafkaPort, httpPort, chTCP, chHTTP)
 
-	call := func(method, path, body string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, dev.http+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	for path, body := range map[string]string{"/v1/users/u_fb/devices/iphone": `{"platform":"ios","token":"abc123"}`,
 		"/v1/users/u_fb/devices/inbox": `{"email":"fb@example.com"}`} {
-		if st, b := call("PUT", path, body); st != 201 {
+		if st, b := dev.call(t, "PUT", path, body); st != 201 {
 			t.Fatalf("PUT %s: %d %s", path, st, b)
 		}
 	}
@@ -77,7 +62,7 @@ func TestDevSendsAFallbackChainsNextStepAndShowsItInTheTimeline(t *testing.T) {
 	var sent []string
 	var emailed string
 	for i := 0; emailed == ""; i++ {
-		st, b := call("POST", "/v1/notifications", fmt.Sprintf(`{"type":"welcome","recipients":["u_fb"],"title":"Welcome","body":"b","dedupeKey":"fb-%d"}`, i))
+		st, b := dev.call(t, "POST", "/v1/notifications", fmt.Sprintf(`{"type":"welcome","recipients":["u_fb"],"title":"Welcome","body":"b","dedupeKey":"fb-%d"}`, i))
 		if st != 202 {
 			t.Fatalf("POST /v1/notifications: %d %s", st, b)
 		}
@@ -106,7 +91,7 @@ func TestDevSendsAFallbackChainsNextStepAndShowsItInTheTimeline(t *testing.T) {
 		t.Fatalf("%d emails of notification %s, want 1", n, emailed)
 	}
 	for {
-		st, b := call("GET", "/v1/notifications/"+emailed, "")
+		st, b := dev.call(t, "GET", "/v1/notifications/"+emailed, "")
 		var rec sdk.NotificationRecord
 		if st == 200 && json.Unmarshal([]byte(b), &rec) == nil && slices.ContainsFunc(rec.Timeline, func(e sdk.TimelineEvent) bool {
 			return e.Stage == "fallback" && e.Outcome == "fallback" && strings.Contains(e.Detail, "step 2 (email after 2s unless opened) fired: 2s passed since step 1")

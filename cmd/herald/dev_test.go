@@ -33,6 +33,22 @@ type devProc struct {
 	log  string
 }
 
+// call makes one API request of herald dev with its development key and
+// a JSON body, and returns the status and the body of the answer.
+func (p *devProc) call(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, p.http+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+api.DevAPIKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func startDev(t *testing.T, bin, state string, kafkaPort, httpPort, chTCP, chHTTP int) *devProc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "dev.log")
