@@ -5,12 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,14 +52,6 @@ func crashWorkload(rng *rand.Rand) (reqs []schemas.Request, want map[string]int)
 // instance is one `herald dedupe` process. An instance that exits without
 // being killed fails the test: it would otherwise pass for a crash the
 // test caused.
-type instance struct {
-	id     string
-	cmd    *exec.Cmd
-	log    string
-	killed atomic.Bool
-	exited chan struct{} // closed once Wait returned
-}
-
 // crashSeed is the seed of the workload and the kill schedule: from
 // HERALD_TEST_CRASH_SEED when set (to reproduce a failure), else the clock.
 func crashSeed(t *testing.T) uint64 {
@@ -90,8 +77,6 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	rng := rand.New(rand.NewPCG(crashSeed(t), 1))
 	reqs, want := crashWorkload(rng)
 
-	var mu sync.Mutex
-	running := map[string]*instance{}
 	// Starts cycle through herald.seen's three forms (--seen-format: v3
 	// bucket records, v2 and v1 a record per key) and alternate between
 	// writing herald.decision/v2 and herald.accepted/v2 and their JSON
@@ -99,51 +84,15 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	// writing any, every restore reads a changelog of all and the
 	// decisions checked below are of both, as in a rolling upgrade.
 	starts := 0
-	start := func(id string) {
+	inst := testenv.NewInstances(t, bin, logDir, func(id string) []string {
 		seenFormat, format := []string{"v3", "v2", "v1"}[starts%3], []string{"v2", "v1"}[starts%2]
 		starts++
-		logf, err := os.OpenFile(filepath.Join(logDir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "dedupe", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
+		return []string{"dedupe", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
 			"--partitions", fmt.Sprint(partitions), "--replication", "1", "--instance-id", id, "--group", group,
-			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--seen-format", seenFormat, "--record-format", format)
-		cmd.Env = append(os.Environ(), "HERALD_LOG_LEVEL=warn")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		logf.Close()
-		in := &instance{id: id, cmd: cmd, log: logf.Name(), exited: make(chan struct{})}
-		go func() {
-			defer close(in.exited)
-			err := cmd.Wait()
-			if !in.killed.Load() {
-				out, _ := os.ReadFile(in.log)
-				t.Errorf("instance %s exited without being killed: %v; the end of its log:\n%s", id, err, out[max(0, len(out)-4096):])
-			}
-		}()
-		running[id] = in
-	}
-	kill := func(id string) {
-		in := running[id]
-		in.killed.Store(true)
-		in.cmd.Process.Signal(syscall.SIGKILL)
-		<-in.exited
-		delete(running, id)
-	}
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for id := range running {
-			kill(id)
-		}
+			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--seen-format", seenFormat, "--record-format", format}
 	})
-	mu.Lock()
-	start("i1")
-	start("i2")
-	mu.Unlock()
+	inst.Start("i1")
+	inst.Start("i2")
 
 	// Produce at a steady pace, so processing and kills overlap.
 	produced := make(chan struct{})
@@ -172,29 +121,7 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	// Kill a random instance with SIGKILL every 0.4–1.6 s and restart it
 	// under the same id; bring in a third instance after the fifth kill
 	// (a rebalance), until 20 kills are done and production is over.
-	kills := 0
-	for done := false; kills < 20 || !done; {
-		time.Sleep(time.Duration(400+rng.IntN(1200)) * time.Millisecond)
-		select {
-		case <-produced:
-			done = true
-		default:
-		}
-		mu.Lock()
-		ids := []string{}
-		for id := range running {
-			ids = append(ids, id)
-		}
-		id := ids[rng.IntN(len(ids))]
-		kill(id)
-		kills++
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-		start(id)
-		if kills == 5 {
-			start("i3")
-		}
-		mu.Unlock()
-	}
+	kills := inst.KillRandomly(rng, 20, 5, "i3", produced)
 	t.Logf("%d SIGKILLs, 3 instances", kills)
 
 	decisions := waitDecisions(t, brokers, cat, len(reqs), 4*time.Minute)

@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -207,36 +203,13 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 	}
 	produce(t, brokers, cat, setup)
 
-	running := map[string]*exec.Cmd{}
-	start := func(id string) {
-		logf, err := os.OpenFile(filepath.Join(logDir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		args := append([]string{"route", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
+	inst := testenv.NewInstances(t, bin, logDir, func(id string) []string {
+		return append([]string{"route", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
 			"--partitions", fmt.Sprint(partitions), "--replication", "1", "--instance-id", id, "--group", group,
 			"--batch-interval", "50ms", "--transaction-timeout", "10s"}, crashArgs...)
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "HERALD_LOG_LEVEL=warn")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		logf.Close()
-		running[id] = cmd
-	}
-	kill := func(id string) {
-		running[id].Process.Signal(syscall.SIGKILL)
-		running[id].Wait()
-		delete(running, id)
-	}
-	t.Cleanup(func() {
-		for id := range running {
-			kill(id)
-		}
 	})
-	start("i1")
-	start("i2")
+	inst.Start("i1")
+	inst.Start("i2")
 
 	produced := make(chan struct{})
 	go func() {
@@ -264,28 +237,7 @@ func TestExactlyOnceThroughSIGKILLsAndRebalances(t *testing.T) {
 
 	// SIGKILL a random instance every 0.4–1.6 s and restart it under the
 	// same id; a third instance joins after the fifth kill (a rebalance).
-	kills := 0
-	for done := false; kills < 15 || !done; {
-		time.Sleep(time.Duration(400+rng.IntN(1200)) * time.Millisecond)
-		select {
-		case <-produced:
-			done = true
-		default:
-		}
-		var ids []string
-		for id := range running {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		id := ids[rng.IntN(len(ids))]
-		kill(id)
-		kills++
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-		start(id)
-		if kills == 5 {
-			start("i3")
-		}
-	}
+	kills := inst.KillRandomly(rng, 15, 5, "i3", produced)
 	t.Logf("%d SIGKILLs, 3 instances", kills)
 
 	// Wait until every decision is in, or nothing has come for two
