@@ -424,6 +424,7 @@ func (r *results) print(w io.Writer) {
 	}
 	sort.Strings(roles)
 	fmt.Fprintf(w, "faults by target: %s\n\n", strings.Join(roles, ", "))
+	fmt.Fprintf(w, "issue 33's bar (not a check): %s\n\n", r.bar(total, len(kinds)))
 	fmt.Fprintf(w, "sends %d (repeats with the same idempotency key %d, with an earlier dedupe key %d, multi-recipient %d, device-targeted %d); answered 202 %d; failed after the client's retries %d; skipped (%d in flight) %d\n",
 		l.sends.Load(), l.repeats.Load(), l.dedupeRepeats.Load(), l.multi.Load(), l.deviceTargets.Load(), l.answered.Load(), l.failed.Load(), maxInFlight, l.skipped.Load())
 	for _, e := range l.errs {
@@ -453,6 +454,25 @@ func (r *results) print(w io.Writer) {
 		fmt.Fprintf(w, "  nemesis failure: %s\n", f)
 	}
 	fmt.Fprintf(w, "\nresult: %s\n", map[bool]string{true: "GREEN", false: "RED"}[r.ok()])
+}
+
+// bar says how the run measures against issue 33's bar: at least 300 s
+// of faults, 60 faults of 7 kinds, 50,000 sends, 5 SIGKILLs of each role
+// kind.
+func (r *results) bar(faults, kinds int) string {
+	fewest, kinds9 := -1, 0
+	for k, n := range r.byRole {
+		if strings.HasPrefix(k, "SIGKILL ") {
+			kinds9++
+			if fewest < 0 || n < fewest {
+				fewest = n
+			}
+		}
+	}
+	sends := r.load.sends.Load()
+	met := r.duration >= 300*time.Second && faults >= 60 && kinds >= 7 && sends >= 50000 && fewest >= 5
+	return fmt.Sprintf("%v of faults (≥ 300 s), %d faults (≥ 60) of %d kinds (≥ 7), %d sends (≥ 50,000), fewest SIGKILLs of a role kind %d of %d kinds (≥ 5): %s",
+		r.duration, faults, kinds, sends, fewest, kinds9, map[bool]string{true: "met", false: "not met"}[met])
 }
 
 // checkWebPush: a Web Push request carries neither delivery nor

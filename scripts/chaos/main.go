@@ -116,6 +116,7 @@ type config struct {
 	keepCluster    bool
 	brokerFaults   bool
 	brokerGap      time.Duration
+	killsPerKind   int
 	drainPatience  time.Duration
 	clusterBrokers string
 	clusterBase    int
@@ -141,6 +142,7 @@ func main() {
 	flag.IntVar(&c.clusterBase, "cluster-base-port", 39200, "the cluster's HERALD_KAFKA_CLUSTER_BASE_PORT (its VIA listeners are found from it)")
 	flag.StringVar(&c.proxied, "proxied", "dedupe-1,route-1,sink-apns-1", "roles (at most three) whose broker connections go through toxiproxy, for latency and cut faults (empty: none)")
 	flag.DurationVar(&c.batchInterval, "batch-interval", 100*time.Millisecond, "the stages' and sinks' --batch-interval (longer: fewer transactions, less broker CPU a send)")
+	flag.IntVar(&c.killsPerKind, "kills-per-kind", 5, "SIGKILLs of each role kind within --duration (the kills are spaced to fit)")
 	flag.BoolVar(&c.faults, "faults", true, "inject faults (false: the load alone, to measure what the machine sustains)")
 	flag.Parse()
 	if c.seed == 0 {
@@ -532,7 +534,8 @@ func run(ctx context.Context, c config) (bool, error) {
 	go func() { l.run(ctx, stopLoad); close(loadDone) }()
 	nem := &nemesis{roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill, proxied: proxies, runID: id,
 		providers: map[string]scripted{"apns": apnsEm, "fcm": fcmEm, "webpush": wpEm, "webhook": whEm}, brokers: c.brokerFaults, brokerGap: c.brokerGap,
-		logf: logf, counts: map[string]int{}, byRole: map[string]int{}}
+		killEvery: killEvery(c.duration, c.killsPerKind, roles),
+		logf:      logf, counts: map[string]int{}, byRole: map[string]int{}, paused: map[*role]bool{}}
 	faultCtx, stopFaults := context.WithTimeout(ctx, c.duration)
 	defer stopFaults()
 	progress := time.NewTicker(15 * time.Second)

@@ -55,10 +55,15 @@ type nemesis struct {
 	// brokerGap spaces broker faults: a JVM restart costs most of a core
 	// for tens of seconds on this machine.
 	brokerGap time.Duration
+	// killEvery spaces the SIGKILLs of roles, a stream of their own
+	// (each role kind in turn), so each kind is killed killsPerKind
+	// times within the run whatever the other faults take.
+	killEvery time.Duration
 	logf      func(format string, args ...any)
 
 	mu     sync.Mutex
 	round  []string // role kinds still to kill this round
+	paused map[*role]bool
 	counts map[string]int
 	byRole map[string]int
 	failed []string
@@ -101,9 +106,16 @@ func (n *nemesis) run(ctx context.Context, seed uint64) {
 	} else {
 		close(done)
 	}
+	kills := make(chan struct{})
+	go func() {
+		defer close(kills)
+		rng := rand.New(rand.NewPCG(seed, 0x4b11))
+		for sleep(ctx, n.killEvery/2+time.Duration(rng.Int64N(int64(n.killEvery)))) {
+			n.inject(ctx, rng, faultRoleKill)
+		}
+	}()
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
-	kinds := []string{faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill, faultRoleKill,
-		faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
+	kinds := []string{faultRolePause, faultClickHouse, faultReset, faultProvider5xx, fault429, faultSlow}
 	if len(n.proxied) > 0 {
 		kinds = append(kinds, faultLatency, faultCut)
 	}
@@ -111,12 +123,14 @@ func (n *nemesis) run(ctx context.Context, seed uint64) {
 		n.inject(ctx, rng, kinds[rng.IntN(len(kinds))])
 	}
 	<-done
+	<-kills
 }
 
 func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 	switch kind {
 	case faultRoleKill:
 		r := n.nextRole(rng)
+		defer n.pause(r, false)
 		n.logf("nemesis: %s: %s", kind, r.name)
 		r.kill()
 		sleep(context.Background(), time.Duration(300+rng.IntN(1200))*time.Millisecond)
@@ -125,7 +139,11 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 		}
 		n.count(kind, "SIGKILL "+r.kind)
 	case faultRolePause:
-		r := n.roles[rng.IntN(len(n.roles))]
+		r := n.pause(n.roles[rng.IntN(len(n.roles))], true)
+		if r == nil {
+			return // being killed: the next fault
+		}
+		defer n.pause(r, false)
 		d := time.Duration(12000+rng.IntN(6000)) * time.Millisecond
 		n.logf("nemesis: %s: %s for %v", kind, r.name, d)
 		if err := r.signal(syscall.SIGSTOP); err != nil {
@@ -234,10 +252,37 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 	}
 }
 
-// nextRole chooses the role to kill: the role kinds in turn, in an order
-// shuffled every round (each kind as often as the others), an instance of
-// the kind at random.
+// pause marks r as held by a fault (on) or free (off); on returns nil
+// when r is already held: a role being killed is not also paused, nor a
+// paused one killed (the zombie must wake as itself to be fenced).
+func (n *nemesis) pause(r *role, on bool) *role {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !on {
+		delete(n.paused, r)
+		return r
+	}
+	if n.paused[r] {
+		return nil
+	}
+	n.paused[r] = true
+	return r
+}
+
+// nextRole chooses the role to kill, and holds it (pause): the role
+// kinds in turn, in an order shuffled every round (each kind as often as
+// the others), an instance of the kind at random among those not held by
+// another fault; it waits while every instance of the kind is held.
 func (n *nemesis) nextRole(rng *rand.Rand) *role {
+	for {
+		if r := n.tryNextRole(rng); r != nil {
+			return r
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func (n *nemesis) tryNextRole(rng *rand.Rand) *role {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.round) == 0 {
@@ -251,14 +296,19 @@ func (n *nemesis) nextRole(rng *rand.Rand) *role {
 		rng.Shuffle(len(n.round), func(i, j int) { n.round[i], n.round[j] = n.round[j], n.round[i] })
 	}
 	kind := n.round[0]
-	n.round = n.round[1:]
 	var of []*role
 	for _, r := range n.roles {
-		if r.kind == kind {
+		if r.kind == kind && !n.paused[r] {
 			of = append(of, r)
 		}
 	}
-	return of[rng.IntN(len(of))]
+	if len(of) == 0 {
+		return nil
+	}
+	n.round = n.round[1:]
+	r := of[rng.IntN(len(of))]
+	n.paused[r] = true
+	return r
 }
 
 // pickBroker chooses a node: a third of the time the leader of a
@@ -316,4 +366,24 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-time.After(d):
 		return true
 	}
+}
+
+// killEvery is the mean gap between two role SIGKILLs that kills each
+// role kind perKind times within d: the kinds go in turn, the gaps are
+// uniform in [gap/2, 3gap/2), and a kill takes up to 1.5 s; one round
+// more than needed is budgeted so the randomness does not fall short.
+func killEvery(d time.Duration, perKind int, roles []*role) time.Duration {
+	kinds := map[string]bool{}
+	for _, r := range roles {
+		kinds[r.kind] = true
+	}
+	kills := (perKind + 1) * len(kinds)
+	if kills == 0 || perKind <= 0 {
+		return d
+	}
+	gap := d/time.Duration(kills) - 1500*time.Millisecond
+	if gap < time.Second {
+		gap = time.Second
+	}
+	return gap
 }
