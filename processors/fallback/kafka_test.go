@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/fallback"
@@ -318,7 +319,10 @@ func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *
 		t.Fatal(err)
 	}
 	goRun(t, "route", rs.Run)
-	fs, err := fallback.New(fallback.Options{Instance: inst, Catalog: cat, Types: map[string]bool{"chat.message": true},
+	reg := metrics.NewRegistry()
+	finst := inst
+	finst.Metrics = reg
+	fs, err := fallback.New(fallback.Options{Instance: finst, Catalog: cat, Types: map[string]bool{"chat.message": true},
 		MarkInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -359,10 +363,19 @@ func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *
 	}
 
 	time.Sleep(time.Until(stepAt.Add(3 * time.Second)))
+	lag := func(p int) float64 {
+		return float64(reg.Gauge("herald_fallback_watermark_lag_seconds", "", "partition", fmt.Sprint(p)).Value())
+	}
 	t.Run("with the receipts forwarder down, no step fires past its time", func(t *testing.T) {
 		for u, nid := range nids {
 			if ds := decisionsOf(t, brokers, cat, nid); len(ds) != 0 {
 				t.Fatalf("%s: decisions %+v before the receipts forwarder ran; want none", u, ds)
+			}
+		}
+		// Never heard of: the clock is 0, the lag the wall clock itself.
+		for p := range 2 {
+			if l := lag(p); l < float64(stepAt.Unix()) {
+				t.Fatalf("watermark lag of partition %d: %v s, want the whole wall clock (no receipts watermark yet)", p, l)
 			}
 		}
 	})
@@ -388,6 +401,11 @@ func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *
 		if mails := commandsOf(t, brokers, cat, email.Channel, nids["u_unread"]); len(mails) != 1 || mails[0].Token != "u_unread@example.com" {
 			t.Fatalf("email commands %+v, want one to u_unread@example.com", mails)
 		}
+	})
+	t.Run("the watermark lag shows the forwarders caught up", func(t *testing.T) {
+		await(t, "a watermark lag below the time since the step", func() bool {
+			return lag(0) < time.Since(stepAt).Seconds() && lag(1) < time.Since(stepAt).Seconds()
+		})
 	})
 	t.Run("the replay decides both steps as the live stage did", func(t *testing.T) {
 		rep, err := fallback.Replay(context.Background(), brokers, cat, "herald-fallback")
