@@ -113,11 +113,14 @@ func (t *Task) Entry(key string) (schemas.Fallback, bool) {
 func (t *Task) Restore(r *kgo.Record) error {
 	key := string(r.Key)
 	if key == watermarksKey {
+		t.marks = &Watermarks{}
+		if r.Value == nil { // never written: the clock starts again from the forwarders' next marks
+			return nil
+		}
 		var w schemas.FallbackWatermark
 		if err := schemas.Decode(r.Value, &w); err != nil {
 			return fmt.Errorf("fallback: restore the watermarks: %w", err)
 		}
-		t.marks = &Watermarks{}
 		for _, m := range w.Marks {
 			t.marks.Apply(m)
 		}
