@@ -289,7 +289,7 @@ func TestFallbackChainsOnTheRealBroker(t *testing.T) {
 // TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder
 // runs the route stage and the fallback stage with its outcomes forwarder
 // on the real broker, but not its receipts forwarder, for two users of
-// "push > email after 4s unless displayed|opened". The first user's
+// "push > email after 8s unless displayed|opened". The first user's
 // displayed receipt is committed to herald.receipts well before the
 // email step's time; the receipts forwarder starts only after that time
 // plus 3 s (an earlier herald fired steps on the wall clock minus a 1 s
@@ -299,7 +299,7 @@ func TestFallbackChainsOnTheRealBroker(t *testing.T) {
 func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	cat := testenv.Catalog(t, brokers, 2)
-	chain, err := route.ParseChain("push > email after 4s unless displayed|opened")
+	chain, err := route.ParseChain("push > email after 8s unless displayed|opened")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *
 		}
 		return len(plans) == 2
 	})
-	stepAt := time.UnixMilli(max(plans["u_read"].PlannedAt, plans["u_unread"].PlannedAt) + 4000)
+	stepAt := time.UnixMilli(max(plans["u_read"].PlannedAt, plans["u_unread"].PlannedAt) + 8000)
 
 	// The receipt as the API writes it (POST /v1/receipts), committed
 	// before the step's time.
@@ -358,8 +358,8 @@ func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *
 		NotificationID: p.NotificationID, Tenant: "acme", Type: "chat.message", Recipient: "u_read", DeviceID: "iphone", Channel: "webpush",
 		At: time.Now().UnixMilli()}
 	produce(t, brokers, cat, encoded(t, cat.Name(topics.Receipts), push, &rc))
-	if committed := time.Now(); !committed.Before(time.UnixMilli(p.PlannedAt + 4000)) {
-		t.Fatalf("the receipt was committed at %v, not before the step's time %v: the machine is too slow for this test's 4 s", committed, stepAt)
+	if committed := time.Now(); !committed.Before(time.UnixMilli(p.PlannedAt + 8000)) {
+		t.Fatalf("the receipt was committed at %v, not before the step's time %v: the machine is too slow for this test's 8 s", committed, stepAt)
 	}
 
 	time.Sleep(time.Until(stepAt.Add(3 * time.Second)))
@@ -395,7 +395,7 @@ func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *
 	})
 	t.Run("a step with no receipt fires once the forwarder has caught up", func(t *testing.T) {
 		ds := decisionsOf(t, brokers, cat, nids["u_unread"])
-		if len(ds) != 1 || ds[0].Outcome != schemas.DecisionFallback || ds[0].At != plans["u_unread"].PlannedAt+4000 {
+		if len(ds) != 1 || ds[0].Outcome != schemas.DecisionFallback || ds[0].At != plans["u_unread"].PlannedAt+8000 {
 			t.Fatalf("decisions %+v, want one fallback at the step's time", ds)
 		}
 		if mails := commandsOf(t, brokers, cat, email.Channel, nids["u_unread"]); len(mails) != 1 || mails[0].Token != "u_unread@example.com" {
