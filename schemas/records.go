@@ -899,6 +899,39 @@ type FallbackReceipt struct {
 	At         int64  `json:"at"`
 }
 
+// Fallback watermark kinds (FallbackMark.Kind): the forwarder that made
+// the mark, named by the topic it reads.
+const (
+	MarkOutcomes = "outcomes"
+	MarkReceipts = "receipts"
+)
+
+// FallbackWatermark is how far the fallback stage's forwarders have read
+// their topics (processors/fallback, "Watermarks"). A forwarder writes one
+// to every partition of herald.fallback, keyed "watermark/<kind>/<partition>",
+// one mark each, in the transaction of its offsets; the fallback stage
+// keeps every mark it read on herald.fallbackstate under the key
+// "watermarks", all of them in one record.
+type FallbackWatermark struct {
+	Schema string         `json:"schema"`
+	Marks  []FallbackMark `json:"marks"`
+}
+
+// SchemaName implements Record.
+func (FallbackWatermark) SchemaName() string { return FallbackWatermarkV1 }
+
+// FallbackMark says: every record committed to partition Partition of the
+// forwarder's topic (Kind: MarkOutcomes or MarkReceipts) before At (ms, the
+// forwarder's clock) precedes the mark on the partition of herald.fallback
+// it is read from.
+type FallbackMark struct {
+	Kind      string `json:"kind" jsonschema:"enum=outcomes,enum=receipts"`
+	Partition int32  `json:"partition"`
+	// Partitions is the topic's partition count when the mark was made.
+	Partitions int32 `json:"partitions"`
+	At         int64 `json:"at"`
+}
+
 // Webhook is one endpoint a tenant registered for outbound webhooks, on the
 // compacted topic herald.webhooks, keyed by RecipientKey(Tenant, ID). A
 // tombstone deletes it.
@@ -925,5 +958,5 @@ func (Webhook) SchemaName() string { return WebhookV1 }
 
 // All returns one zero value of every record type, for generators and tests.
 func All() []Record {
-	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}, Webhook{}, Completion{}, Fallback{}}
+	return []Record{Request{}, Decision{}, SeenEntry{}, Accepted{}, DeliveryCommand{}, Attempt{}, Outcome{}, Device{}, Preferences{}, Segment{}, RouteEntry{}, SinkEntry{}, FeedItem{}, Receipt{}, Webhook{}, Completion{}, Fallback{}, FallbackWatermark{}}
 }

@@ -41,6 +41,8 @@ const (
 	WebhookV1         = "herald.webhook/v1"
 	CompletionV1      = "herald.completion/v1"
 	FallbackV1        = "herald.fallback/v1"
+	// FallbackWatermarkV1: processors/fallback's watermarks.
+	FallbackWatermarkV1 = "herald.fallbackwatermark/v1"
 )
 
 // ErrSchema is wrapped by decode errors caused by a wrong or missing schema name.

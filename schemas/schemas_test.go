@@ -75,6 +75,8 @@ func samples() []schemas.Record {
 					Commands: []schemas.DeliveryCommand{{DeliveryID: "d2", NotificationID: "n1", Channel: "email"}}, State: schemas.FallbackCancelled, At: 3, Reason: "opened"}},
 			Outcomes: []schemas.FallbackOutcome{{DeliveryID: "d1", Status: schemas.OutcomeDelivered, Reason: "ok", At: 3}},
 			Receipts: []schemas.FallbackReceipt{{DeliveryID: "d1", Kind: schemas.ReceiptOpened, At: 3}}, Done: true, FirstAt: 1},
+		&schemas.FallbackWatermark{Marks: []schemas.FallbackMark{{Kind: schemas.MarkOutcomes, Partition: 3, Partitions: 12, At: 5},
+			{Kind: schemas.MarkReceipts, Partition: 0, Partitions: 12, At: 6}}},
 	}
 }
 

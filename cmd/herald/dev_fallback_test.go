@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +21,9 @@ import (
 // runs the fallback stage: a user with an iPhone and an address gets the
 // push, then, two seconds later with no opened receipt, one email; the
 // notification's timeline (GET /v1/notifications/{id}, from the audit)
-// shows the step's decision, stage fallback, with its reason.
+// shows the step's decision, stage fallback, with its reason; and
+// `herald replay --stage route` replays the fallback stage's decisions
+// beside the route stage's, finding them as the live stages made them.
 func TestDevSendsAFallbackChainsNextStepAndShowsItInTheTimeline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts herald dev with the chDB server; runs in the full suite")
@@ -96,11 +100,27 @@ func TestDevSendsAFallbackChainsNextStepAndShowsItInTheTimeline(t *testing.T) {
 		if st == 200 && json.Unmarshal([]byte(b), &rec) == nil && slices.ContainsFunc(rec.Timeline, func(e sdk.TimelineEvent) bool {
 			return e.Stage == "fallback" && e.Outcome == "fallback" && strings.Contains(e.Detail, "step 2 (email after 2s unless opened) fired: 2s passed since step 1")
 		}) {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the timeline of %s lacks the fallback step's decision: %d %s", emailed, st, b)
 		}
 		time.Sleep(time.Second)
+	}
+
+	// The replay reads what the live stages have committed: the step's
+	// decision is there (the timeline read it from the audit).
+	out, err := exec.Command(bin, "replay", "--stage", "route", "--brokers", fmt.Sprintf("127.0.0.1:%d", kafkaPort),
+		"--clickhouse-addr", fmt.Sprintf("127.0.0.1:%d", chTCP)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("herald replay --stage route: %v\n%s", err, out)
+	}
+	for _, want := range []string{"through the route stage, compared", "record(s) of herald.fallback through the fallback stage, compared"} {
+		if !strings.Contains(string(out), want) || strings.Count(string(out), ": 0 difference(s)") != 2 {
+			t.Fatalf("herald replay --stage route printed\n%s\nwant %q and no difference in either stage", out, want)
+		}
+	}
+	if m := regexp.MustCompile(`compared (\d+) step decision`).FindStringSubmatch(string(out)); m == nil || m[1] == "0" {
+		t.Fatalf("herald replay --stage route compared no fallback step:\n%s", out)
 	}
 }

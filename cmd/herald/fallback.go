@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/heraldhq/herald/internal/ops"
@@ -26,12 +27,19 @@ func runFallback(ctx context.Context, args []string, _ io.Writer) error {
 	var of opsFlags
 	of.register(fs)
 	recordFormat := formatFlag(fs, "record-format", "how the stage writes herald.decisions: v2 (Protocol Buffers, schemas/recordpb/records.proto) or v1 (JSON, for a rolling upgrade while a reader of an earlier herald that reads only JSON still runs)")
-	grace := fs.Duration("timer-grace", time.Second, "steps also fire when the wall clock minus this reaches them; a receipt read later than this after a step's time comes too late to cancel it")
-	positive(fs, "timer-grace", grace)
+	markInterval := fs.Duration("mark-interval", time.Second, "how often each forwarder reads how far herald.outcomes or herald.receipts is committed and, once it has forwarded that far, writes its watermark to herald.fallback: "+
+		"steps fire when both forwarders' watermarks pass their time, about this much after it when the forwarders keep up")
+	positive(fs, "mark-interval", markInterval)
+	// Kept so that a command line of an earlier herald still starts; route
+	// has its own --timer-grace, which a shared config file also sets.
+	fs.Duration("timer-grace", time.Second, "deprecated and ignored: steps no longer fire on the wall clock minus a grace but on the forwarders' watermarks (--mark-interval); herald route keeps its own --timer-grace")
 	maxOpen := fs.Duration("max-open", 7*24*time.Hour, "how long a notification's chain is kept after its first record (its pending steps are then cancelled)")
 	positive(fs, "max-open", maxOpen)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if onCommandLine(fs, "timer-grace") {
+		slog.Warn("herald fallback ignores --timer-grace: its steps fire on the forwarders' watermarks (--mark-interval), never on the wall clock; remove the flag")
 	}
 	seeds, kopts, err := kf.connect()
 	if err != nil {
@@ -48,7 +56,7 @@ func runFallback(ctx context.Context, args []string, _ io.Writer) error {
 		Instance:     sf.runtime(seeds, kopts),
 		Catalog:      kf.catalog(),
 		Types:        chainedTypes(policy.Chains),
-		TimerGrace:   *grace,
+		MarkInterval: *markInterval,
 		MaxOpen:      *maxOpen,
 		RecordFormat: schemas.Format(*recordFormat),
 	})

@@ -36,3 +36,27 @@ func TestFallbackChainsAreCheckedByNameAtStart(t *testing.T) {
 		}
 	})
 }
+
+func TestFallbackTakesMarkIntervalAndStillAcceptsTimerGrace(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"--timer-grace of an earlier herald is still accepted (and ignored)",
+			[]string{"--timer-grace", "5s", "--fallback-chains", "invoice.paid=push"}, "--fallback-chains invoice.paid: \"push\" has one step"},
+		{"a --mark-interval that is not positive is refused",
+			[]string{"--mark-interval", "0s"}, "mark-interval"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(t.Context(), append([]string{"fallback", "--brokers", "127.0.0.1:1"}, c.args...), &out, &errb); code != 2 {
+				t.Fatalf("exit %d, want 2: %s", code, errb.String())
+			}
+			if !strings.Contains(errb.String(), c.want) || strings.Contains(errb.String(), "not defined") {
+				t.Fatalf("stderr %q lacks %q", errb.String(), c.want)
+			}
+		})
+	}
+}

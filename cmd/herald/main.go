@@ -58,7 +58,7 @@ func commands() []command {
 		{"probe", "exit 0 when a URL answers 200 (the containers' healthcheck: herald probe http://127.0.0.1:9464/readyz)", runProbe},
 		{"migrate", "create or upgrade herald's ClickHouse database (idempotent)", runMigrate},
 		{"route", "run the route stage (rate limits, digests, preferences, quiet hours, fan-out to devices)", runRoute},
-		{"replay", "re-run requests through the dedupe stage (or, with --stage route, accepted notifications through the route stage) in a sandbox and diff with the record; with --what-if, re-run a window under another policy and report what would change", runReplay},
+		{"replay", "re-run requests through the dedupe stage (or, with --stage route, accepted notifications through the route stage and herald.fallback through the fallback stage) in a sandbox and diff with the record; with --what-if, re-run a window under another policy and report what would change", runReplay},
 		{"sink", "run a channel's sink (--channel apns|fcm|webpush|feed|email|webhook): deliver with a sent-set, safe retries and dead letters", runSink},
 		{"topics", "create, verify or delete herald's Kafka topics (create|verify|delete)", runTopics},
 	}

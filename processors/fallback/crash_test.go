@@ -25,6 +25,9 @@ type crashRecord struct {
 	key string
 	v   schemas.Record
 	at  time.Time
+	// mark: a watermark, for partition part.
+	mark bool
+	part int32
 }
 
 // crashWorkload is n notifications a minute apart, each a plan (one or
@@ -67,40 +70,60 @@ func crashWorkload(rng *rand.Rand, n, partitions int, base time.Time) []crashRec
 				Commands: []schemas.DeliveryCommand{{DeliveryID: feedID, NotificationID: nid, OccurrenceID: occ, Tenant: "acme", Type: "invoice.paid",
 					Recipient: "u", DeviceID: "feed", Channel: "feed", CollapseID: nid, Title: "t", CreatedAt: t0.UnixMilli()}}})
 		}
-		out = append(out, crashRecord{nid, plan, t0})
+		out = append(out, crashRecord{key: nid, v: plan, at: t0})
 		for i, p := range pushes {
 			if i == 1 && rng.IntN(8) == 0 {
 				continue // never ends: an if-failed step waits
 			}
 			at := t0.Add(time.Duration(1+rng.IntN(300)) * time.Second)
-			out = append(out, crashRecord{nid, &schemas.Outcome{DeliveryID: p, NotificationID: nid, OccurrenceID: occ, Tenant: "acme",
+			out = append(out, crashRecord{key: nid, v: &schemas.Outcome{DeliveryID: p, NotificationID: nid, OccurrenceID: occ, Tenant: "acme",
 				Type: "invoice.paid", Recipient: "u", DeviceID: fmt.Sprint("ios", i), Channel: "apns", Status: statuses[rng.IntN(len(statuses))],
-				Attempts: 1, At: at.UnixMilli()}, at})
+				Attempts: 1, At: at.UnixMilli()}, at: at})
 		}
 		if len(pushes) > 0 && rng.IntN(3) == 0 {
 			at := t0.Add(time.Duration(rng.IntN(20*60)) * time.Second)
-			out = append(out, crashRecord{nid, &schemas.Receipt{ReceiptID: identity.ReceiptID(pushes[0], schemas.ReceiptDisplayed),
+			out = append(out, crashRecord{key: nid, v: &schemas.Receipt{ReceiptID: identity.ReceiptID(pushes[0], schemas.ReceiptDisplayed),
 				Kind: schemas.ReceiptDisplayed, DeliveryID: pushes[0], NotificationID: nid, Tenant: "acme", Type: "invoice.paid", Recipient: "u",
-				DeviceID: "ios0", Channel: "webpush", At: at.UnixMilli()}, at})
+				DeviceID: "ios0", Channel: "webpush", At: at.UnixMilli()}, at: at})
 		}
 	}
 	end := base.Add(time.Duration(n)*time.Minute + 24*time.Hour)
-	covered := map[int32]bool{}
-	for k := 0; len(covered) < partitions; k++ {
-		nid := identity.DedupeID("acme", "sentinel", "u", fmt.Sprint(k))
-		if p := topics.PartitionOf(nid, partitions); !covered[p] {
-			covered[p] = true
-			out = append(out, crashRecord{nid, &schemas.Outcome{DeliveryID: "s", NotificationID: nid, Tenant: "acme", Type: "invoice.paid",
-				Status: schemas.OutcomeDelivered, At: end.UnixMilli()}, end})
+	for at := base; ; at = at.Add(5 * time.Minute) {
+		if at.After(base.Add(time.Duration(n) * time.Minute)) {
+			at = end
+		}
+		var w schemas.FallbackWatermark
+		for _, k := range fallback.Kinds {
+			w.Marks = append(w.Marks, schemas.FallbackMark{Kind: k, Partition: 0, Partitions: 1, At: at.UnixMilli()})
+		}
+		for p := range int32(partitions) {
+			out = append(out, crashRecord{key: "watermark/test", v: &w, at: at, mark: true, part: p})
+		}
+		if at == end {
+			break
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].at.Equal(out[j].at) {
+			return !out[i].mark && out[j].mark
+		}
+		return out[i].at.Before(out[j].at)
+	})
 	return out
+}
+
+// partition is where c goes among n partitions.
+func (c crashRecord) partition(n int) int32 {
+	if c.mark {
+		return c.part
+	}
+	return topics.PartitionOf(c.key, n)
 }
 
 func (c crashRecord) record(t *testing.T, topic string) *kgo.Record {
 	r := encoded(t, topic, c.key, c.v)
 	r.Timestamp = c.at
+	r.Partition = c.part
 	return r
 }
 
@@ -115,9 +138,9 @@ func crashModel(t *testing.T, work []crashRecord, tp fallback.Topics, partitions
 	offsets := map[int32]int64{}
 	decisions, commands := map[string]string{}, map[string]int{}
 	for _, w := range work {
-		p := topics.PartitionOf(w.key, partitions)
+		p := w.partition(partitions)
 		if tasks[p] == nil || p == 0 && loseEvery > 0 && offsets[p] > 0 && int(offsets[p])%loseEvery == 0 {
-			tasks[p] = fallback.NewTask(tp, p, nil, 0, nil)
+			tasks[p] = fallback.NewTask(tp, p, 0, nil)
 		}
 		r := w.record(t, tp.Fallback)
 		r.Partition, r.Offset = p, offsets[p]
@@ -201,8 +224,9 @@ func TestEachFallbackStepFiresExactlyOnceThroughSIGKILLsAndRebalances(t *testing
 		return []string{"fallback", "--brokers", brokers[0], "--topic-prefix", cat.Options().Prefix,
 			"--partitions", fmt.Sprint(partitions), "--replication", "1", "--instance-id", id, "--group", group,
 			"--batch-interval", "50ms", "--transaction-timeout", "10s", "--fallback-chains", "invoice.paid=push > email if failed",
-			// Steps fire on stream time only, as in the model.
-			"--timer-grace", "100000h"}
+			// The forwarders (of empty topics) write no watermark: the
+			// workload's are the only ones, as in the model.
+			"--mark-interval", "100000h"}
 	})
 	inst.Start("i1")
 	inst.Start("i2")
@@ -210,7 +234,7 @@ func TestEachFallbackStepFiresExactlyOnceThroughSIGKILLsAndRebalances(t *testing
 	produced := make(chan struct{})
 	go func() {
 		defer close(produced)
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(cat.Partitioner()))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(fallback.Partitioner(cat)))
 		if err != nil {
 			t.Error(err)
 			return

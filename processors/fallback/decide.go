@@ -2,23 +2,25 @@
 // with a fallback chain (route.Chain, e.g. "push > email after 15m unless
 // displayed|opened > feed" or "push > email if failed"), the steps after
 // the first, each fired at most once, when its condition holds, and never
-// once what cancels it has been read.
+// after what cancels it was recorded.
 //
 // Topology. The route stage fans out the first step and writes the plan
 // (schemas.Fallback: every step, with the later steps' delivery commands
 // resolved when it decided) to herald.fallback, keyed by notification id,
-// in the transaction of its decision. Two stateless forwarders re-key onto
-// the same topic what herald records about the notification's deliveries:
-// outcomes (herald.outcomes, keyed by delivery id) and the web client's
-// receipts (herald.receipts, keyed by delivery id), of the types with a
-// chain. The fallback stage (herald.fallback in) keeps each notification's
-// entry in the compacted changelog herald.fallbackstate (co-partitioned),
-// and the transaction that fires a step writes its delivery commands (to
-// herald.deliveries.<channel>, as the route stage does: the sinks deliver
-// them with their usual identity), its decision and the entry with the
-// step marked fired, with its input offsets. A crash before the commit
-// fires it again from the restored entry; after it never: each step fires
-// at most once per notification (and recipient: a notification has one).
+// in the transaction of its decision. Two forwarders re-key onto the same
+// topic what herald records about the notification's deliveries: outcomes
+// (herald.outcomes, keyed by delivery id) and the web client's receipts
+// (herald.receipts, keyed by delivery id), of the types with a chain; and
+// each writes its watermarks there (below). The fallback stage
+// (herald.fallback in) keeps each notification's entry, and the
+// watermarks, in the compacted changelog herald.fallbackstate
+// (co-partitioned), and the transaction that fires a step writes its
+// delivery commands (to herald.deliveries.<channel>, as the route stage
+// does: the sinks deliver them with their usual identity), its decision
+// and the entry with the step marked fired, with its input offsets. A
+// crash before the commit fires it again from the restored entry; after
+// it never: each step fires at most once per notification (and
+// recipient: a notification has one).
 //
 // Semantics (Decide), for each step after the first, once the step before
 // it fired at time P (the first step fired at the route decision, or at
@@ -32,13 +34,80 @@
 //     channels), there is nothing to wait for: the step is ready at P,
 //     whatever its delay or "if failed".
 //   - A receipt of a kind the step names after "unless" (displayed,
-//     opened), for any delivery of the notification, recorded before T,
-//     cancels it. A receipt recorded at or after T does not: the step was
-//     due first. While an "if failed" step waits for outcomes, any such
-//     receipt cancels it.
-//   - A step fires once the stage's clock reaches T: its decision and
-//     commands are stamped T, whenever the stage gets there.
+//     opened), for any delivery of the notification, recorded before T
+//     (its At, the API's clock when it wrote it), cancels it. A receipt
+//     recorded at or after T does not: the step was due first. While an
+//     "if failed" step waits for outcomes, any such receipt cancels it.
+//   - A step fires once the stage's clock (now, below) reaches T: its
+//     decision and commands are stamped T, whenever the stage gets there.
 //   - A cancelled step cancels every step after it: the chain stops.
+//
+// The clock: watermarks. The stage's clock on a partition of
+// herald.fallback is the earliest of the forwarders' watermarks: never
+// the wall clock, never a record's time. A forwarder (one task per
+// partition of herald.outcomes or herald.receipts) writes a mark (kind,
+// source partition, its partition count, time W) to every partition of
+// herald.fallback (schemas.FallbackWatermark), meaning: every record
+// committed to that source partition before W precedes this mark on
+// every partition of herald.fallback. The rule that makes W safe
+// (Markable): every MarkInterval (1 s) the forwarder reads its clock W,
+// then asks each partition's leader for its last stable offset End (a
+// read_committed ListOffsets: every record committed before the request
+// lies below it), then the log start offset and the group's committed
+// offset; a task writes the mark W, in a transaction, once it has
+// forwarded every record below End in that transaction or a committed one
+// (its position, counted with control records, which the forwarders
+// read; or the group's committed offset, which an idle partition reaches
+// once its last transaction's commit marker is read). A forwarded record
+// is appended to herald.fallback before the transaction that forwards it
+// commits, so before any later mark: a read_committed reader meets it
+// first. The mark keeps coming while the partition is idle, so idle
+// partitions advance. The stage keeps per partition the latest mark of
+// every (kind, source partition) (Watermarks, in herald.fallbackstate
+// under the key "watermarks", so a restore keeps them) and its clock is
+// the minimum over both kinds and every source partition, the count taken
+// from the marks themselves (the largest one named); a source partition
+// never heard of holds it at 0. When a mark moves the clock, the steps
+// due fire in its Process, the mark their source in the audit, and once
+// a minute of that clock old entries expire: the replay, reading the same
+// records in the same order, decides the same steps at the same place.
+//
+// What the clock guarantees, and assumes:
+//   - A receipt committed to herald.receipts before a receipts forwarder's
+//     clock read T, and recorded before T (its At < T), is read by the
+//     stage before its clock reaches T, whatever the forwarders' lag: it
+//     cancels the step. No grace period is involved.
+//   - Assumed: the clock of the API instance that records a receipt is
+//     not ahead of the receipts forwarders' clocks (At is read before the
+//     receipt is written, so then At < T for every receipt committed
+//     before T). An API clock ahead by d makes a receipt committed in the
+//     last d before T count as recorded after T: it does not cancel. An
+//     API clock behind makes more receipts count as recorded before T;
+//     those committed after the forwarders' clock read T may come too late
+//     (the step has fired). The route stage's and the sinks' clocks only
+//     set T and the outcomes' times: they move when a step fires, not what
+//     cancels it.
+//   - Assumed: a partition leader's last stable offset never goes back (a
+//     new leader answers ListOffsets with OFFSET_NOT_AVAILABLE until its
+//     high watermark has caught up, KIP-207; the probe then keeps its
+//     previous reading), and the forwarders' groups are not reset past
+//     records they never forwarded (--reset-offsets latest skips them, and
+//     the marks count them as read; so do records the topic's retention
+//     deleted before a forwarder read them).
+//   - A stalled forwarder (down, rebalancing, behind, its probe failing)
+//     holds the clock: it delays every step of the stage by as long, and
+//     fires none early. herald_fallback_watermark_lag_seconds{partition}
+//     (wall clock minus the clock) shows it; with the forwarders keeping
+//     up it stays within about MarkInterval plus a transaction.
+//   - Every step waits for the clock, also one with no delay and no
+//     condition: it fires about MarkInterval after its time at the least.
+//   - A mark is written per forwarder task, MarkInterval, and partition of
+//     herald.fallback: P × 2 × P records a MarkInterval for P partitions
+//     everywhere (288 a second for 12), and the stage writes its
+//     watermarks to its changelog once per transaction that read one.
+//   - An earlier fallback stage skips the marks (a record of another
+//     schema, with a warning each) and cannot restore a changelog that
+//     holds the "watermarks" record: do not run it against one.
 //
 // Every step is a decision on herald.decisions (stage fallback): outcome
 // fallback when it fires, with its deliveries, fallback_cancelled when it
@@ -52,16 +121,6 @@
 // derives from it).
 //
 // Hazards and their bounds:
-//   - Clock. Timers fire on the partition's stream time (the newest record
-//     time read) and, in a live stage, on the wall clock minus TimerGrace.
-//     A receipt recorded before T but read after the wall clock passed
-//     T + grace (the forwarder behind, a broker outage) comes too late: the
-//     step has fired. A replay on stream time alone would cancel it. The
-//     bound is the forwarders' lag; size TimerGrace above it.
-//   - Stream time is the newest record time read: a record stamped ahead
-//     of the others (a producer's or a sink's clock) moves it ahead and
-//     fires the partition's steps due before it early, by at most that
-//     skew.
 //   - Devices and preferences are the route stage's when it decided: an
 //     address registered after that is not in the plan (as deferred
 //     pushes are resolved when deferred).
@@ -72,9 +131,10 @@
 //   - Records read before the plan (two forwarders and the route stage
 //     write the topic independently) are kept in the entry until it comes.
 //     An entry is dropped MaxOpen after its first record (7 days by
-//     default); its pending steps are cancelled then (expired), and one
-//     never planned is dropped without a decision. A done entry stays until
-//     then, so a late outcome or receipt changes nothing.
+//     default, on the stage's clock); its pending steps are cancelled then
+//     (expired), and one never planned is dropped without a decision. A
+//     done entry stays until then, so a late outcome or receipt changes
+//     nothing.
 //   - The webhook completion stage's send.completed does not wait for
 //     fallback deliveries: it lists them if their outcomes come first.
 package fallback

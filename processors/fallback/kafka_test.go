@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/identity"
 	"github.com/heraldhq/herald/internal/backoff"
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/stage"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/processors/fallback"
@@ -275,7 +276,139 @@ func TestFallbackChainsOnTheRealBroker(t *testing.T) {
 	})
 
 	t.Run("the replay of herald.fallback decides every step as the live stage did", func(t *testing.T) {
-		rep, err := fallback.Replay(context.Background(), brokers, cat)
+		rep, err := fallback.Replay(context.Background(), brokers, cat, "herald-fallback")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Compared != 2 || len(rep.Differences) > 0 {
+			t.Fatalf("compared %d, differences %q; want the two steps, none", rep.Compared, rep.Differences)
+		}
+	})
+}
+
+// TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder
+// runs the route stage and the fallback stage with its outcomes forwarder
+// on the real broker, but not its receipts forwarder, for two users of
+// "push > email after 8s unless displayed|opened". The first user's
+// displayed receipt is committed to herald.receipts well before the
+// email step's time; the receipts forwarder starts only after that time
+// plus 3 s (an earlier herald fired steps on the wall clock minus a 1 s
+// grace: it sent that email). Nothing is decided until the forwarder
+// starts; then the first email is cancelled by the receipt, never sent,
+// and the second, with no receipt, is sent once.
+func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	cat := testenv.Catalog(t, brokers, 2)
+	chain, err := route.ParseChain("push > email after 8s unless displayed|opened")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for _, u := range []string{"u_read", "u_unread"} {
+		for _, d := range []schemas.Device{
+			{Tenant: "acme", Recipient: u, DeviceID: "iphone", Platform: "ios", Token: "token-" + u, Enabled: true},
+			{Tenant: "acme", Recipient: u, DeviceID: "inbox", Platform: "email", Token: u + "@example.com", Enabled: true},
+		} {
+			recs = append(recs, encoded(t, cat.Name(topics.Devices), schemas.DeviceKey(d.Tenant, d.Recipient, d.DeviceID), &d))
+		}
+	}
+	produce(t, brokers, cat, recs...)
+	inst := stage.Instance{Brokers: brokers, InstanceID: "i1", BatchInterval: 20 * time.Millisecond, SessionTimeout: 6 * time.Second}
+	rs, err := route.New(route.Options{Instance: inst, Catalog: cat, Policy: route.Policy{Chains: map[string]route.Chain{"chat.message": chain}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRun(t, "route", rs.Run)
+	reg := metrics.NewRegistry()
+	finst := inst
+	finst.Metrics = reg
+	fs, err := fallback.New(fallback.Options{Instance: finst, Catalog: cat, Types: map[string]bool{"chat.message": true},
+		MarkInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRun(t, "fallback", fs.Runner.Run)
+	goRun(t, "fallback outcomes forwarder", fs.Outcomes.Run)
+	await(t, "the route stage ready", rs.Ready)
+
+	nids := map[string]string{}
+	for _, u := range []string{"u_read", "u_unread"} {
+		n := schemas.Accepted{NotificationID: identity.DedupeID("acme", "chat.message", u, "k1"), RequestID: identity.NewRandomID(),
+			Tenant: "acme", Type: "chat.message", Recipient: u, Title: "New message", Body: "hi", AcceptedAt: time.Now().UnixMilli()}
+		produce(t, brokers, cat, encoded(t, cat.Name(topics.Accepted), schemas.RecipientKey("acme", u), &n))
+		nids[u] = n.NotificationID
+	}
+	plans := map[string]schemas.Fallback{}
+	await(t, "both plans on herald.fallback", func() bool {
+		for _, r := range testenv.ReadCommitted(t, brokers, cat.Name(topics.Fallback)) {
+			var p schemas.Fallback
+			if schemas.Decode(r.Value, &p) == nil && p.PlannedAt > 0 {
+				plans[p.Recipient] = p
+			}
+		}
+		return len(plans) == 2
+	})
+	stepAt := time.UnixMilli(max(plans["u_read"].PlannedAt, plans["u_unread"].PlannedAt) + 8000)
+
+	// The receipt as the API writes it (POST /v1/receipts), committed
+	// before the step's time.
+	p := plans["u_read"]
+	push := p.Steps[0].Deliveries[0]
+	rc := schemas.Receipt{ReceiptID: identity.ReceiptID(push, schemas.ReceiptDisplayed), Kind: schemas.ReceiptDisplayed, DeliveryID: push,
+		NotificationID: p.NotificationID, Tenant: "acme", Type: "chat.message", Recipient: "u_read", DeviceID: "iphone", Channel: "webpush",
+		At: time.Now().UnixMilli()}
+	produce(t, brokers, cat, encoded(t, cat.Name(topics.Receipts), push, &rc))
+	if committed := time.Now(); !committed.Before(time.UnixMilli(p.PlannedAt + 8000)) {
+		t.Fatalf("the receipt was committed at %v, not before the step's time %v: the machine is too slow for this test's 8 s", committed, stepAt)
+	}
+
+	time.Sleep(time.Until(stepAt.Add(3 * time.Second)))
+	lag := func(p int) float64 {
+		return float64(reg.Gauge("herald_fallback_watermark_lag_seconds", "", "partition", fmt.Sprint(p)).Value())
+	}
+	t.Run("with the receipts forwarder down, no step fires past its time", func(t *testing.T) {
+		for u, nid := range nids {
+			if ds := decisionsOf(t, brokers, cat, nid); len(ds) != 0 {
+				t.Fatalf("%s: decisions %+v before the receipts forwarder ran; want none", u, ds)
+			}
+		}
+		// Never heard of: the clock is 0, the lag the wall clock itself.
+		for p := range 2 {
+			if l := lag(p); l < float64(stepAt.Unix()) {
+				t.Fatalf("watermark lag of partition %d: %v s, want the whole wall clock (no receipts watermark yet)", p, l)
+			}
+		}
+	})
+
+	goRun(t, "fallback receipts forwarder", fs.Receipts.Run)
+	await(t, "both steps decided", func() bool {
+		return len(decisionsOf(t, brokers, cat, nids["u_read"])) > 0 && len(decisionsOf(t, brokers, cat, nids["u_unread"])) > 0
+	})
+	t.Run("the receipt committed before the step's time cancels it, however late its forwarder", func(t *testing.T) {
+		ds := decisionsOf(t, brokers, cat, nids["u_read"])
+		if len(ds) != 1 || ds[0].Outcome != schemas.DecisionFallbackCancelled || !strings.Contains(ds[0].Detail, "displayed receipt of delivery "+push) {
+			t.Fatalf("decisions %+v, want one fallback_cancelled by the displayed receipt", ds)
+		}
+		if mails := commandsOf(t, brokers, cat, email.Channel, nids["u_read"]); len(mails) != 0 {
+			t.Fatalf("email commands %+v, want none", mails)
+		}
+	})
+	t.Run("a step with no receipt fires once the forwarder has caught up", func(t *testing.T) {
+		ds := decisionsOf(t, brokers, cat, nids["u_unread"])
+		if len(ds) != 1 || ds[0].Outcome != schemas.DecisionFallback || ds[0].At != plans["u_unread"].PlannedAt+8000 {
+			t.Fatalf("decisions %+v, want one fallback at the step's time", ds)
+		}
+		if mails := commandsOf(t, brokers, cat, email.Channel, nids["u_unread"]); len(mails) != 1 || mails[0].Token != "u_unread@example.com" {
+			t.Fatalf("email commands %+v, want one to u_unread@example.com", mails)
+		}
+	})
+	t.Run("the watermark lag shows the forwarders caught up", func(t *testing.T) {
+		await(t, "a watermark lag below the time since the step", func() bool {
+			return lag(0) < time.Since(stepAt).Seconds() && lag(1) < time.Since(stepAt).Seconds()
+		})
+	})
+	t.Run("the replay decides both steps as the live stage did", func(t *testing.T) {
+		rep, err := fallback.Replay(context.Background(), brokers, cat, "herald-fallback")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,8 +3,8 @@ package fallback
 import (
 	"context"
 	"fmt"
-	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/stage"
@@ -14,38 +14,61 @@ import (
 
 // ReplayReport is what Replay found.
 type ReplayReport struct {
-	// Records replayed (plans, outcomes, receipts) and decisions compared
-	// with the live ones.
+	// Records replayed (plans, outcomes, receipts, watermarks) and
+	// decisions compared with the live ones.
 	Records, Compared int
 	// Differences, one line each.
 	Differences []string
-	// Pending: steps the replay decided only at its end, on the wall
-	// clock (the live stage fires them on it too).
+	// Pending: decisions the replay made from records the live stage had
+	// not read when the replay began (past its group's committed offset),
+	// and had not made yet: not compared.
 	Pending int
 }
 
 // Replay re-reads herald.fallback through the stage's own Task in a
-// sandbox (nothing is produced), steps firing on stream time and, at the
-// end of each partition, on the wall clock, and compares each step's
-// decision with the live one in herald.decisions, by decision id: outcome
-// and detail. A difference is either a defect or the clock hazard of the
-// package doc (a receipt read after the live stage's wall clock fired the
-// step it would have cancelled).
-func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, opts ...kgo.Opt) (*ReplayReport, error) {
+// sandbox (nothing is produced) and compares each step's decision with
+// the live one in herald.decisions, by decision id: outcome and detail.
+// The stage's clock is the forwarders' watermarks, which are records of
+// herald.fallback like the plans, outcomes and receipts: the replay reads
+// them where the live stage did and fires every step at the same place,
+// so any difference is a defect. group is the live stage's consumer group
+// ("herald-fallback" by default; empty: every decision is compared): its
+// committed offsets, read first, say how far the live stage had read, and
+// a decision only the replay made from a record past them is Pending, not
+// a difference.
+func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, group string, opts ...kgo.Opt) (*ReplayReport, error) {
 	t := TopicsOf(cat)
-	input, err := route.ReadAll(ctx, brokers, t.Fallback, opts)
+	live := map[int32]int64{}
+	if group != "" {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("fallback: replay client: %w", err)
+		}
+		offs, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, group, t.Fallback)
+		cl.Close()
+		if err != nil {
+			return nil, fmt.Errorf("fallback: replay: offsets of group %s: %w", group, err)
+		}
+		offs.Each(func(o kadm.OffsetResponse) {
+			if o.Err == nil {
+				live[o.Partition] = o.At
+			}
+		})
+	}
+	// Decisions before the input: every decision read was made from input
+	// the replay reads.
+	decided, err := route.ReadAll(ctx, brokers, t.Decisions, opts)
 	if err != nil {
 		return nil, err
 	}
-	decided, err := route.ReadAll(ctx, brokers, t.Decisions, opts)
+	input, err := route.ReadAll(ctx, brokers, t.Fallback, opts)
 	if err != nil {
 		return nil, err
 	}
 	ds := route.NewReplayedDecisions(t.Decisions, "fallback", decided)
 	rep := &ReplayReport{}
 	for part, recs := range input {
-		var wall int64 // 0 until the end: stream time only
-		task := NewTask(t, part, func() int64 { return wall }, 0, nil)
+		task := NewTask(t, part, 0, nil)
 		for _, r := range recs {
 			var out stage.Out
 			if err := task.Process(r, &out); err != nil {
@@ -58,15 +81,14 @@ func Replay(ctx context.Context, brokers []string, cat *topics.Catalog, opts ...
 				return nil, err
 			}
 		}
-		before := len(ds.Replayed)
-		wall = time.Now().UnixMilli()
-		var out stage.Out
-		task.Tick(&out)
-		task.Commit()
-		if err := ds.Collect(&out); err != nil {
-			return nil, err
+	}
+	if group != "" {
+		for id, d := range ds.Replayed {
+			if _, ok := ds.Live[id]; !ok && d.SourceTopic == t.Fallback && d.SourceOffset >= live[d.SourcePartition] {
+				delete(ds.Replayed, id)
+				rep.Pending++
+			}
 		}
-		rep.Pending += len(ds.Replayed) - before
 	}
 	rep.Compared, rep.Differences = ds.Compare()
 	return rep, nil

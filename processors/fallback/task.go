@@ -42,46 +42,59 @@ func (t Topics) outputs() []string {
 }
 
 // Task is the fallback stage's state for one herald.fallback partition:
-// the committed entries, the open transaction's changes and a timer queue.
-// A timer fires inside the transaction that writes its step's commands,
-// decision and the entry that marks it fired: a crash before the commit
-// fires it again from the restored entry, after it never.
+// the committed entries and watermarks, the open transaction's changes
+// and a timer queue. A timer fires inside the transaction that writes its
+// step's commands, decision and the entry that marks it fired: a crash
+// before the commit fires it again from the restored entry, after it
+// never.
 type Task struct {
 	topics    Topics
 	partition int32
-	// now is the wall-clock part of the timer clock (ms); nil fires timers
-	// on stream time only (replay, tests).
-	now     func() int64
-	maxOpen int64
-	log     *slog.Logger
+	maxOpen   int64
+	log       *slog.Logger
 
 	state   map[string]schemas.Fallback
 	pending map[string]*schemas.Fallback // nil: deleted in this transaction
 	timers  timers.Queue                 // a due timer popped in an aborted transaction is due again
 
-	streamTime, pendingStreamTime int64
-	lastSweep                     int64
+	// marks are the committed watermarks; pendingMarks, when not nil,
+	// this transaction's (written to the changelog by Tick).
+	marks, pendingMarks *Watermarks
 
 	// RecordFormat: how decisions are written.
 	RecordFormat schemas.Format
 	// decisions counts the transaction's decisions (nil: not counted).
 	decisions *metrics.Tally
+	// lag, when set, is the watermark's lag gauge (seconds behind the
+	// wall clock), set by Tick; forget drops it when the partition goes.
+	lag    *metrics.Gauge
+	forget func()
 }
 
 var _ stage.Task = (*Task)(nil)
 
-// NewTask returns the empty task of one partition. now, when not nil, is
-// the wall clock minus the grace period; maxOpen bounds an entry's life
-// (ms; 7 days when not positive).
-func NewTask(t Topics, partition int32, now func() int64, maxOpen int64, log *slog.Logger) *Task {
+// NewTask returns the empty task of one partition. maxOpen bounds an
+// entry's life (ms; 7 days when not positive).
+func NewTask(t Topics, partition int32, maxOpen int64, log *slog.Logger) *Task {
 	if maxOpen <= 0 {
 		maxOpen = (7 * 24 * time.Hour).Milliseconds()
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Task{topics: t, partition: partition, now: now, maxOpen: maxOpen, log: log.With("stage", "fallback"),
-		state: map[string]schemas.Fallback{}, pending: map[string]*schemas.Fallback{}}
+	return &Task{topics: t, partition: partition, maxOpen: maxOpen, log: log.With("stage", "fallback"),
+		state: map[string]schemas.Fallback{}, pending: map[string]*schemas.Fallback{}, marks: &Watermarks{}}
+}
+
+// Clock is the partition's clock as the task sees it: the earliest
+// watermark (see Watermarks.Clock).
+func (t *Task) Clock() int64 { return t.watermarks().Clock() }
+
+func (t *Task) watermarks() *Watermarks {
+	if t.pendingMarks != nil {
+		return t.pendingMarks
+	}
+	return t.marks
 }
 
 // Len is the number of committed entries.
@@ -96,9 +109,23 @@ func (t *Task) Entry(key string) (schemas.Fallback, bool) {
 	return *e, true
 }
 
-// Restore implements stage.Task.
+// Restore implements stage.Task: an entry, or the watermarks.
 func (t *Task) Restore(r *kgo.Record) error {
 	key := string(r.Key)
+	if key == watermarksKey {
+		t.marks = &Watermarks{}
+		if r.Value == nil { // never written: the clock starts again from the forwarders' next marks
+			return nil
+		}
+		var w schemas.FallbackWatermark
+		if err := schemas.Decode(r.Value, &w); err != nil {
+			return fmt.Errorf("fallback: restore the watermarks: %w", err)
+		}
+		for _, m := range w.Marks {
+			t.marks.Apply(m)
+		}
+		return nil
+	}
 	if r.Value == nil {
 		delete(t.state, key)
 		return nil
@@ -125,11 +152,16 @@ func (t *Task) lookup(key string) *schemas.Fallback {
 }
 
 // Process implements stage.Task: a plan, an outcome or a receipt of one
-// notification, then its pending steps judged on stream time.
+// notification, then its pending steps judged on the partition's clock;
+// or a forwarder's watermark, which moves the clock: the steps due fire
+// then, and once a minute of that clock, entries older than maxOpen are
+// dropped, their pending steps cancelled.
 func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 	at := r.Timestamp.UnixMilli()
-	t.pendingStreamTime = max(t.pendingStreamTime, at)
 	key := string(r.Key)
+	if header(r) == schemas.FallbackWatermarkV1 {
+		return t.processMark(r, out)
+	}
 	prev := t.lookup(key)
 	var e schemas.Fallback
 	var cancelled []Change
@@ -171,22 +203,51 @@ func (t *Task) Process(r *kgo.Record, out *stage.Out) error {
 		t.log.Warn("skip a record under another notification's key", "partition", r.Partition, "offset", r.Offset)
 		return nil
 	}
-	return t.decide(key, e, t.pendingStreamTime, r, out)
+	return t.decide(key, e, t.Clock(), r, out)
+}
+
+// processMark applies a forwarder's watermark record; when the clock
+// moves, the steps due fire, with the record as their source.
+func (t *Task) processMark(r *kgo.Record, out *stage.Out) error {
+	var w schemas.FallbackWatermark
+	if err := schemas.Decode(r.Value, &w); err != nil {
+		t.log.Warn("skip an undecodable watermark", "partition", r.Partition, "offset", r.Offset, "err", err)
+		return nil
+	}
+	before := t.Clock()
+	next := t.watermarks().Clone()
+	changed := false
+	for _, m := range w.Marks {
+		if next.Apply(m) {
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	t.pendingMarks = next
+	if clock := next.Clock(); clock > before {
+		t.fire(clock, r, out)
+		if clock/time.Minute.Milliseconds() > before/time.Minute.Milliseconds() {
+			t.sweep(clock, r, out)
+		}
+	}
+	return nil
 }
 
 // decide judges e's pending steps at clock, emitting the changes and the
-// entry, and queues its next timer.
+// entry (stamped with src's time), and queues its next timer.
 func (t *Task) decide(key string, e schemas.Fallback, clock int64, src *kgo.Record, out *stage.Out) error {
+	return t.decideAt(key, e, clock, src, src.Timestamp.UnixMilli(), out)
+}
+
+func (t *Task) decideAt(key string, e schemas.Fallback, clock int64, src *kgo.Record, stamp int64, out *stage.Out) error {
 	e, changes, wake := Decide(e, clock)
 	if err := t.emitChanges(e, changes, src, out); err != nil {
 		return err
 	}
 	if wake != 0 {
 		t.timers.Add(key, wake)
-	}
-	stamp := clock
-	if src != nil {
-		stamp = src.Timestamp.UnixMilli()
 	}
 	return t.put(key, &e, stamp, out)
 }
@@ -241,14 +302,28 @@ func (t *Task) put(key string, e *schemas.Fallback, at int64, out *stage.Out) er
 	return nil
 }
 
-// Tick implements stage.Task: steps due on the task's clock fire; once a
-// minute of that clock, entries older than maxOpen are dropped, their
-// pending steps cancelled.
+// Tick implements stage.Task: steps due on the partition's clock fire (a
+// restored entry's; the others fired when the clock moved), the
+// watermarks changed in the transaction are written to the changelog,
+// and the lag gauge is set.
 func (t *Task) Tick(out *stage.Out) {
-	clock := t.pendingStreamTime
-	if t.now != nil {
-		clock = max(clock, t.now())
+	clock := t.Clock()
+	t.fire(clock, nil, out)
+	if t.pendingMarks != nil {
+		b, err := schemas.Encode(&schemas.FallbackWatermark{Marks: t.pendingMarks.Marks()})
+		if err == nil { // it cannot fail: a struct of strings and numbers
+			out.Emit(&kgo.Record{Topic: t.topics.State, Key: []byte(watermarksKey), Partition: t.partition, Value: b,
+				Timestamp: time.UnixMilli(max(clock, 0)), Headers: []kgo.RecordHeader{{Key: schemas.HeaderSchema, Value: []byte(schemas.FallbackWatermarkV1)}}})
+		}
 	}
+	if t.lag != nil {
+		t.lag.SetFloat(float64(time.Now().UnixMilli()-clock) / 1000)
+	}
+}
+
+// fire fires the steps due at clock; src is the watermark record that
+// moved the clock (nil: a tick).
+func (t *Task) fire(clock int64, src *kgo.Record, out *stage.Out) {
 	// An encoding error cannot happen for entries built from decoded ones.
 	for it, ok := t.timers.Due(clock); ok; it, ok = t.timers.Due(clock) {
 		e := t.lookup(it.Key)
@@ -258,12 +333,13 @@ func (t *Task) Tick(out *stage.Out) {
 		if _, _, wake := Decide(*e, math.MinInt64); wake != it.At {
 			continue // stale: the entry moved on, a newer item covers it
 		}
-		_ = t.decide(it.Key, *e, clock, nil, out)
+		_ = t.decideAt(it.Key, *e, clock, src, clock, out)
 	}
-	if clock-t.lastSweep < time.Minute.Milliseconds() {
-		return
-	}
-	t.lastSweep = clock
+}
+
+// sweep drops the entries older than maxOpen at clock, cancelling their
+// pending steps.
+func (t *Task) sweep(clock int64, src *kgo.Record, out *stage.Out) {
 	cut := clock - t.maxOpen
 	for key, e := range t.state {
 		if _, changed := t.pending[key]; changed || e.FirstAt >= cut {
@@ -273,8 +349,16 @@ func (t *Task) Tick(out *stage.Out) {
 			t.log.Warn("dropped a notification's outcomes and receipts whose fallback plan never came", "partition", t.partition, "notification", key)
 		}
 		e, changes := Cancel(e, clock, "expired: open longer than "+(time.Duration(t.maxOpen)*time.Millisecond).String())
-		_ = t.emitChanges(e, changes, nil, out)
+		_ = t.emitChanges(e, changes, src, out)
 		_ = t.put(key, nil, clock, out)
+	}
+}
+
+// Revoked implements stage.Revoker: the lag gauge of a partition no
+// longer owned is dropped.
+func (t *Task) Revoked() {
+	if t.forget != nil {
+		t.forget()
 	}
 }
 
@@ -289,7 +373,9 @@ func (t *Task) Commit() {
 	}
 	clear(t.pending)
 	t.timers.Commit()
-	t.streamTime = t.pendingStreamTime
+	if t.pendingMarks != nil {
+		t.marks, t.pendingMarks = t.pendingMarks, nil
+	}
 	t.decisions.Commit()
 }
 
@@ -297,7 +383,7 @@ func (t *Task) Commit() {
 func (t *Task) Abort() {
 	clear(t.pending)
 	t.timers.Abort()
-	t.pendingStreamTime = t.streamTime
+	t.pendingMarks = nil
 	t.decisions.Abort()
 }
 

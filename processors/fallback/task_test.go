@@ -39,55 +39,86 @@ func outputs(t *testing.T, out *stage.Out) (decisions []schemas.Decision, comman
 	return decisions, commands, state
 }
 
+// mark is a watermark record on partition 2 of herald.fallback: both
+// forwarders' topics, of one partition each, read up to at.
+func mark(t *testing.T, at int64, kinds ...string) *kgo.Record {
+	t.Helper()
+	if len(kinds) == 0 {
+		kinds = fallback.Kinds
+	}
+	var w schemas.FallbackWatermark
+	for _, k := range kinds {
+		w.Marks = append(w.Marks, schemas.FallbackMark{Kind: k, Partition: 0, Partitions: 1, At: at})
+	}
+	r := encoded(t, taskTopics.Fallback, "watermark/test", &w)
+	r.Timestamp, r.Partition = time.UnixMilli(at), 2
+	return r
+}
+
+// step processes rec (nil: none) and ticks, in one transaction, and commits it.
+func step(t *testing.T, task *fallback.Task, rec *kgo.Record) *stage.Out {
+	t.Helper()
+	var out stage.Out
+	if rec != nil {
+		if err := task.Process(rec, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task.Tick(&out)
+	task.Commit()
+	return &out
+}
+
 func TestAStepTimerIsRestoredFromTheChangelogAndFiresOnce(t *testing.T) {
 	p := plan([]string{"p1"}, schemas.FallbackStep{AfterMs: min15, Unless: []string{schemas.ReceiptDisplayed}}, false)
 	rec := encoded(t, taskTopics.Fallback, p.NotificationID, &p)
 	rec.Timestamp, rec.Partition = time.UnixMilli(1000), 2
-	var clock int64
-	a := fallback.NewTask(taskTopics, 2, func() int64 { return clock }, 0, nil)
-	var out stage.Out
-	if err := a.Process(rec, &out); err != nil {
-		t.Fatal(err)
-	}
-	a.Tick(&out)
-	a.Commit()
-	ds, cmds, state := outputs(t, &out)
-	if len(ds) != 0 || cmds != 0 || state["n1"] == nil {
-		t.Fatalf("before its time: %d decisions, %d commands, state %v", len(ds), cmds, state)
+	a := fallback.NewTask(taskTopics, 2, 0, nil)
+	out := step(t, a, mark(t, 1000))
+	_, _, marks := outputs(t, out)
+	ds, cmds, state := outputs(t, step(t, a, rec))
+	if len(ds) != 0 || cmds != 0 || state["n1"] == nil || marks["watermarks"] == nil {
+		t.Fatalf("before its time: %d decisions, %d commands, state %v, watermarks %v", len(ds), cmds, state, marks)
 	}
 
-	// A new instance restores the entry and fires the step when its clock
-	// reaches the step's time, once.
-	b := fallback.NewTask(taskTopics, 2, func() int64 { return clock }, 0, nil)
-	if err := b.Restore(state["n1"]); err != nil {
-		t.Fatal(err)
+	// A new instance restores the entry and the watermarks, and fires the
+	// step when a watermark reaches the step's time, once.
+	b := fallback.NewTask(taskTopics, 2, 0, nil)
+	for _, r := range []*kgo.Record{marks["watermarks"], state["n1"]} {
+		if err := b.Restore(r); err != nil {
+			t.Fatal(err)
+		}
 	}
-	clock = 1000 + min15 - 1
-	out.Reset()
-	b.Tick(&out)
-	if ds, _, _ := outputs(t, &out); len(ds) != 0 {
+	if b.Clock() != 1000 {
+		t.Fatalf("restored clock %d, want 1000", b.Clock())
+	}
+	if ds, _, _ := outputs(t, step(t, b, mark(t, 1000+min15-1))); len(ds) != 0 {
 		t.Fatalf("fired before its time: %+v", ds)
 	}
-	clock = 1000 + min15
-	out.Reset()
-	b.Tick(&out)
-	ds, cmds, state = outputs(t, &out)
-	if len(ds) != 1 || ds[0].Outcome != schemas.DecisionFallback || cmds != 1 || ds[0].At != 1000+min15 {
-		t.Fatalf("at its time: decisions %+v, %d commands", ds, cmds)
+	last := mark(t, 1000+min15)
+	var o stage.Out
+	if err := b.Process(last, &o); err != nil {
+		t.Fatal(err)
+	}
+	b.Tick(&o)
+	ds, cmds, _ = outputs(t, &o)
+	if len(ds) != 1 || ds[0].Outcome != schemas.DecisionFallback || cmds != 1 || ds[0].At != 1000+min15 || ds[0].SourceOffset != last.Offset {
+		t.Fatalf("at its time: decisions %+v, %d commands; want the step fired, the watermark its source", ds, cmds)
 	}
 
-	// Aborted, the same transaction fires it again; committed, never.
+	// Aborted, the same watermark fires it again; committed, never.
 	b.Abort()
-	out.Reset()
-	b.Tick(&out)
-	if again, cmds, _ := outputs(t, &out); len(again) != 1 || cmds != 1 || again[0].DecisionID != ds[0].DecisionID {
+	o.Reset()
+	if err := b.Process(last, &o); err != nil {
+		t.Fatal(err)
+	}
+	b.Tick(&o)
+	again, cmds, state := outputs(t, &o)
+	if len(again) != 1 || cmds != 1 || again[0].DecisionID != ds[0].DecisionID {
 		t.Fatalf("after an abort: decisions %+v, %d commands; want the same step fired again", again, cmds)
 	}
 	b.Commit()
-	clock += 60_000
-	out.Reset()
-	b.Tick(&out)
-	if again, cmds, _ := outputs(t, &out); len(again) != 0 || cmds != 0 {
+	if again, cmds, _ := outputs(t, step(t, b, mark(t, 1000+min15+60_000))); len(again) != 0 || cmds != 0 {
 		t.Fatalf("after the commit: decisions %+v, %d commands; want none", again, cmds)
 	}
 
@@ -96,22 +127,56 @@ func TestAStepTimerIsRestoredFromTheChangelogAndFiresOnce(t *testing.T) {
 	if err := schemas.Decode(state["n1"].Value, &e); err != nil || e.Steps[1].State != schemas.FallbackFired || !e.Done {
 		t.Fatalf("the committed entry %+v (%v): want the step fired, done", e, err)
 	}
-	c := fallback.NewTask(taskTopics, 2, func() int64 { return clock }, 0, nil)
-	if err := c.Restore(state["n1"]); err != nil {
-		t.Fatal(err)
+	c := fallback.NewTask(taskTopics, 2, 0, nil)
+	for _, r := range []*kgo.Record{state["watermarks"], state["n1"]} {
+		if err := c.Restore(r); err != nil {
+			t.Fatal(err)
+		}
 	}
-	out.Reset()
-	c.Tick(&out)
-	if again, cmds, _ := outputs(t, &out); len(again) != 0 || cmds != 0 {
+	if again, cmds, _ := outputs(t, step(t, c, nil)); len(again) != 0 || cmds != 0 {
 		t.Fatalf("restored after the fire: decisions %+v, %d commands", again, cmds)
 	}
+}
+
+func TestStepsFireOnTheWatermarksNeverOnRecordTimes(t *testing.T) {
+	p := plan([]string{"p1"}, schemas.FallbackStep{AfterMs: min15, Unless: []string{schemas.ReceiptDisplayed}}, false)
+	planRec := encoded(t, taskTopics.Fallback, p.NotificationID, &p)
+	planRec.Timestamp, planRec.Partition = time.UnixMilli(1000), 2
+	// An outcome stamped far ahead (a sink's clock): the old stream time
+	// would have fired the step on it.
+	late := encoded(t, taskTopics.Fallback, "n1", &schemas.Outcome{DeliveryID: "p1", NotificationID: "n1", Tenant: "acme", Type: "invoice.paid",
+		Status: schemas.OutcomeDelivered, At: 1000 + 10*min15})
+	late.Timestamp, late.Partition = time.UnixMilli(1000+10*min15), 2
+	task := fallback.NewTask(taskTopics, 2, 0, nil)
+	for _, r := range []*kgo.Record{planRec, late} {
+		if ds, _, _ := outputs(t, step(t, task, r)); len(ds) != 0 {
+			t.Fatalf("a step decided on a record's time: %+v", ds)
+		}
+	}
+	t.Run("one forwarder's watermark alone moves nothing", func(t *testing.T) {
+		if ds, _, _ := outputs(t, step(t, task, mark(t, 1000+min15, schemas.MarkOutcomes))); len(ds) != 0 || task.Clock() != 0 {
+			t.Fatalf("decisions %+v, clock %d; want none, 0", ds, task.Clock())
+		}
+	})
+	t.Run("a receipt recorded before the step's time, read before the watermark passes it, cancels it", func(t *testing.T) {
+		rc := encoded(t, taskTopics.Fallback, "n1", &schemas.Receipt{ReceiptID: "r", Kind: schemas.ReceiptDisplayed, DeliveryID: "p1",
+			NotificationID: "n1", Tenant: "acme", Type: "invoice.paid", At: 1000 + min15 - 1})
+		rc.Timestamp, rc.Partition = time.UnixMilli(1000+min15-1), 2
+		ds, cmds, _ := outputs(t, step(t, task, rc))
+		if more, _, _ := outputs(t, step(t, task, mark(t, 1000+min15, schemas.MarkReceipts))); len(more) != 0 || task.Clock() != 1000+min15 {
+			t.Fatalf("after the watermark: decisions %+v, clock %d; want none, the step's time", more, task.Clock())
+		}
+		if len(ds) != 1 || ds[0].Outcome != schemas.DecisionFallbackCancelled || cmds != 0 {
+			t.Fatalf("decisions %+v, %d commands; want the step cancelled by the receipt", ds, cmds)
+		}
+	})
 }
 
 func TestARecordUnderAnotherNotificationsKeyIsSkipped(t *testing.T) {
 	p := plan(nil, schemas.FallbackStep{IfFailed: true}, false)
 	rec := encoded(t, taskTopics.Fallback, "someone-else", &p)
 	rec.Timestamp, rec.Partition = time.UnixMilli(1000), 2
-	task := fallback.NewTask(taskTopics, 2, nil, 0, nil)
+	task := fallback.NewTask(taskTopics, 2, 0, nil)
 	var out stage.Out
 	if err := task.Process(rec, &out); err != nil {
 		t.Fatal(err)
