@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/backoff"
 	"github.com/heraldhq/herald/internal/metrics"
@@ -969,17 +970,29 @@ func (s *sending) abandon() {
 }
 
 // end ends the open transaction. One that consumed no input (only ticks,
-// or a sink's results round) commits with the client's EndTransaction:
-// GroupTransactSession.End, when it has no offsets to commit, treats the
-// commit as pre-KIP-447 and holds its lock for 500 ms before returning
-// (franz-go v1.22.3, txn.go): every input-less transaction took half a
-// second, the sinks' results rounds included (BENCHMARKS.md, "The APNs
-// sink").
-// Nothing of the session's is skipped for such a transaction but its
-// revoked-or-lost check, which end makes itself: a partition revoked or
-// lost since the transaction's tasks ran (r.revocations moved) aborts it, as
-// the session would (lost_internal_test.go). An abort always goes through
-// the session, which rewinds the input to the last commit.
+// or a sink's results round) has no offsets of its own to commit, and a
+// transaction that commits no offsets is not fenced by the group: a
+// member the group has dropped — a zombie woken from a pause longer than
+// its session timeout, whose partitions another instance has restored
+// and is writing — would commit it, since nothing has told its client
+// yet (the revoked-or-lost check below cannot see what the client does
+// not know). Chaos seed 47 found this: an APNs sink SIGSTOPped 13 s
+// between its provider calls and its results round wrote 794 second
+// outcomes when it woke. So such a transaction commits the group's last
+// committed offsets of the partitions it owns once more
+// (fenceWithCommittedOffsets): the same offsets, but the TxnOffsetCommit
+// carries this member's id and generation, and the coordinator refuses
+// it from a member it no longer has (UNKNOWN_MEMBER_ID,
+// ILLEGAL_GENERATION), which aborts the transaction
+// (zombie_internal_test.go). Only before the group's first commit is
+// there nothing to send again; such a transaction then commits with the
+// client's EndTransaction, unfenced: GroupTransactSession.End, when it
+// sends no offsets, treats the commit as pre-KIP-447 and holds its lock
+// for 500 ms before returning (franz-go v1.22.3, txn.go).
+// The revoked-or-lost check stays: a partition revoked or lost since the
+// transaction's tasks ran (r.revocations moved) aborts it, as the session
+// would (lost_internal_test.go). An abort always goes through the
+// session, which rewinds the input to the last commit.
 func (r *Runner) end(ctx context.Context, try kgo.TransactionEndTry, noInput bool, revocations uint64) (bool, error) {
 	if !noInput || try == kgo.TryAbort {
 		return r.sess.End(ctx, try)
@@ -990,10 +1003,37 @@ func (r *Runner) end(ctx context.Context, try kgo.TransactionEndTry, noInput boo
 	if moved {
 		return r.sess.End(ctx, kgo.TryAbort)
 	}
+	if committed := r.sess.Client().CommittedOffsets()[r.cfg.Input]; len(committed) > 0 {
+		return r.sess.End(kgo.PreTxnCommitFnContext(ctx, fenceWithCommittedOffsets(r.cfg.Input, committed)), kgo.TryCommit)
+	}
 	if err := r.sess.Client().EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// fenceWithCommittedOffsets returns the TxnOffsetCommit hook of a
+// transaction with no input: it puts the committed offsets of topic's
+// partitions into a request that has none, so the coordinator checks the
+// member's id and generation (see end).
+func fenceWithCommittedOffsets(topic string, committed map[int32]kgo.EpochOffset) func(*kmsg.TxnOffsetCommitRequest) error {
+	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		if len(req.Topics) > 0 {
+			return nil
+		}
+		t := kmsg.NewTxnOffsetCommitRequestTopic()
+		t.Topic = topic
+		for p, eo := range committed {
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition = p
+			rp.Offset = eo.Offset
+			rp.LeaderEpoch = eo.Epoch
+			rp.Metadata = &req.MemberID
+			t.Partitions = append(t.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, t)
+		return nil
+	}
 }
 
 // notePoison handles an aborted batch some of whose outputs can never be
