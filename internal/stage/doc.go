@@ -19,6 +19,14 @@
 //     the first poll (it asks for the producer id, which aborts the
 //     predecessor's open transaction), so its pending offsets become stable
 //     at once, not after its transaction timeout.
+//   - A member its group has dropped (a zombie woken from a pause past its
+//     session timeout) cannot commit, even a transaction with no input
+//     (timers, a sink's results round): such a transaction commits the
+//     group's last committed offsets once more, so the coordinator checks
+//     the member's id and generation and refuses a stale one
+//     (zombie_internal_test.go, on kfake; the nemesis suite, scripts/chaos,
+//     on a real cluster). Before the group's first commit it has no offsets
+//     to send and is not fenced this way.
 //   - Restore waits, per partition, until the group's offsets are stable
 //     and then until the changelog's last stable offset reaches the high
 //     watermark it had then, and reads up to it. Kafka writes a
