@@ -63,10 +63,20 @@
 //     Only the last INSERT of a table can lack its roll-ups, since a table's
 //     inserts run one at a time and none after a failed one; only it is sent
 //     again, since one sent after more than 1000 later blocks would be out
-//     of the window and counted twice. That "only the last" is an
-//     assumption the evidence does not fully back: one run of the outage
-//     test (cmd/herald) still ended one attempt short in attempts_hourly
-//     (300 of 301) with this repair in place, cause not found.
+//     of the window and counted twice.
+//     One crash state the resend cannot repair: a MergeTree table commits
+//     a part by appending the block's id to its deduplication log (a
+//     write that survives a SIGKILL) and then renaming the part into
+//     place. A server killed between the two keeps the id without the
+//     part; a roll-up in that state drops the resend as a duplicate of the
+//     part it never committed, and lacks that insert's rows for good (the
+//     outage test's one run that ended 300 of 301 in attempts_hourly;
+//     TestARollUpWhoseDeduplicationRecordOutlivedItsPartStaysShort makes
+//     the state on chDB). Bound: at most one insert per roll-up per crash,
+//     and only a crash inside that window of microseconds; the raw tables
+//     stay exact. RELIABILITY.md has the bound, how to find and repair
+//     it, and the fix not built (compare each roll-up with its table over
+//     the hours of the last insert, insert the difference).
 //     Why this design: it repairs only what a crash can break, with
 //     ClickHouse's own deduplication, in one insert per table per session.
 //     Rebuilding the hours the last insert touched from the tables (delete
