@@ -2,8 +2,10 @@ package auditwriter
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,14 +19,13 @@ import (
 	"github.com/heraldhq/herald/internal/chdb"
 	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/schemas"
 	"github.com/heraldhq/herald/topics"
 )
 
-// TestARollUpWhoseDeduplicationRecordOutlivedItsPartStaysShort reproduces
-// the cause of the attempts_hourly shortfall that the outage test saw once
-// (300 of 301) with the resend of the last insert in place. It is a hazard
-// test: it pins down what ClickHouse does, and fails the day the writer
-// (or ClickHouse) repairs that state.
+// TestARollUpWhoseDeduplicationRecordOutlivedItsPartIsRepaired is the
+// regression test of the attempts_hourly shortfall that the outage test
+// saw once (300 of 301) with the resend of the last insert in place.
 //
 // A MergeTree table with non_replicated_deduplication_window commits an
 // inserted part in two steps (MergeTreeSink::commitPart): it first appends
@@ -33,22 +34,23 @@ import (
 // (tmp_insert_…) into place. A server killed between the two leaves the
 // block's id in the log and no part; on restart the temporary directory is
 // not loaded. A roll-up (attempts_hourly, filled by attempts_hourly_mv) in
-// that state lacks the insert's aggregate, and the writer's repair, the
-// same INSERT with the same token, is dropped by the roll-up as a
-// duplicate of the part it never committed: the roll-up stays short for
-// good.
+// that state lacks the insert's aggregate, and the resend, the same INSERT
+// with the same token, is dropped by the roll-up as a duplicate of the
+// part it never committed (the server logs "Block with ID … already exists
+// as part …; ignoring it" for the roll-up). The session start must still
+// leave the roll-up exact: it compares each roll-up with the table over
+// the hours of the last insert and inserts what it lacks (repairRollUps).
+// Before that repair the roll-up stayed short by the insert's rows.
 //
 // The test makes that state on a chDB server of its own, exactly as the
 // kill leaves it: after two inserts (the second of two rows) it SIGKILLs
 // the server, turns the roll-up part of the second insert back into the
 // temporary directory it was before its rename (its id stays in the
 // roll-up's deduplication log), and starts the server again. The table
-// holds every row; the roll-up lacks the second insert's two; the
-// writer's session start sends the last insert again, and the roll-up
-// still lacks them. The same state made by a lost view part alone (no
-// deduplication record: TestTheLastInsertSentAgainFillsTheRollUpsThatLackItAndOnlyThose)
-// is repaired.
-func TestARollUpWhoseDeduplicationRecordOutlivedItsPartStaysShort(t *testing.T) {
+// holds every row; the roll-up lacks the second insert's two; after the
+// writer's session start it counts every row once, and after a second
+// session start still once.
+func TestARollUpWhoseDeduplicationRecordOutlivedItsPartIsRepaired(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	cat := testenv.CatalogWith(t, brokers, topics.Options{Partitions: 1})
 	bin := testenv.Herald(t)
@@ -113,8 +115,15 @@ func TestARollUpWhoseDeduplicationRecordOutlivedItsPartStaysShort(t *testing.T) 
 	at := time.Now().UTC().Add(-2 * time.Hour)
 	var recs []*kgo.Record
 	for o := int64(0); o < 3; o++ {
-		r := rowRecord(t, "attempts", 0, o, at)
-		r.Topic, r.Timestamp = tb.topic, time.Now()
+		id := fmt.Sprintf("attempt-%d", o)
+		// Retries and latencies, so that every column of the roll-up is
+		// checked, not only the count.
+		v, err := schemas.Encode(&schemas.Attempt{AttemptID: id, DeliveryID: id, NotificationID: id, Tenant: "acme", Type: "invoice.paid",
+			Recipient: "u_1", Channel: "apns", Attempt: int(o) + 1, Result: schemas.AttemptSent, LatencyMs: 10 * (o + 1), At: at.UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &kgo.Record{Topic: tb.topic, Partition: 0, Value: v, Timestamp: time.Now()}
 		recs = append(recs, r)
 	}
 	if err := kafka.ProduceSync(ctx, recs...).FirstErr(); err != nil {
@@ -164,16 +173,24 @@ func TestARollUpWhoseDeduplicationRecordOutlivedItsPartStaysShort(t *testing.T) 
 	}
 
 	w, tb = newWriter(conn)
-	if err := w.resendLastInsert(ctx, tb); err != nil {
-		t.Fatal(err)
+	for i := 1; i <= 2; i++ {
+		if err := w.resendLastInsert(ctx, tb); err != nil {
+			t.Fatal(err)
+		}
+		if n, r := countOf(t, conn, table), countOf(t, conn, rolled); n != 3 || r != 3 {
+			t.Errorf("after session start %d: the table holds %d rows, the roll-up counts %d attempts; want 3 and 3", i, n, r)
+		}
 	}
-	n, r := countOf(t, conn, table), countOf(t, conn, rolled)
-	if n != 3 {
-		t.Errorf("after the resend the table holds %d rows, want 3", n)
-	}
-	if r != 1 {
-		t.Errorf("after the resend the roll-up counts %d attempts, the table %d: the hazard is gone; "+
-			"update this test, RELIABILITY.md and the writer's doc", r, n)
+	// Every column of the roll-up, not only the count, as the view makes
+	// it from the table.
+	for rollUpQuery, tableQuery := range map[string]string{
+		"SELECT sum(retries) FROM `" + db + "`.attempts_hourly":                                                   "SELECT countIf(attempt > 1) FROM `" + db + "`.attempts",
+		"SELECT sum(latency_ms_sum) FROM `" + db + "`.attempts_hourly":                                            "SELECT sum(toUInt64(greatest(latency_ms, 0))) FROM `" + db + "`.attempts",
+		"SELECT uniqExact(tenant, type, channel, result, classification, hour) FROM `" + db + "`.attempts_hourly": "SELECT uniqExact(tenant, type, channel, result, classification, toStartOfHour(at)) FROM `" + db + "`.attempts",
+	} {
+		if got, want := countOf(t, conn, rollUpQuery), countOf(t, conn, tableQuery); got != want {
+			t.Errorf("%s = %d; from the table %d", rollUpQuery, got, want)
+		}
 	}
 	// The server says why: the roll-up dropped the block as a duplicate of
 	// the part it never committed.
@@ -201,4 +218,42 @@ func readAll(t *testing.T, dir string) string {
 		sb.Write(b)
 	}
 	return sb.String()
+}
+
+// TestEveryRollUpOfAMigratedDatabaseIsRepaired checks rollUpsOf against a
+// migrated database: every materialized view of every audit table is
+// there, with the roll-up table it fills, so that repairRollUps compares
+// every roll-up.
+func TestEveryRollUpOfAMigratedDatabaseIsRepaired(t *testing.T) {
+	addr, db := testenv.ClickHouseDB(t)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range auditTables {
+		var views []string
+		if err := conn.QueryRow(ctx, "SELECT arraySort(dependencies_table) FROM system.tables WHERE database = ? AND name = ?", db, at.name).Scan(&views); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, r := range rollUpsOf[at.name] {
+			want = append(want, r.view)
+			var create string
+			if err := conn.QueryRow(ctx, "SELECT create_table_query FROM system.tables WHERE database = ? AND name = ?", db, r.view).Scan(&create); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(create, " TO "+db+"."+r.target+" ") {
+				t.Errorf("the view %s does not fill %s: %s", r.view, r.target, create)
+			}
+		}
+		sort.Strings(want)
+		if strings.Join(views, ",") != strings.Join(want, ",") {
+			t.Errorf("%s feeds the views %v; rollUpsOf names %v", at.name, views, want)
+		}
+	}
 }

@@ -119,7 +119,7 @@ func TestTheLastInsertIsSentAgainAsItWasOrNotAtAll(t *testing.T) {
 		// change sets up what the session start finds, after the insert.
 		change    func(t *testing.T, k *fakeKafka, w *Writer, mem *memoryTable)
 		sends     int   // inserts each session start sends
-		warns     bool  // it warns that the roll-ups are left as they are
+		warns     bool  // it warns that the roll-ups are compared with the table only
 		wantErr   error // each session start ends with it
 		sendFails int   // the first sends of each session start that fail
 	}{
@@ -212,7 +212,7 @@ func TestTheLastInsertIsSentAgainAsItWasOrNotAtAll(t *testing.T) {
 					t.Errorf("the table holds the record at %v %d times", pos, n)
 				}
 			}
-			leftAlone := slices.DeleteFunc(logs.logged(), func(msg string) bool { return !strings.Contains(msg, "left as they are") })
+			leftAlone := slices.DeleteFunc(logs.logged(), func(msg string) bool { return !strings.Contains(msg, "compared with the table only") })
 			if warned := len(leftAlone) > 0; warned != c.warns {
 				t.Fatalf("warnings %q, want a warning: %v", logs.logged(), c.warns)
 			}

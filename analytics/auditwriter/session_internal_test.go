@@ -50,6 +50,7 @@ func fastWriter(t *testing.T, o Options) *Writer {
 	}
 	w.retryPause, w.pollEvery = time.Millisecond, time.Millisecond
 	w.resendLast = func(context.Context, *table) error { return nil }
+	w.repair = func(context.Context, *table, string) error { return nil } // no ClickHouse here
 	return w
 }
 

@@ -209,7 +209,8 @@ type Writer struct {
 	kafka  ops.KafkaProbe
 
 	// insertBatch is w.insert; resendLast w.resendLastInsert; inFlight counts the inserts in flight
-	// (w.inFlightInserts); stored reads the highest offsets a table holds
+	// (w.inFlightInserts); repair makes a table's roll-ups count the hours of
+	// its last insert as the table does (w.repairRollUps); stored reads the highest offsets a table holds
 	// (w.storedOffsets); lastToken the token of a table's last insert, ""
 	// when no row has one (w.lastInsertToken); spans the first and last
 	// offsets per partition of the rows an insert wrote (w.insertSpans);
@@ -219,6 +220,7 @@ type Writer struct {
 	// Tests replace them.
 	insertBatch func(ctx context.Context, table string, b batch, tok string) error
 	resendLast  func(ctx context.Context, t *table) error
+	repair      func(ctx context.Context, t *table, tok string) error
 	inFlight    func(ctx context.Context) (uint64, error)
 	stored      func(ctx context.Context, t *table) (map[int32]int64, error)
 	lastToken   func(ctx context.Context, t *table) (string, error)
@@ -261,7 +263,7 @@ func New(o Options) (*Writer, error) {
 		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second,
 		maxBatchBytes: maxBatchBytes}
 	w.insertBatch, w.resendLast, w.inFlight, w.stored = w.insert, w.resendLastInsert, w.inFlightInserts, w.storedOffsets
-	w.lastToken, w.spans = w.lastInsertToken, w.insertSpans
+	w.lastToken, w.spans, w.repair = w.lastInsertToken, w.insertSpans, w.repairRollUps
 	w.kafka.Client = w.client.Load
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
@@ -787,8 +789,11 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 // back in more than one chunk (more than 65 409 rows) a block id other than
 // the INSERT's, so the table would store them again. A
 // rebuilt batch whose token is not the stored one (its records fell to
-// Kafka's retention or the rows to the table's TTL) is not sent: that
-// insert's roll-ups are then left as they are, and a warning says so.
+// Kafka's retention or the rows to the table's TTL) is not sent, and a
+// warning says so. Then, sent or not, each roll-up is compared with the
+// table over the hours the insert wrote, and what it lacks is inserted
+// into it (repairRollUps): that repairs a roll-up whose deduplication
+// record outlived its part, which drops the resend.
 //
 // A failed send is retried with its token as a batch's insert is
 // (insertRetrying): a session start that gave up on the first failure
@@ -816,20 +821,20 @@ func (w *Writer) resendLastInsert(ctx context.Context, t *table) error {
 		return err
 	}
 	if !whole {
-		w.log.Warn("the last insert's records are no longer all in Kafka; its roll-ups are left as they are",
+		w.log.Warn("the last insert's records are no longer all in Kafka; its roll-ups are compared with the table only",
 			"table", t.name, "token", tok)
-		return nil
+		return w.repair(ctx, t, tok)
 	}
 	if got := token(t.name, b); got != tok {
-		w.log.Warn("the last insert cannot be made again from Kafka; its roll-ups are left as they are",
+		w.log.Warn("the last insert cannot be made again from Kafka; its roll-ups are compared with the table only",
 			"table", t.name, "token", tok, "rebuilt_token", got, "rows", b.len())
-		return nil
+		return w.repair(ctx, t, tok)
 	}
 	if err := w.insertRetrying(ctx, t, b, tok); err != nil {
 		return fmt.Errorf("auditwriter: send the last insert into %s again (%d rows, token %s): %w", t.name, b.len(), tok, err)
 	}
 	w.log.Info("last insert sent again for the roll-ups", "table", t.name, "rows", b.len(), "token", tok)
-	return nil
+	return w.repair(ctx, t, tok)
 }
 
 // lastInsertToken returns the token of the table's last INSERT, "" when no
