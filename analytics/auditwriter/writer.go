@@ -69,20 +69,25 @@
 //     write that survives a SIGKILL) and then renaming the part into
 //     place. A server killed between the two keeps the id without the
 //     part; a roll-up in that state drops the resend as a duplicate of the
-//     part it never committed, and lacks that insert's rows for good (the
-//     outage test's one run that ended 300 of 301 in attempts_hourly;
-//     TestARollUpWhoseDeduplicationRecordOutlivedItsPartStaysShort makes
-//     the state on chDB). Bound: at most one insert per roll-up per crash,
-//     and only a crash inside that window of microseconds; the raw tables
-//     stay exact. RELIABILITY.md has the bound, how to find and repair
-//     it, and the fix not built (compare each roll-up with its table over
-//     the hours of the last insert, insert the difference).
+//     part it never committed (the outage test once ended 300 of 301 in
+//     attempts_hourly this way). So after the resend each roll-up is
+//     compared with its table over the hours the last insert wrote, and
+//     what it lacks is inserted into the roll-up table itself, without
+//     deduplication (repairRollUps;
+//     TestARollUpWhoseDeduplicationRecordOutlivedItsPartIsRepaired makes
+//     that state on chDB). At session start no insert runs, so the
+//     comparison is exact; a crash during the repair leaves all of it or
+//     none, and the next start compares again. This also repairs a last
+//     insert that cannot be sent again (its records gone from Kafka).
 //     Why this design: it repairs only what a crash can break, with
-//     ClickHouse's own deduplication, in one insert per table per session.
-//     Rebuilding the hours the last insert touched from the tables (delete
-//     and insert) would need a mutation on every start and is not atomic: a
-//     crash between the delete and the insert loses whole hours, which then
-//     need a repair of their own. Roll-ups keyed for replacement by hour
+//     ClickHouse's own deduplication, in one insert per table per session,
+//     and inserts a difference only where that cannot; the comparison
+//     reads the table's rows of the last insert's hours (the month's
+//     partition), once per roll-up per session start. Rebuilding those
+//     hours from the tables (delete and insert) would need a mutation on
+//     every start and is not atomic: a crash between the delete and the
+//     insert loses whole hours, which then need a repair of their own;
+//     inserting only a positive difference needs neither. Roll-ups keyed for replacement by hour
 //     would have to be recomputed from the tables for every hour on every
 //     insert, not summed.
 //     The rows are read again from Kafka, not with INSERT … SELECT from the
@@ -104,9 +109,12 @@
 // offsets at zero, below what the table holds; the writer would skip its
 // records. Records that Kafka's retention deleted before the writer read them
 // are gone (the writer then starts at the log start). The roll-ups of a
-// last insert whose records Kafka no longer holds whole when the writer
-// restarts (retention, a re-created topic), or whose rows the table's TTL
-// dropped, cannot be repaired: the writer logs a warning and leaves them.
+// last insert whose rows the table's TTL dropped cannot be repaired. A raw
+// table can keep a deduplication record without its part as a roll-up
+// can (see above): an INSERT with that token (the same batch retried with
+// the server back within the retries, or a session's first batch that is
+// exactly the lost one) would then be dropped, its rows lost below the
+// resume point; not seen, RELIABILITY.md bounds it.
 // Rows written before migration 0006 have no token: the first start after
 // it repairs nothing. Partitions added to a topic while the writer runs are picked
 // up at its next restart. Rows whose months alternate within a Kafka
