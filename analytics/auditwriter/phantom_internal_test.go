@@ -51,133 +51,28 @@ import (
 // writer's session start it counts every row once, and after a second
 // session start still once.
 func TestARollUpWhoseDeduplicationRecordOutlivedItsPartIsRepaired(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	cat := testenv.CatalogWith(t, brokers, topics.Options{Partitions: 1})
-	bin := testenv.Herald(t)
-	lib, err := chdb.FindLib()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	logFile, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	opts := chdb.ServeOptions{Path: filepath.Join(dir, "data"), TCPPort: testenv.FreePort(t), HTTPPort: testenv.FreePort(t),
-		LibPath: lib, MaxMemoryMB: 1024, StartTimeout: 2 * time.Minute, PortWait: 30 * time.Second,
-		LogLevel: "information", Stderr: logFile}
-	var proc *chdb.Process
-	start := func() driver.Conn {
-		t.Helper()
-		p, err := chdb.Spawn(context.Background(), bin, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		proc = p
-		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{p.TCPAddr()}, DialTimeout: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
-	t.Cleanup(func() {
-		if proc != nil {
-			_ = proc.Stop()
-		}
-	})
-	conn := start()
+	f := newCrashFixture(t)
 	ctx := context.Background()
-	const db = "herald_phantom"
-	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: db}); err != nil {
-		t.Fatal(err)
-	}
-	newWriter := func(conn driver.Conn) (*Writer, *table) {
-		t.Helper()
-		w, err := New(Options{Brokers: brokers, Catalog: cat, ClickHouse: conn, Database: db, Metrics: metrics.NewRegistry()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tb := range w.tables {
-			if tb.name == "attempts" {
-				return w, tb
-			}
-		}
-		t.Fatal("no attempts table")
-		return nil, nil
-	}
-	w, tb := newWriter(conn)
-
-	// Three attempts on the topic (offsets 0, 1, 2); the writer inserts
-	// offset 0, then 1-2, as two INSERTs with their tokens.
-	kafka := testenv.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	at := time.Now().UTC().Add(-2 * time.Hour)
-	var recs []*kgo.Record
-	for o := int64(0); o < 3; o++ {
-		id := fmt.Sprintf("attempt-%d", o)
-		// Retries and latencies, so that every column of the roll-up is
-		// checked, not only the count.
-		v, err := schemas.Encode(&schemas.Attempt{AttemptID: id, DeliveryID: id, NotificationID: id, Tenant: "acme", Type: "invoice.paid",
-			Recipient: "u_1", Channel: "apns", Attempt: int(o) + 1, Result: schemas.AttemptSent, LatencyMs: 10 * (o + 1), At: at.UnixMilli()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &kgo.Record{Topic: tb.topic, Partition: 0, Value: v, Timestamp: time.Now()}
-		recs = append(recs, r)
-	}
-	if err := kafka.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.Exec(ctx, "SYSTEM STOP MERGES `"+db+"`.attempts_hourly"); err != nil {
-		t.Fatal(err)
-	}
-	for _, span := range [][2]int{{0, 1}, {1, 3}} {
-		b := tb.newBatch()
-		for _, r := range recs[span[0]:span[1]] {
-			add(b, r)
-		}
-		if err := w.flush(ctx, tb, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	table := "SELECT count() FROM `" + db + "`.attempts"
-	rolled := "SELECT sum(attempts) FROM `" + db + "`.attempts_hourly"
-	if n, r := countOf(t, conn, table), countOf(t, conn, rolled); n != 3 || r != 3 {
-		t.Fatalf("before the crash: the table holds %d rows, the roll-up counts %d; want 3 and 3", n, r)
-	}
-
-	// The roll-up part of the second insert: its highest block number.
-	var part, partPath string
-	if err := conn.QueryRow(ctx, "SELECT name, path FROM system.parts WHERE database = ? AND table = 'attempts_hourly' AND active "+
-		"ORDER BY max_block_number DESC LIMIT 1", db).Scan(&part, &partPath); err != nil {
-		t.Fatal(err)
-	}
-	dedupLog := readAll(t, filepath.Join(filepath.Dir(filepath.Clean(partPath)), "deduplication_logs"))
-	if !strings.Contains(dedupLog, part) {
-		t.Fatalf("the roll-up's deduplication log does not name part %s:\n%s", part, dedupLog)
-	}
+	db := f.db
 
 	// The crash between the roll-up's deduplication record and its part's
-	// rename.
-	if err := syscall.Kill(proc.Pid(), syscall.SIGKILL); err != nil {
+	// rename, in the second insert.
+	part, partPath := f.lastPart("attempts_hourly")
+	f.kill()
+	if err := os.Rename(partPath, filepath.Join(filepath.Dir(partPath), "tmp_insert_"+part)); err != nil {
 		t.Fatal(err)
 	}
-	<-proc.Exited()
-	if err := os.Rename(filepath.Clean(partPath), filepath.Join(filepath.Dir(filepath.Clean(partPath)), "tmp_insert_"+part)); err != nil {
-		t.Fatal(err)
-	}
-	conn = start()
-	if n, r := countOf(t, conn, table), countOf(t, conn, rolled); n != 3 || r != 1 {
+	conn := f.start()
+	if n, r := f.counts(conn); n != 3 || r != 1 {
 		t.Fatalf("after the restart: the table holds %d rows, the roll-up counts %d; want 3 and 1 (the crash state was not made)", n, r)
 	}
 
-	w, tb = newWriter(conn)
+	w, tb := f.newWriter(conn)
 	for i := 1; i <= 2; i++ {
 		if err := w.resendLastInsert(ctx, tb); err != nil {
 			t.Fatal(err)
 		}
-		if n, r := countOf(t, conn, table), countOf(t, conn, rolled); n != 3 || r != 3 {
+		if n, r := f.counts(conn); n != 3 || r != 3 {
 			t.Errorf("after session start %d: the table holds %d rows, the roll-up counts %d attempts; want 3 and 3", i, n, r)
 		}
 	}
@@ -192,12 +87,244 @@ func TestARollUpWhoseDeduplicationRecordOutlivedItsPartIsRepaired(t *testing.T) 
 			t.Errorf("%s = %d; from the table %d", rollUpQuery, got, want)
 		}
 	}
-	// The server says why: the roll-up dropped the block as a duplicate of
-	// the part it never committed.
-	b, _ := os.ReadFile(logFile.Name())
+	f.logServer("already exists as part " + part)
+}
+
+// TestATableWhoseDeduplicationRecordOutlivedItsPartStoresTheBatchAgain is
+// the raw table's side of the same crash: the server killed between the
+// table's deduplication record of an insert and its part's rename keeps
+// the id without the rows (and its views never saw the block). The next
+// session reads the same records from the offsets the table holds; with
+// no record arrived since, it makes exactly the lost batch, with the same
+// token, which the table drops as a duplicate: its rows would be lost
+// below the offsets the writer resumes after. The writer must find that
+// the session's first insert is not stored (storedUnder) and write it
+// again under a new token; the table then holds every record once and the
+// roll-up counts each once, also after a further session start (whose
+// resend recognises the batch under its new token).
+//
+// The state is made as in
+// TestARollUpWhoseDeduplicationRecordOutlivedItsPartIsRepaired: the
+// table's part of the second insert turned back into its temporary
+// directory (its id left in the table's deduplication log), the roll-up's
+// part of it removed with its deduplication record, the server restarted.
+func TestATableWhoseDeduplicationRecordOutlivedItsPartStoresTheBatchAgain(t *testing.T) {
+	f := newCrashFixture(t)
+	tablePart, tablePath := f.lastPart("attempts")
+	rollPart, rollPath := f.lastPart("attempts_hourly")
+	f.kill()
+	if err := os.Rename(tablePath, filepath.Join(filepath.Dir(tablePath), "tmp_insert_"+tablePart)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(rollPath); err != nil {
+		t.Fatal(err)
+	}
+	dropLogLine(t, filepath.Join(filepath.Dir(rollPath), "deduplication_logs"), rollPart)
+	conn := f.start()
+	if n, r := f.counts(conn); n != 1 || r != 1 {
+		t.Fatalf("after the restart: the table holds %d rows, the roll-up counts %d; want 1 and 1 (the crash state was not made)", n, r)
+	}
+
+	for run := 1; run <= 2; run++ {
+		w, _ := f.newWriter(conn)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); w.sessions(ctx) }()
+		func() {
+			defer func() { stop(); testenv.Await(t, done, "the writer to stop") }()
+			waitFor(t, "the table to hold the three attempts", func() bool { n, _ := f.counts(conn); return n >= 3 })
+		}()
+		if n, r := f.counts(conn); n != 3 || r != 3 {
+			t.Errorf("after writer run %d: the table holds %d rows, the roll-up counts %d attempts; want 3 and 3", run, n, r)
+		}
+		if d := countOf(t, conn, "SELECT uniqExact(kafka_partition, kafka_offset) FROM `"+f.db+"`.attempts"); d != 3 {
+			t.Errorf("after writer run %d: the table holds %d positions, want 3", run, d)
+		}
+	}
+	f.logServer("already exists as part " + tablePart)
+}
+
+// crashFixture is a chDB server of the test's own with a migrated
+// database, three attempts on a topic (offsets 0, 1 and 2, with retries
+// and latencies, so that every column of the roll-up is checked) and the
+// writer's two inserts of them (offset 0, then 1-2), merges stopped on the
+// attempts table and its roll-up.
+type crashFixture struct {
+	t       *testing.T
+	bin     string
+	opts    chdb.ServeOptions
+	proc    *chdb.Process
+	log     *os.File
+	brokers []string
+	cat     *topics.Catalog
+	db      string
+}
+
+func newCrashFixture(t *testing.T) *crashFixture {
+	t.Helper()
+	brokers := testenv.Kafka(t)
+	lib, err := chdb.FindLib()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	logFile, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &crashFixture{t: t, bin: testenv.Herald(t), log: logFile, brokers: brokers,
+		cat: testenv.CatalogWith(t, brokers, topics.Options{Partitions: 1}), db: "herald_crash",
+		opts: chdb.ServeOptions{Path: filepath.Join(dir, "data"), TCPPort: testenv.FreePort(t), HTTPPort: testenv.FreePort(t),
+			LibPath: lib, MaxMemoryMB: 1024, StartTimeout: 2 * time.Minute, PortWait: 30 * time.Second,
+			LogLevel: "information", Stderr: logFile}}
+	t.Cleanup(func() {
+		if f.proc != nil {
+			_ = f.proc.Stop()
+		}
+		logFile.Close()
+	})
+	conn := f.start()
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, conn, migrations.Options{Database: f.db}); err != nil {
+		t.Fatal(err)
+	}
+	w, tb := f.newWriter(conn)
+	kafka := testenv.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	at := time.Now().UTC().Add(-2 * time.Hour)
+	var recs []*kgo.Record
+	for o := int64(0); o < 3; o++ {
+		id := fmt.Sprintf("attempt-%d", o)
+		v, err := schemas.Encode(&schemas.Attempt{AttemptID: id, DeliveryID: id, NotificationID: id, Tenant: "acme", Type: "invoice.paid",
+			Recipient: "u_1", Channel: "apns", Attempt: int(o) + 1, Result: schemas.AttemptSent, LatencyMs: 10 * (o + 1), At: at.UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: tb.topic, Partition: 0, Value: v, Timestamp: time.Now()})
+	}
+	if err := kafka.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"attempts", "attempts_hourly"} {
+		if err := conn.Exec(ctx, "SYSTEM STOP MERGES `"+f.db+"`."+table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, span := range [][2]int{{0, 1}, {1, 3}} {
+		b := tb.newBatch()
+		for _, r := range recs[span[0]:span[1]] {
+			add(b, r)
+		}
+		if err := w.flush(ctx, tb, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, r := f.counts(conn); n != 3 || r != 3 {
+		t.Fatalf("before the crash: the table holds %d rows, the roll-up counts %d; want 3 and 3", n, r)
+	}
+	return f
+}
+
+// start starts the server (again, on the same ports and data) and opens a
+// connection to it.
+func (f *crashFixture) start() driver.Conn {
+	f.t.Helper()
+	p, err := chdb.Spawn(context.Background(), f.bin, f.opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.proc = p
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{p.TCPAddr()}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// kill SIGKILLs the server and waits until it is gone.
+func (f *crashFixture) kill() {
+	f.t.Helper()
+	if err := syscall.Kill(f.proc.Pid(), syscall.SIGKILL); err != nil {
+		f.t.Fatal(err)
+	}
+	<-f.proc.Exited()
+}
+
+// newWriter is a writer on conn and its attempts table.
+func (f *crashFixture) newWriter(conn driver.Conn) (*Writer, *table) {
+	f.t.Helper()
+	w, err := New(Options{Brokers: f.brokers, Catalog: f.cat, ClickHouse: conn, Database: f.db, Metrics: metrics.NewRegistry()})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, tb := range w.tables {
+		if tb.name == "attempts" {
+			return w, tb
+		}
+	}
+	f.t.Fatal("no attempts table")
+	return nil, nil
+}
+
+// counts are the rows of the attempts table and the attempts its roll-up
+// counts.
+func (f *crashFixture) counts(conn driver.Conn) (rows, rolled int) {
+	return countOf(f.t, conn, "SELECT count() FROM `"+f.db+"`.attempts"), countOf(f.t, conn, "SELECT sum(attempts) FROM `"+f.db+"`.attempts_hourly")
+}
+
+// lastPart is the name and directory of the table's part with the highest
+// block number (the second insert's), which its deduplication log names.
+func (f *crashFixture) lastPart(table string) (name, dir string) {
+	f.t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{f.proc.TCPAddr()}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.QueryRow(context.Background(), "SELECT name, path FROM system.parts WHERE database = ? AND table = ? AND active "+
+		"ORDER BY max_block_number DESC LIMIT 1", f.db, table).Scan(&name, &dir); err != nil {
+		f.t.Fatal(err)
+	}
+	dir = filepath.Clean(dir)
+	if log := readAll(f.t, filepath.Join(filepath.Dir(dir), "deduplication_logs")); !strings.Contains(log, name) {
+		f.t.Fatalf("the deduplication log of %s does not name part %s:\n%s", table, name, log)
+	}
+	return name, dir
+}
+
+// logServer logs the server's lines that contain s (the server saying
+// why it dropped a block).
+func (f *crashFixture) logServer(s string) {
+	b, _ := os.ReadFile(f.log.Name())
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if strings.Contains(line, "already exists as part "+part) {
-			t.Logf("server: %s", line)
+		if strings.Contains(line, s) {
+			f.t.Logf("server: %s", line)
+		}
+	}
+}
+
+// dropLogLine removes from the deduplication logs in dir the lines that
+// name part: the record a block never written would not have left.
+func dropLogLine(t *testing.T, dir, part string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if !strings.Contains(line, "\t"+part+"\t") {
+				kept = append(kept, line)
+			}
+		}
+		if err := os.WriteFile(p, []byte(strings.Join(kept, "\n")), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -217,7 +217,8 @@ type Writer struct {
 	kafka  ops.KafkaProbe
 
 	// insertBatch is w.insert; resendLast w.resendLastInsert; inFlight counts the inserts in flight
-	// (w.inFlightInserts); repair makes a table's roll-ups count the hours of
+	// (w.inFlightInserts); holds whether the table holds rows with a token
+	// (w.storedUnder); repair makes a table's roll-ups count the hours of
 	// its last insert as the table does (w.repairRollUps); stored reads the highest offsets a table holds
 	// (w.storedOffsets); lastToken the token of a table's last insert, ""
 	// when no row has one (w.lastInsertToken); spans the first and last
@@ -229,6 +230,7 @@ type Writer struct {
 	insertBatch func(ctx context.Context, table string, b batch, tok string) error
 	resendLast  func(ctx context.Context, t *table) error
 	repair      func(ctx context.Context, t *table, tok string) error
+	holds       func(ctx context.Context, t *table, tok string) (bool, error)
 	inFlight    func(ctx context.Context) (uint64, error)
 	stored      func(ctx context.Context, t *table) (map[int32]int64, error)
 	lastToken   func(ctx context.Context, t *table) (string, error)
@@ -271,7 +273,7 @@ func New(o Options) (*Writer, error) {
 		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second,
 		maxBatchBytes: maxBatchBytes}
 	w.insertBatch, w.resendLast, w.inFlight, w.stored = w.insert, w.resendLastInsert, w.inFlightInserts, w.storedOffsets
-	w.lastToken, w.spans, w.repair = w.lastInsertToken, w.insertSpans, w.repairRollUps
+	w.lastToken, w.spans, w.repair, w.holds = w.lastInsertToken, w.insertSpans, w.repairRollUps, w.storedUnder
 	w.kafka.Client = w.client.Load
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
@@ -585,7 +587,9 @@ const insertTimeout = time.Minute
 func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 	n := b.len()
 	started := time.Now()
-	if err := w.insertRetrying(context.WithoutCancel(ctx), t, b, token(t.name, b)); err != nil {
+	base := token(t.name, b)
+	fresh := func() string { return base + "-" + randomHex() }
+	if err := w.insertRetrying(context.WithoutCancel(ctx), t, b, fresh(), fresh); err != nil {
 		return fmt.Errorf("auditwriter: insert %d rows into %s: %w", n, t.name, err)
 	}
 	t.rows.Add(int64(n))
@@ -596,23 +600,46 @@ func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 }
 
 // insertRetrying sends b into t's table with token tok, and a failed
-// attempt again with the same token, InsertRetries times, after a pause
-// that doubles each time (retryPause first); it returns the last attempt's
-// error. Each attempt is bounded by insertTimeout; a pause ends early, with
-// the last error, when ctx ends.
-func (w *Writer) insertRetrying(ctx context.Context, t *table, b batch, tok string) error {
+// attempt again, InsertRetries times, after a pause that doubles each time
+// (retryPause first); it returns the last attempt's error. Each attempt is
+// bounded by insertTimeout; a pause ends early, with the last error, when
+// ctx ends.
+//
+// A retry keeps the token when the table holds rows with it (the attempt
+// landed and its answer was lost: the table drops the retry, and a roll-up
+// that lacks the block stores it). Otherwise, when fresh is not nil, the
+// retry takes a new token from fresh: a server that died between
+// appending the block's id to the table's deduplication log and renaming
+// its part into place keeps the id without the rows, and would drop a
+// retry with that token as a duplicate, losing its rows below the offsets
+// the writer resumes after (while its materialized views, which ClickHouse
+// feeds a dropped block too, would count them). Whether the table holds
+// the rows is asked once no insert of the table runs on the server
+// (storedUnder). The resend of a last insert (fresh nil) keeps its token:
+// its rows are stored.
+func (w *Writer) insertRetrying(ctx context.Context, t *table, b batch, tok string, fresh func() string) error {
 	var err error
 	pause := w.retryPause
 	for attempt := 0; attempt <= w.o.InsertRetries; attempt++ {
 		if attempt > 0 {
 			t.retries.Inc()
-			w.log.Warn("insert failed; retrying with the same token", "table", t.name, "rows", b.len(), "attempt", attempt, "err", err)
+			w.log.Warn("insert failed; retrying", "table", t.name, "rows", b.len(), "attempt", attempt, "err", err)
 			select {
 			case <-ctx.Done():
 				return err
 			case <-time.After(pause):
 			}
 			pause *= 2
+			if fresh != nil {
+				held, herr := w.holds(ctx, t, tok)
+				if herr != nil {
+					err = herr
+					continue
+				}
+				if !held {
+					tok = fresh()
+				}
+			}
 		}
 		w.log.Debug("insert started", "table", t.name, "month", b.month(), "rows", b.len(), "attempt", attempt)
 		ictx, cancel := context.WithTimeout(ctx, insertTimeout)
@@ -677,6 +704,34 @@ func insertSettings(tok string) clickhouse.Settings {
 		"insert_deduplicate":                                 1,
 		"deduplicate_blocks_in_dependent_materialized_views": 1,
 	}
+}
+
+// storedUnder reports whether the table holds rows of its topic written
+// with token tok, once no insert into that table runs on the server (an
+// attempt whose client gave up may still be committing). Query ids of the
+// table's inserts start with queryIDPrefix, the table's name and "-".
+func (w *Writer) storedUnder(ctx context.Context, t *table, tok string) (bool, error) {
+	prefix := w.queryIDPrefix() + t.name + "-"
+	for {
+		var n uint64
+		if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM system.processes WHERE startsWith(query_id, ?)", prefix).Scan(&n); err != nil {
+			return false, fmt.Errorf("look for inserts into %s in flight: %w", t.name, err)
+		}
+		if n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(w.pollEvery):
+		}
+	}
+	var rows uint64
+	if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM `"+w.o.Database+"`.`"+t.name+"` WHERE kafka_topic = ? AND insert_token = ?",
+		t.topic, tok).Scan(&rows); err != nil {
+		return false, fmt.Errorf("look for the rows of an insert into %s: %w", t.name, err)
+	}
+	return rows > 0, nil
 }
 
 // insertQueryID is a new query id for an insert into table: unique, and
@@ -833,12 +888,12 @@ func (w *Writer) resendLastInsert(ctx context.Context, t *table) error {
 			"table", t.name, "token", tok)
 		return w.repair(ctx, t, tok)
 	}
-	if got := token(t.name, b); got != tok {
+	if got := token(t.name, b); !strings.HasPrefix(tok, got+"-") && got != tok {
 		w.log.Warn("the last insert cannot be made again from Kafka; its roll-ups are compared with the table only",
 			"table", t.name, "token", tok, "rebuilt_token", got, "rows", b.len())
 		return w.repair(ctx, t, tok)
 	}
-	if err := w.insertRetrying(ctx, t, b, tok); err != nil {
+	if err := w.insertRetrying(ctx, t, b, tok, nil); err != nil {
 		return fmt.Errorf("auditwriter: send the last insert into %s again (%d rows, token %s): %w", t.name, b.len(), tok, err)
 	}
 	w.log.Info("last insert sent again for the roll-ups", "table", t.name, "rows", b.len(), "token", tok)
