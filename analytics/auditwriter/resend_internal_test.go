@@ -176,7 +176,11 @@ func TestTheLastInsertIsSentAgainAsItWasOrNotAtAll(t *testing.T) {
 			if err := w.flush(ctx, tb, b); err != nil {
 				t.Fatal(err)
 			}
-			first := record(b, token(tb.name, b))
+			tok, _ := mem.lastToken(ctx, tb) // the flush's token: the batch's, with a suffix of its own
+			if !strings.HasPrefix(tok, token(tb.name, b)+"-") {
+				t.Fatalf("the insert's token %s does not start with the batch's %s", tok, token(tb.name, b))
+			}
+			first := record(b, tok)
 			if c.change != nil {
 				c.change(t, k, w, mem)
 			}

@@ -706,8 +706,8 @@ func insertSettings(tok string) clickhouse.Settings {
 	}
 }
 
-// storedUnder reports whether the table holds rows of its topic written
-// with token tok, once no insert into that table runs on the server (an
+// storedUnder reports whether the table holds rows written with token tok
+// (a token names one insert of one table), once no insert into that table runs on the server (an
 // attempt whose client gave up may still be committing). Query ids of the
 // table's inserts start with queryIDPrefix, the table's name and "-".
 func (w *Writer) storedUnder(ctx context.Context, t *table, tok string) (bool, error) {
@@ -727,8 +727,7 @@ func (w *Writer) storedUnder(ctx context.Context, t *table, tok string) (bool, e
 		}
 	}
 	var rows uint64
-	if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM `"+w.o.Database+"`.`"+t.name+"` WHERE kafka_topic = ? AND insert_token = ?",
-		t.topic, tok).Scan(&rows); err != nil {
+	if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM `"+w.o.Database+"`.`"+t.name+"` WHERE insert_token = ?", tok).Scan(&rows); err != nil {
 		return false, fmt.Errorf("look for the rows of an insert into %s: %w", t.name, err)
 	}
 	return rows > 0, nil
