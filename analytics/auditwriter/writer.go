@@ -39,12 +39,20 @@
 //     the offsets, waits until system.processes lists no such query. (On a
 //     cluster, point the writer at one server: system.processes is per
 //     server.)
-//   - A failed insert is retried with the same rows and the same
-//     insert_deduplication_token (derived from the table, the month and the
-//     offsets), so an insert that did land but whose answer was lost is not
-//     written again (the tables and their roll-ups keep a non-replicated
-//     deduplication window for this). After the retries the writer starts
-//     over from what ClickHouse holds.
+//   - Each insert carries an insert_deduplication_token: the batch's
+//     (derived from the table, the month and the offsets), "-" and a random
+//     suffix of the insert's own. A failed insert is retried with the same
+//     rows and, when the table holds rows with its token (it did land, its
+//     answer was lost), the same token, so it is not written again (the
+//     tables and their roll-ups keep a non-replicated deduplication window
+//     for this); when the table holds none, with a new suffix: a server
+//     killed between appending the block's id to the table's deduplication
+//     log and renaming its part into place keeps the id without the rows,
+//     and would drop a retry with that token (while feeding the views)
+//     and so lose its rows below the resume point. The random suffix keeps
+//     a later session's batch of the same records, made after such a crash,
+//     from the same fate (insertRetrying, storedUnder). After the retries
+//     the writer starts over from what ClickHouse holds.
 //   - The roll-ups (the hourly tables the materialized views of migration
 //     0002 fill) are exact too. A ClickHouse server that dies during an
 //     INSERT can have committed the table's part and not yet its views'
