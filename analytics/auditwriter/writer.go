@@ -645,7 +645,9 @@ func (w *Writer) insertRetrying(ctx context.Context, t *table, b batch, tok stri
 					continue
 				}
 				if !held {
-					tok = fresh()
+					next := fresh()
+					w.log.Info("the table holds no row of the failed attempt; retrying under a new token", "table", t.name, "token", tok, "new_token", next)
+					tok = next
 				}
 			}
 		}
@@ -720,6 +722,7 @@ func insertSettings(tok string) clickhouse.Settings {
 // table's inserts start with queryIDPrefix, the table's name and "-".
 func (w *Writer) storedUnder(ctx context.Context, t *table, tok string) (bool, error) {
 	prefix := w.queryIDPrefix() + t.name + "-"
+	deadline := time.Now().Add(insertTimeout) // then the session starts over, and waits with its context
 	for {
 		var n uint64
 		if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM system.processes WHERE startsWith(query_id, ?)", prefix).Scan(&n); err != nil {
@@ -727,6 +730,9 @@ func (w *Writer) storedUnder(ctx context.Context, t *table, tok string) (bool, e
 		}
 		if n == 0 {
 			break
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("an insert into %s still runs on the server after %v", t.name, insertTimeout)
 		}
 		select {
 		case <-ctx.Done():
