@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -241,10 +242,16 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 		failures int // attempts that fail before one succeeds
 		retries  int
 		wantErr  bool
+		// lost: the table holds no row of a failed attempt's token (its
+		// deduplication record may have outlived its part), so each retry
+		// takes a new token; else the table holds the rows and the retry
+		// keeps the token.
+		lost bool
 	}{
-		{"an insert that succeeds at once is tried once", 0, 3, false},
-		{"a failed insert is retried with the same token until it succeeds", 2, 3, false},
-		{"an insert that fails every retry ends the session with its error", 4, 3, true},
+		{"an insert that succeeds at once is tried once", 0, 3, false, false},
+		{"a failed insert is retried with the same token until it succeeds", 2, 3, false, false},
+		{"an insert that fails every retry ends the session with its error", 4, 3, true, false},
+		{"a failed insert whose rows the table lacks is retried under a new token each time", 2, 3, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -255,6 +262,7 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 			add(b, decisionRecord(t, 0, 7))
 			add(b, decisionRecord(t, 0, 8))
 			var tokens []string
+			w.holds = func(context.Context, *table, string) (bool, error) { return !c.lost, nil }
 			w.insertBatch = func(_ context.Context, table string, _ batch, tok string) error {
 				if table != "decisions" {
 					t.Errorf("insert into %s", table)
@@ -273,9 +281,12 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 			if len(tokens) != attempts {
 				t.Fatalf("%d attempts, want %d", len(tokens), attempts)
 			}
-			for _, tok := range tokens {
-				if tok != token("decisions", b) {
-					t.Fatalf("attempt tokens %v, want every one %s", tokens, token("decisions", b))
+			for i, tok := range tokens {
+				if !strings.HasPrefix(tok, token("decisions", b)+"-") {
+					t.Fatalf("attempt tokens %v, want every one to start with the batch's %s-", tokens, token("decisions", b))
+				}
+				if i > 0 && (tok == tokens[i-1]) == c.lost {
+					t.Fatalf("attempt tokens %v: want each retry's token new: %v", tokens, c.lost)
 				}
 			}
 			// Each attempt is logged when it starts and when it ends, with
