@@ -95,9 +95,9 @@
 //     hours from the tables (delete and insert) would need a mutation on
 //     every start and is not atomic: a crash between the delete and the
 //     insert loses whole hours, which then need a repair of their own;
-//     inserting only a positive difference needs neither. Roll-ups keyed for replacement by hour
-//     would have to be recomputed from the tables for every hour on every
-//     insert, not summed.
+//     inserting only a positive difference needs neither. Roll-ups keyed
+//     for replacement by hour would have to be recomputed from the tables
+//     for every hour on every insert, not summed.
 //     The rows are read again from Kafka, not with INSERT … SELECT from the
 //     table: ClickHouse 26.7 gives rows read back in more than one chunk
 //     (seen with more than 65 409 rows, one read block) a block id other
@@ -117,12 +117,7 @@
 // offsets at zero, below what the table holds; the writer would skip its
 // records. Records that Kafka's retention deleted before the writer read them
 // are gone (the writer then starts at the log start). The roll-ups of a
-// last insert whose rows the table's TTL dropped cannot be repaired. A raw
-// table can keep a deduplication record without its part as a roll-up
-// can (see above): an INSERT with that token (the same batch retried with
-// the server back within the retries, or a session's first batch that is
-// exactly the lost one) would then be dropped, its rows lost below the
-// resume point; not seen, RELIABILITY.md bounds it.
+// last insert whose rows the table's TTL dropped cannot be repaired.
 // Rows written before migration 0006 have no token: the first start after
 // it repairs nothing. Partitions added to a topic while the writer runs are picked
 // up at its next restart. Rows whose months alternate within a Kafka
@@ -227,8 +222,8 @@ type Writer struct {
 	// insertBatch is w.insert; resendLast w.resendLastInsert; inFlight counts the inserts in flight
 	// (w.inFlightInserts); holds whether the table holds rows with a token
 	// (w.storedUnder); repair makes a table's roll-ups count the hours of
-	// its last insert as the table does (w.repairRollUps); stored reads the highest offsets a table holds
-	// (w.storedOffsets); lastToken the token of a table's last insert, ""
+	// its last insert as the table does (w.repairRollUps); stored reads
+	// the highest offsets a table holds (w.storedOffsets); lastToken the token of a table's last insert, ""
 	// when no row has one (w.lastInsertToken); spans the first and last
 	// offsets per partition of the rows an insert wrote (w.insertSpans);
 	// retryPause is the pause before the first retry of an insert, doubled
@@ -717,8 +712,9 @@ func insertSettings(tok string) clickhouse.Settings {
 }
 
 // storedUnder reports whether the table holds rows written with token tok
-// (a token names one insert of one table), once no insert into that table runs on the server (an
-// attempt whose client gave up may still be committing). Query ids of the
+// (a token names one insert of one table), once no insert into that table
+// runs on the server (an attempt whose client gave up may still be
+// committing), waiting at most insertTimeout for that. Query ids of the
 // table's inserts start with queryIDPrefix, the table's name and "-".
 func (w *Writer) storedUnder(ctx context.Context, t *table, tok string) (bool, error) {
 	prefix := w.queryIDPrefix() + t.name + "-"
