@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +51,8 @@ func fastWriter(t *testing.T, o Options) *Writer {
 	}
 	w.retryPause, w.pollEvery = time.Millisecond, time.Millisecond
 	w.resendLast = func(context.Context, *table) error { return nil }
+	w.repair = func(context.Context, *table, string) error { return nil } // no ClickHouse here
+	w.holds = func(context.Context, *table, string) (bool, error) { return true, nil }
 	return w
 }
 
@@ -239,10 +242,16 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 		failures int // attempts that fail before one succeeds
 		retries  int
 		wantErr  bool
+		// lost: the table holds no row of a failed attempt's token (its
+		// deduplication record may have outlived its part), so each retry
+		// takes a new token; else the table holds the rows and the retry
+		// keeps the token.
+		lost bool
 	}{
-		{"an insert that succeeds at once is tried once", 0, 3, false},
-		{"a failed insert is retried with the same token until it succeeds", 2, 3, false},
-		{"an insert that fails every retry ends the session with its error", 4, 3, true},
+		{"an insert that succeeds at once is tried once", 0, 3, false, false},
+		{"a failed insert is retried with the same token until it succeeds", 2, 3, false, false},
+		{"an insert that fails every retry ends the session with its error", 4, 3, true, false},
+		{"a failed insert whose rows the table lacks is retried under a new token each time", 2, 3, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -253,6 +262,7 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 			add(b, decisionRecord(t, 0, 7))
 			add(b, decisionRecord(t, 0, 8))
 			var tokens []string
+			w.holds = func(context.Context, *table, string) (bool, error) { return !c.lost, nil }
 			w.insertBatch = func(_ context.Context, table string, _ batch, tok string) error {
 				if table != "decisions" {
 					t.Errorf("insert into %s", table)
@@ -271,9 +281,12 @@ func TestAnInsertIsRetriedWithTheSameToken(t *testing.T) {
 			if len(tokens) != attempts {
 				t.Fatalf("%d attempts, want %d", len(tokens), attempts)
 			}
-			for _, tok := range tokens {
-				if tok != token("decisions", b) {
-					t.Fatalf("attempt tokens %v, want every one %s", tokens, token("decisions", b))
+			for i, tok := range tokens {
+				if !strings.HasPrefix(tok, token("decisions", b)+"-") {
+					t.Fatalf("attempt tokens %v, want every one to start with the batch's %s-", tokens, token("decisions", b))
+				}
+				if i > 0 && (tok == tokens[i-1]) == c.lost {
+					t.Fatalf("attempt tokens %v: want each retry's token new: %v", tokens, c.lost)
 				}
 			}
 			// Each attempt is logged when it starts and when it ends, with
@@ -398,12 +411,29 @@ type memoryTable struct {
 	// fault decides the fate of each insert call (numbered from 1): fail
 	// before storing, or store and fail (the answer is lost).
 	fault func(call int, table string, month int32) (store, fail bool)
+	// ghost, if set, says which calls keep their token and not their rows,
+	// and fail: the server died between the block's deduplication record
+	// and its part's rename.
+	ghost  func(call int) bool
+	ghosts int // calls that kept their token and not their rows
+}
+
+// holds reports whether rows with the token are stored (storedUnder).
+func (m *memoryTable) holds(_ context.Context, _ *table, tok string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.wrote[tok]) > 0, nil
 }
 
 func (m *memoryTable) insert(_ context.Context, table string, b batch, tok string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls++
+	if m.ghost != nil && m.ghost(m.calls) && !m.tokens[tok] {
+		m.tokens[tok] = true
+		m.ghosts++
+		return errors.New("injected: the server died after the block's deduplication record")
+	}
 	store, fail := true, false
 	if m.fault != nil {
 		store, fail = m.fault(m.calls, table, b.month())
@@ -528,14 +558,15 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 		fault    func(call int, table string, month int32) (store, fail bool)
 		restarts bool // at least one session must start over
 		once     bool // no session may start over
+		ghost    func(call int) bool
 	}{
-		{"inserts that all land are made by one session", nil, false, true},
+		{"inserts that all land are made by one session", nil, false, true, nil},
 		{"inserts that fail before landing are retried", func(call int, _ string, _ int32) (bool, bool) {
 			return call%3 != 1, call%3 == 1
-		}, false, false},
+		}, false, false, nil},
 		{"inserts that land and lose their answer are retried with their token", func(call int, _ string, _ int32) (bool, bool) {
 			return true, call%2 == 1
-		}, false, false},
+		}, false, false, nil},
 		{"a month that fails every retry makes the session start over from what is stored", func() func(int, string, int32) (bool, bool) {
 			tries := 0 // of the later month's decisions: the first 4 fail, more than one session's 3 attempts
 			return func(_ int, table string, month int32) (bool, bool) {
@@ -545,7 +576,9 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 				tries++
 				return tries > 4, tries <= 4
 			}
-		}(), true, false},
+		}(), true, false, nil},
+		{"inserts whose deduplication record outlived their rows are written again under a new token", nil, false, false,
+			func(call int) bool { return call%3 == 1 }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -569,11 +602,12 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 			}
 
 			mem := newMemoryTable(c.fault)
+			mem.ghost = c.ghost
 			w := fastWriter(t, Options{Brokers: brokers, Catalog: cat, ClientOpts: append(opts, kgo.FetchMaxWait(50*time.Millisecond)),
 				InsertRetries: 2, BatchRows: 15, FlushInterval: 20 * time.Millisecond})
 			// Every session starts by sending each table's last insert
 			// again, read back from kfake.
-			w.insertBatch, w.stored, w.lastToken, w.spans = mem.insert, mem.stored, mem.lastToken, mem.spans
+			w.insertBatch, w.stored, w.lastToken, w.spans, w.holds = mem.insert, mem.stored, mem.lastToken, mem.spans, mem.holds
 			w.resendLast = w.resendLastInsert
 			w.inFlight = func(context.Context) (uint64, error) { return 0, nil }
 			w.restartPause = 10 * time.Millisecond
@@ -600,6 +634,9 @@ func TestSessionsCopyEveryRecordOnceThroughFailedInserts(t *testing.T) {
 			}
 			if c.fault != nil && mem.calls <= len(recs)/15 {
 				t.Errorf("%d insert calls: the faults were never injected", mem.calls)
+			}
+			if c.ghost != nil && mem.ghosts == 0 {
+				t.Error("no insert kept its token without its rows: the fault was never injected")
 			}
 			if c.restarts && w.errs.Value() == 0 {
 				t.Error("no session started over")

@@ -128,10 +128,11 @@ func (p *position) positionColumns() ([]string, []any) {
 		[]any{p.topic, p.partition, p.offset, p.at, p.decodeErr, p.raw}
 }
 
-// token is the insert deduplication token of a batch: a function of the
-// table, the month (partition) and the offsets it holds, so a retried insert
-// of the same batch is recognised by ClickHouse and dropped, and no other
-// batch shares it.
+// token is the batch's part of its inserts' deduplication tokens: a
+// function of the table, the month (partition) and the offsets it holds,
+// which no other batch shares. An insert's token is it, "-" and a random
+// suffix (flush), so resendLastInsert recognises the batch it rebuilds
+// from Kafka by it.
 func token(table string, b batch) string {
 	sp := b.span()
 	parts := make([]int32, 0, len(sp))

@@ -39,12 +39,20 @@
 //     the offsets, waits until system.processes lists no such query. (On a
 //     cluster, point the writer at one server: system.processes is per
 //     server.)
-//   - A failed insert is retried with the same rows and the same
-//     insert_deduplication_token (derived from the table, the month and the
-//     offsets), so an insert that did land but whose answer was lost is not
-//     written again (the tables and their roll-ups keep a non-replicated
-//     deduplication window for this). After the retries the writer starts
-//     over from what ClickHouse holds.
+//   - Each insert carries an insert_deduplication_token: the batch's
+//     (derived from the table, the month and the offsets), "-" and a random
+//     suffix of the insert's own. A failed insert is retried with the same
+//     rows and, when the table holds rows with its token (it did land, its
+//     answer was lost), the same token, so it is not written again (the
+//     tables and their roll-ups keep a non-replicated deduplication window
+//     for this); when the table holds none, with a new suffix: a server
+//     killed between appending the block's id to the table's deduplication
+//     log and renaming its part into place keeps the id without the rows,
+//     and would drop a retry with that token (while feeding the views)
+//     and so lose its rows below the resume point. The random suffix keeps
+//     a later session's batch of the same records, made after such a crash,
+//     from the same fate (insertRetrying, storedUnder). After the retries
+//     the writer starts over from what ClickHouse holds.
 //   - The roll-ups (the hourly tables the materialized views of migration
 //     0002 fill) are exact too. A ClickHouse server that dies during an
 //     INSERT can have committed the table's part and not yet its views'
@@ -63,18 +71,33 @@
 //     Only the last INSERT of a table can lack its roll-ups, since a table's
 //     inserts run one at a time and none after a failed one; only it is sent
 //     again, since one sent after more than 1000 later blocks would be out
-//     of the window and counted twice. That "only the last" is an
-//     assumption the evidence does not fully back: one run of the outage
-//     test (cmd/herald) still ended one attempt short in attempts_hourly
-//     (300 of 301) with this repair in place, cause not found.
+//     of the window and counted twice.
+//     One crash state the resend cannot repair: a MergeTree table commits
+//     a part by appending the block's id to its deduplication log (a
+//     write that survives a SIGKILL) and then renaming the part into
+//     place. A server killed between the two keeps the id without the
+//     part; a roll-up in that state drops the resend as a duplicate of the
+//     part it never committed (the outage test once ended 300 of 301 in
+//     attempts_hourly this way). So after the resend each roll-up is
+//     compared with its table over the hours the last insert wrote, and
+//     what it lacks is inserted into the roll-up table itself, without
+//     deduplication (repairRollUps;
+//     TestARollUpWhoseDeduplicationRecordOutlivedItsPartIsRepaired makes
+//     that state on chDB). At session start no insert runs, so the
+//     comparison is exact; a crash during the repair leaves all of it or
+//     none, and the next start compares again. This also repairs a last
+//     insert that cannot be sent again (its records gone from Kafka).
 //     Why this design: it repairs only what a crash can break, with
-//     ClickHouse's own deduplication, in one insert per table per session.
-//     Rebuilding the hours the last insert touched from the tables (delete
-//     and insert) would need a mutation on every start and is not atomic: a
-//     crash between the delete and the insert loses whole hours, which then
-//     need a repair of their own. Roll-ups keyed for replacement by hour
-//     would have to be recomputed from the tables for every hour on every
-//     insert, not summed.
+//     ClickHouse's own deduplication, in one insert per table per session,
+//     and inserts a difference only where that cannot; the comparison
+//     reads the table's rows of the last insert's hours (the month's
+//     partition), once per roll-up per session start. Rebuilding those
+//     hours from the tables (delete and insert) would need a mutation on
+//     every start and is not atomic: a crash between the delete and the
+//     insert loses whole hours, which then need a repair of their own;
+//     inserting only a positive difference needs neither. Roll-ups keyed
+//     for replacement by hour would have to be recomputed from the tables
+//     for every hour on every insert, not summed.
 //     The rows are read again from Kafka, not with INSERT … SELECT from the
 //     table: ClickHouse 26.7 gives rows read back in more than one chunk
 //     (seen with more than 65 409 rows, one read block) a block id other
@@ -94,9 +117,7 @@
 // offsets at zero, below what the table holds; the writer would skip its
 // records. Records that Kafka's retention deleted before the writer read them
 // are gone (the writer then starts at the log start). The roll-ups of a
-// last insert whose records Kafka no longer holds whole when the writer
-// restarts (retention, a re-created topic), or whose rows the table's TTL
-// dropped, cannot be repaired: the writer logs a warning and leaves them.
+// last insert whose rows the table's TTL dropped cannot be repaired.
 // Rows written before migration 0006 have no token: the first start after
 // it repairs nothing. Partitions added to a topic while the writer runs are picked
 // up at its next restart. Rows whose months alternate within a Kafka
@@ -199,8 +220,10 @@ type Writer struct {
 	kafka  ops.KafkaProbe
 
 	// insertBatch is w.insert; resendLast w.resendLastInsert; inFlight counts the inserts in flight
-	// (w.inFlightInserts); stored reads the highest offsets a table holds
-	// (w.storedOffsets); lastToken the token of a table's last insert, ""
+	// (w.inFlightInserts); holds whether the table holds rows with a token
+	// (w.storedUnder); repair makes a table's roll-ups count the hours of
+	// its last insert as the table does (w.repairRollUps); stored reads
+	// the highest offsets a table holds (w.storedOffsets); lastToken the token of a table's last insert, ""
 	// when no row has one (w.lastInsertToken); spans the first and last
 	// offsets per partition of the rows an insert wrote (w.insertSpans);
 	// retryPause is the pause before the first retry of an insert, doubled
@@ -209,6 +232,8 @@ type Writer struct {
 	// Tests replace them.
 	insertBatch func(ctx context.Context, table string, b batch, tok string) error
 	resendLast  func(ctx context.Context, t *table) error
+	repair      func(ctx context.Context, t *table, tok string) error
+	holds       func(ctx context.Context, t *table, tok string) (bool, error)
 	inFlight    func(ctx context.Context) (uint64, error)
 	stored      func(ctx context.Context, t *table) (map[int32]int64, error)
 	lastToken   func(ctx context.Context, t *table) (string, error)
@@ -251,7 +276,7 @@ func New(o Options) (*Writer, error) {
 		retryPause: 500 * time.Millisecond, pollEvery: 100 * time.Millisecond, restartPause: time.Second,
 		maxBatchBytes: maxBatchBytes}
 	w.insertBatch, w.resendLast, w.inFlight, w.stored = w.insert, w.resendLastInsert, w.inFlightInserts, w.storedOffsets
-	w.lastToken, w.spans = w.lastInsertToken, w.insertSpans
+	w.lastToken, w.spans, w.repair, w.holds = w.lastInsertToken, w.insertSpans, w.repairRollUps, w.storedUnder
 	w.kafka.Client = w.client.Load
 	add := func(name, short string, newBatch func() batch) {
 		t := &table{name: name, topic: o.Catalog.Name(short), newBatch: newBatch}
@@ -565,7 +590,9 @@ const insertTimeout = time.Minute
 func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 	n := b.len()
 	started := time.Now()
-	if err := w.insertRetrying(context.WithoutCancel(ctx), t, b, token(t.name, b)); err != nil {
+	base := token(t.name, b)
+	fresh := func() string { return base + "-" + randomHex() }
+	if err := w.insertRetrying(context.WithoutCancel(ctx), t, b, fresh(), fresh); err != nil {
 		return fmt.Errorf("auditwriter: insert %d rows into %s: %w", n, t.name, err)
 	}
 	t.rows.Add(int64(n))
@@ -576,23 +603,48 @@ func (w *Writer) flush(ctx context.Context, t *table, b batch) error {
 }
 
 // insertRetrying sends b into t's table with token tok, and a failed
-// attempt again with the same token, InsertRetries times, after a pause
-// that doubles each time (retryPause first); it returns the last attempt's
-// error. Each attempt is bounded by insertTimeout; a pause ends early, with
-// the last error, when ctx ends.
-func (w *Writer) insertRetrying(ctx context.Context, t *table, b batch, tok string) error {
+// attempt again, InsertRetries times, after a pause that doubles each time
+// (retryPause first); it returns the last attempt's error. Each attempt is
+// bounded by insertTimeout; a pause ends early, with the last error, when
+// ctx ends.
+//
+// A retry keeps the token when the table holds rows with it (the attempt
+// landed and its answer was lost: the table drops the retry, and a roll-up
+// that lacks the block stores it). Otherwise, when fresh is not nil, the
+// retry takes a new token from fresh: a server that died between
+// appending the block's id to the table's deduplication log and renaming
+// its part into place keeps the id without the rows, and would drop a
+// retry with that token as a duplicate, losing its rows below the offsets
+// the writer resumes after (while its materialized views, which ClickHouse
+// feeds a dropped block too, would count them). Whether the table holds
+// the rows is asked once no insert of the table runs on the server
+// (storedUnder). The resend of a last insert (fresh nil) keeps its token:
+// its rows are stored.
+func (w *Writer) insertRetrying(ctx context.Context, t *table, b batch, tok string, fresh func() string) error {
 	var err error
 	pause := w.retryPause
 	for attempt := 0; attempt <= w.o.InsertRetries; attempt++ {
 		if attempt > 0 {
 			t.retries.Inc()
-			w.log.Warn("insert failed; retrying with the same token", "table", t.name, "rows", b.len(), "attempt", attempt, "err", err)
+			w.log.Warn("insert failed; retrying", "table", t.name, "rows", b.len(), "attempt", attempt, "err", err)
 			select {
 			case <-ctx.Done():
 				return err
 			case <-time.After(pause):
 			}
 			pause *= 2
+			if fresh != nil {
+				held, herr := w.holds(ctx, t, tok)
+				if herr != nil {
+					err = herr
+					continue
+				}
+				if !held {
+					next := fresh()
+					w.log.Info("the table holds no row of the failed attempt; retrying under a new token", "table", t.name, "token", tok, "new_token", next)
+					tok = next
+				}
+			}
 		}
 		w.log.Debug("insert started", "table", t.name, "month", b.month(), "rows", b.len(), "attempt", attempt)
 		ictx, cancel := context.WithTimeout(ctx, insertTimeout)
@@ -657,6 +709,38 @@ func insertSettings(tok string) clickhouse.Settings {
 		"insert_deduplicate":                                 1,
 		"deduplicate_blocks_in_dependent_materialized_views": 1,
 	}
+}
+
+// storedUnder reports whether the table holds rows written with token tok
+// (a token names one insert of one table), once no insert into that table
+// runs on the server (an attempt whose client gave up may still be
+// committing), waiting at most insertTimeout for that. Query ids of the
+// table's inserts start with queryIDPrefix, the table's name and "-".
+func (w *Writer) storedUnder(ctx context.Context, t *table, tok string) (bool, error) {
+	prefix := w.queryIDPrefix() + t.name + "-"
+	deadline := time.Now().Add(insertTimeout) // then the session starts over, and waits with its context
+	for {
+		var n uint64
+		if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM system.processes WHERE startsWith(query_id, ?)", prefix).Scan(&n); err != nil {
+			return false, fmt.Errorf("look for inserts into %s in flight: %w", t.name, err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("an insert into %s still runs on the server after %v", t.name, insertTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(w.pollEvery):
+		}
+	}
+	var rows uint64
+	if err := w.o.ClickHouse.QueryRow(ctx, "SELECT count() FROM `"+w.o.Database+"`.`"+t.name+"` WHERE insert_token = ?", tok).Scan(&rows); err != nil {
+		return false, fmt.Errorf("look for the rows of an insert into %s: %w", t.name, err)
+	}
+	return rows > 0, nil
 }
 
 // insertQueryID is a new query id for an insert into table: unique, and
@@ -777,8 +861,11 @@ func (w *Writer) resumeOffsets(ctx context.Context) (map[string]map[int32]kgo.Of
 // back in more than one chunk (more than 65 409 rows) a block id other than
 // the INSERT's, so the table would store them again. A
 // rebuilt batch whose token is not the stored one (its records fell to
-// Kafka's retention or the rows to the table's TTL) is not sent: that
-// insert's roll-ups are then left as they are, and a warning says so.
+// Kafka's retention or the rows to the table's TTL) is not sent, and a
+// warning says so. Then, sent or not, each roll-up is compared with the
+// table over the hours the insert wrote, and what it lacks is inserted
+// into it (repairRollUps): that repairs a roll-up whose deduplication
+// record outlived its part, which drops the resend.
 //
 // A failed send is retried with its token as a batch's insert is
 // (insertRetrying): a session start that gave up on the first failure
@@ -806,20 +893,20 @@ func (w *Writer) resendLastInsert(ctx context.Context, t *table) error {
 		return err
 	}
 	if !whole {
-		w.log.Warn("the last insert's records are no longer all in Kafka; its roll-ups are left as they are",
+		w.log.Warn("the last insert's records are no longer all in Kafka; its roll-ups are compared with the table only",
 			"table", t.name, "token", tok)
-		return nil
+		return w.repair(ctx, t, tok)
 	}
-	if got := token(t.name, b); got != tok {
-		w.log.Warn("the last insert cannot be made again from Kafka; its roll-ups are left as they are",
+	if got := token(t.name, b); !strings.HasPrefix(tok, got+"-") && got != tok {
+		w.log.Warn("the last insert cannot be made again from Kafka; its roll-ups are compared with the table only",
 			"table", t.name, "token", tok, "rebuilt_token", got, "rows", b.len())
-		return nil
+		return w.repair(ctx, t, tok)
 	}
-	if err := w.insertRetrying(ctx, t, b, tok); err != nil {
+	if err := w.insertRetrying(ctx, t, b, tok, nil); err != nil {
 		return fmt.Errorf("auditwriter: send the last insert into %s again (%d rows, token %s): %w", t.name, b.len(), tok, err)
 	}
 	w.log.Info("last insert sent again for the roll-ups", "table", t.name, "rows", b.len(), "token", tok)
-	return nil
+	return w.repair(ctx, t, tok)
 }
 
 // lastInsertToken returns the token of the table's last INSERT, "" when no
