@@ -1,12 +1,19 @@
 package api
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/heraldhq/herald/internal/metrics"
 	"github.com/heraldhq/herald/topics"
 )
 
@@ -47,4 +54,72 @@ func TestTheSingleRecordProducerLingersTheConfiguredTime(t *testing.T) {
 			t.Fatalf("error %v, want one naming ProducerLinger", err)
 		}
 	})
+}
+
+// TestSingleRecordWritesWithinTheLingerShareAProduceRequest: the linger
+// takes effect. franz-go's ProduceSync drains its partitions at once, so
+// writes made with it never lingered: every send cost a produce request
+// of its own whatever ProducerLinger said. Here a second write, made while
+// the first is buffered and lingering, goes out in the same request.
+func TestSingleRecordWritesWithinTheLingerShareAProduceRequest(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "requests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var mu sync.Mutex
+	requests, records := 0, 0
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		requests++
+		for _, tp := range kreq.(*kmsg.ProduceRequest).Topics {
+			for _, p := range tp.Partitions {
+				records += batchRecords(p.Records)
+			}
+		}
+		return nil, nil, false
+	})
+	// Long enough that the second write is made well within it; the test
+	// takes twice as long.
+	const linger = time.Second
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(linger), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	w := newWriter(nil, 1, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewRegistry())
+	w.newPlain = func() (*kgo.Client, error) { return cl, nil }
+
+	errs := make(chan error, 2)
+	write := func(v string) {
+		errs <- w.write(context.Background(), []*kgo.Record{{Topic: "requests", Value: []byte(v)}})
+	}
+	// A first write while the client knows no partition of the topic
+	// lingers anyway (ProduceSync could not drain what it had not yet
+	// placed): the writes measured are those of a client that does, as
+	// an API's after its first send.
+	write("warm-up")
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	requests, records = 0, 0
+	mu.Unlock()
+	go write("first")
+	for cl.BufferedProduceRecords() == 0 && len(errs) == 0 { // (written already: it did not linger)
+		time.Sleep(time.Millisecond)
+	}
+	go write("second")
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if requests != 1 || records != 2 {
+		t.Fatalf("%d produce requests carried %d records; want the two writes in one request", requests, records)
+	}
 }

@@ -107,8 +107,23 @@ func (w *writer) writePlain(ctx context.Context, recs []*kgo.Record) error {
 	// outcome unknown for nothing. The timeout bounds it.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout)
 	defer cancel()
-	if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("api: produce: %w: %w", errCommitUnknown, err)
+	// Produce with a promise, not ProduceSync: franz-go's ProduceSync
+	// drains its records' partitions at once (v1.22: unlingerAndManuallyDrain),
+	// so its records never linger and every send cost a produce request of
+	// its own whatever Config.ProducerLinger said
+	// (docs/benchmarks-history.md, "Request → decision at 2,000/s").
+	done := make(chan error, len(recs))
+	for _, r := range recs {
+		cl.Produce(pctx, r, func(_ *kgo.Record, err error) { done <- err })
+	}
+	var first error
+	for range recs {
+		if err := <-done; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("api: produce: %w: %w", errCommitUnknown, first)
 	}
 	w.single.Add(int64(len(recs)))
 	return nil

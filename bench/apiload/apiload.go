@@ -29,7 +29,9 @@
 // The generator costs CPU beside the server it measures when both share a
 // host: it builds each body with strconv appends into a buffer of its own
 // and keeps its connections alive, so that its share stays small (see
-// BENCHMARKS.md for its cost per request against vegeta's).
+// BENCHMARKS.md for its cost per request against vegeta's); over http://
+// each send is written and its answer read by the goroutine that makes it
+// (poster), without net/http's client's goroutines per connection.
 package apiload
 
 import (
@@ -204,8 +206,20 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	defer tr.CloseIdleConnections()
 	g := &generator{o: o, client: &http.Client{Transport: tr, Timeout: o.Timeout}, auth: "Bearer " + o.APIKey, all: worker{codes: map[string]int{}}}
 	g.prefix, g.middle, g.dedupe = bodyParts(o.Run, o.Repeat > 0)
+	headers := []string{"Authorization: " + g.auth, "Content-Type: application/json"}
+	if o.Prefer != "" {
+		headers = append(headers, "Prefer: "+o.Prefer)
+	}
 	for _, u := range strings.Split(o.URL, ",") {
-		g.urls = append(g.urls, strings.TrimSuffix(u, "/")+"/v1/notifications")
+		u = strings.TrimSuffix(u, "/") + "/v1/notifications"
+		p, err := newPoster(u, headers, o.Timeout)
+		if err != nil {
+			return Report{}, fmt.Errorf("bench api: --url: %w", err)
+		}
+		if p != nil {
+			defer p.close()
+		}
+		g.urls, g.posters = append(g.urls, u), append(g.posters, p)
 	}
 	if o.Rate > 0 {
 		g.open(ctx)
@@ -260,8 +274,9 @@ func mix(x uint64) uint64 {
 type generator struct {
 	o              Options
 	client         *http.Client
-	urls           []string // send n goes to urls[n % len(urls)]
-	auth           string   // the Authorization header's value
+	urls           []string  // send n goes to urls[n % len(urls)]
+	posters        []*poster // urls' posters; nil for an https URL (net/http's client)
+	auth           string    // the Authorization header's value
 	prefix, middle string
 	dedupe         string    // "" without dedupeKeys
 	first          time.Time // the run's start: the first send's due time
@@ -387,6 +402,26 @@ func (g *generator) send(ctx context.Context, w *worker, n int, start time.Time)
 		w.body = append(w.body, "}}"...)
 	}
 	code := "error"
+	var err error
+	if p := g.posters[n%len(g.posters)]; p != nil {
+		var status int
+		if status, err = p.post(ctx, w.body); err == nil {
+			code = strconv.Itoa(status)
+		}
+	} else {
+		code, err = g.sendHTTP(ctx, w, n)
+	}
+	w.last = time.Now()
+	w.latencies = append(w.latencies, w.last.Sub(start))
+	w.codes[code]++
+	if err != nil {
+		w.errs = addError(w.errs, err.Error())
+	}
+}
+
+// sendHTTP makes send n through net/http's client (https URLs).
+func (g *generator) sendHTTP(ctx context.Context, w *worker, n int) (string, error) {
+	code := "error"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.urls[n%len(g.urls)], bytes.NewReader(w.body))
 	if err == nil {
 		req.Header.Set("Authorization", g.auth)
@@ -404,12 +439,7 @@ func (g *generator) send(ctx context.Context, w *worker, n int, start time.Time)
 			}
 		}
 	}
-	w.last = time.Now()
-	w.latencies = append(w.latencies, w.last.Sub(start))
-	w.codes[code]++
-	if err != nil {
-		w.errs = addError(w.errs, err.Error())
-	}
+	return code, err
 }
 
 // addError adds e to errs unless errs holds it or five others already.

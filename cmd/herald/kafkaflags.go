@@ -31,8 +31,10 @@ type kafkaFlags struct {
 	replication                           int
 	// feedRetention is herald.feed's retention (topics.Options.FeedRetentionMs).
 	feedRetention time.Duration
-	// compression is the producers' codec (kafkacompress.Names).
-	compression string
+	// compression is the producers' codec (kafkacompress.Names), for
+	// batches of at least compressionMin bytes of records.
+	compression    string
+	compressionMin int
 }
 
 func (k *kafkaFlags) register(fs *flag.FlagSet) {
@@ -48,9 +50,12 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.saslPassword, "kafka-sasl-password", "", "SASL password (prefer the environment: HERALD_KAFKA_SASL_PASSWORD)")
 	fs.StringVar(&k.compression, "kafka-compression", kafkacompress.Default,
 		"codec of the record batches herald's producers write: "+strings.Join(kafkacompress.Names, ", "))
+	fs.IntVar(&k.compressionMin, "kafka-compression-min-bytes", kafkacompress.DefaultMinBytes,
+		"smallest batch (bytes of records) the producers compress; smaller ones are written uncompressed, sparing the broker a decompression each (0: compress every batch)")
 	k.tls.register(fs, "kafka", "Kafka")
 	atLeast(fs, "partitions", &k.partitions, 1)
 	atLeast(fs, "replication", &k.replication, 1)
+	atLeast(fs, "kafka-compression-min-bytes", &k.compressionMin, 0)
 	positive(fs, "feed-retention", &k.feedRetention)
 	addCheck(fs, k.check)
 }
@@ -114,7 +119,7 @@ func (k *kafkaFlags) sasl() (sasl.Mechanism, error) {
 // the producers' compression): the roles pass them as their
 // Options.ClientOpts. It logs how Kafka is reached, without secrets.
 func (k *kafkaFlags) clientOpts() ([]kgo.Opt, error) {
-	compress, err := kafkacompress.Opt(k.compression)
+	compress, err := kafkacompress.OptAbove(k.compression, k.compressionMin)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, badField("kafka-compression", "%v", err))
 	}
@@ -138,7 +143,7 @@ func (k *kafkaFlags) clientOpts() ([]kgo.Opt, error) {
 	if m != nil {
 		sec += ", SASL " + m.Name() + " as " + k.saslUser
 	}
-	slog.Info("kafka connection", "brokers", k.brokers, "security", sec, "compression", k.compression)
+	slog.Info("kafka connection", "brokers", k.brokers, "security", sec, "compression", k.compression, "compression_min_bytes", k.compressionMin)
 	return opts, nil
 }
 

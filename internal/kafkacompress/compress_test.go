@@ -86,3 +86,45 @@ func TestOneOptServesClientsBuiltConcurrently(t *testing.T) {
 		})
 	}
 }
+
+func TestABatchBelowTheMinimumIsWrittenUncompressed(t *testing.T) {
+	brokers := testenv.Kfake(t).ListenAddrs()
+	small := bytes.Repeat([]byte(`{"tenant":"acme"}`), 10)  // 170 bytes: compresses, but under the minimum
+	large := bytes.Repeat([]byte(`{"tenant":"acme"}`), 300) // 5,100 bytes
+	for _, c := range []struct {
+		name     string
+		min      int
+		value    []byte
+		wantAttr uint8
+	}{
+		{"a batch smaller than the minimum is written uncompressed", 1024, small, 0},
+		{"a batch at least the minimum is written with the codec", 1024, large, 2},
+		{"with a minimum of 0 every batch is compressed", 0, small, 2},
+		{"the default minimum leaves a batch of one small record uncompressed", kafkacompress.DefaultMinBytes, small, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			opt, err := kafkacompress.OptAbove("snappy", c.min)
+			if err != nil {
+				t.Fatal(err)
+			}
+			topic := testenv.Topic(t, brokers, 1, nil)
+			cl := testenv.Client(t, brokers, opt)
+			if err := cl.ProduceSync(testenv.Guarded(t), &kgo.Record{Topic: topic, Value: c.value}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			recs := testenv.ReadCommitted(t, brokers, topic)
+			if len(recs) != 1 || !bytes.Equal(recs[0].Value, c.value) {
+				t.Fatalf("read %d records back, want the one written, intact", len(recs))
+			}
+			if got := recs[0].Attrs.CompressionType(); got != c.wantAttr {
+				t.Fatalf("batch codec %d, want %d", got, c.wantAttr)
+			}
+		})
+	}
+}
+
+func TestANegativeMinimumIsRefused(t *testing.T) {
+	if _, err := kafkacompress.OptAbove("snappy", -1); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Fatalf("OptAbove(snappy, -1): %v, want an error saying it is negative", err)
+	}
+}
