@@ -416,4 +416,13 @@ func TestAReceiptCommittedBeforeTheStepsTimeCancelsItHoweverLateItsForwarder(t *
 			t.Fatalf("compared %d, differences %q; want the two steps, none", rep.Compared, rep.Differences)
 		}
 	})
+	t.Run("a replay naming a group that never ran reports every step it decides as pending, not an error", func(t *testing.T) {
+		rep, err := fallback.Replay(context.Background(), brokers, cat, "herald-fallback-never-ran")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Differences) > 0 {
+			t.Fatalf("differences %q; want none", rep.Differences)
+		}
+	})
 }
