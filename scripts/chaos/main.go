@@ -535,7 +535,7 @@ func run(ctx context.Context, c config) (bool, error) {
 	nem := &nemesis{roles: roles, cl: cl, adm: adm, cat: cat, chKill: chKill, proxied: proxies, runID: id,
 		providers: map[string]scripted{"apns": apnsEm, "fcm": fcmEm, "webpush": wpEm, "webhook": whEm}, brokers: c.brokerFaults, brokerGap: c.brokerGap,
 		killEvery: killEvery(c.duration, c.killsPerKind, roles),
-		logf:      logf, counts: map[string]int{}, byRole: map[string]int{}, paused: map[*role]bool{}}
+		logf:      logf, counts: map[string]int{}, byRole: map[string]int{}, held: map[*role]bool{}}
 	faultCtx, stopFaults := context.WithTimeout(ctx, c.duration)
 	defer stopFaults()
 	progress := time.NewTicker(15 * time.Second)

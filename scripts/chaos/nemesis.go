@@ -63,7 +63,7 @@ type nemesis struct {
 
 	mu     sync.Mutex
 	round  []string // role kinds still to kill this round
-	paused map[*role]bool
+	held   map[*role]bool
 	counts map[string]int
 	byRole map[string]int
 	failed []string
@@ -130,7 +130,7 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 	switch kind {
 	case faultRoleKill:
 		r := n.nextRole(rng)
-		defer n.pause(r, false)
+		defer n.hold(r, false)
 		n.logf("nemesis: %s: %s", kind, r.name)
 		r.kill()
 		sleep(context.Background(), time.Duration(300+rng.IntN(1200))*time.Millisecond)
@@ -139,11 +139,11 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 		}
 		n.count(kind, "SIGKILL "+r.kind)
 	case faultRolePause:
-		r := n.pause(n.roles[rng.IntN(len(n.roles))], true)
+		r := n.hold(n.roles[rng.IntN(len(n.roles))], true)
 		if r == nil {
 			return // being killed: the next fault
 		}
-		defer n.pause(r, false)
+		defer n.hold(r, false)
 		d := time.Duration(12000+rng.IntN(6000)) * time.Millisecond
 		n.logf("nemesis: %s: %s for %v", kind, r.name, d)
 		if err := r.signal(syscall.SIGSTOP); err != nil {
@@ -252,24 +252,24 @@ func (n *nemesis) inject(ctx context.Context, rng *rand.Rand, kind string) {
 	}
 }
 
-// pause marks r as held by a fault (on) or free (off); on returns nil
+// hold marks r as held by a fault (on) or free (off); on returns nil
 // when r is already held: a role being killed is not also paused, nor a
 // paused one killed (the zombie must wake as itself to be fenced).
-func (n *nemesis) pause(r *role, on bool) *role {
+func (n *nemesis) hold(r *role, on bool) *role {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !on {
-		delete(n.paused, r)
+		delete(n.held, r)
 		return r
 	}
-	if n.paused[r] {
+	if n.held[r] {
 		return nil
 	}
-	n.paused[r] = true
+	n.held[r] = true
 	return r
 }
 
-// nextRole chooses the role to kill, and holds it (pause): the role
+// nextRole chooses the role to kill, and holds it (hold): the role
 // kinds in turn, in an order shuffled every round (each kind as often as
 // the others), an instance of the kind at random among those not held by
 // another fault; it waits while every instance of the kind is held.
@@ -298,7 +298,7 @@ func (n *nemesis) tryNextRole(rng *rand.Rand) *role {
 	kind := n.round[0]
 	var of []*role
 	for _, r := range n.roles {
-		if r.kind == kind && !n.paused[r] {
+		if r.kind == kind && !n.held[r] {
 			of = append(of, r)
 		}
 	}
@@ -307,7 +307,7 @@ func (n *nemesis) tryNextRole(rng *rand.Rand) *role {
 	}
 	n.round = n.round[1:]
 	r := of[rng.IntN(len(of))]
-	n.paused[r] = true
+	n.held[r] = true
 	return r
 }
 
